@@ -1,0 +1,71 @@
+/* Internal (L2): the graph IR built through the C API. */
+#ifndef REEL_GRAPH_IR_H
+#define REEL_GRAPH_IR_H
+
+#include "ops/op.h"
+#include "runtime/ctx.h"
+
+typedef enum reel_tensor_kind {
+    REEL_T_INPUT = 0, /* written by the caller before each step */
+    REEL_T_PARAM,     /* weights */
+    REEL_T_STATE,     /* persists across steps (KV cache) */
+    REEL_T_META,      /* step metadata (positions) */
+    REEL_T_ACT,       /* produced by a node: lives in the arena */
+} reel_tensor_kind;
+
+#define REEL_NAME_MAX 64
+
+typedef struct reel_tinfo {
+    char name[REEL_NAME_MAX];
+    reel_tensor_kind kind;
+    reel_shape shape;
+    int producer;          /* node index for ACT, -1 otherwise */
+    int out_index;         /* which output of the producer */
+    const void *bind;      /* PARAM: borrowed data until compile */
+    bool deferred;         /* PARAM: written into the plan later */
+    int output_slot;       /* index in the graph's outputs, -1 if not an output */
+} reel_tinfo;
+
+typedef struct reel_node {
+    reel_op_kind op;
+    reel_op_attrs attrs;
+    int nin, nout;
+    uint32_t in[REEL_OP_MAX_IN];   /* tensor ids; 0 = absent optional input */
+    uint32_t out[REEL_OP_MAX_OUT];
+    int stream;
+} reel_node;
+
+typedef struct reel_goutput {
+    char name[REEL_NAME_MAX];
+    uint32_t tensor;
+} reel_goutput;
+
+struct reel_graph {
+    reel_ctx *ctx;
+    reel_status err;        /* first builder error, sticky */
+    reel_tinfo *tensors;    /* index 0 unused: id 0 is invalid */
+    int ntensors, captensors;
+    reel_node *nodes;
+    int nnodes, capnodes;
+    reel_goutput *outputs;
+    int noutputs, capoutputs;
+    uint32_t positions;     /* the META positions tensor, 0 if not asked for */
+};
+
+/* Display name of node i: "op 'matmul' (node 3 -> 'l0.q')" into buf. */
+const char *reel_node_desc(const reel_graph *g, int i, char *buf, size_t len);
+
+/* A topological order of the nodes (Kahn's, stable: ties in build order).
+ * order has g->nnodes entries. REEL_E_INVALID_ARG on a cycle. */
+reel_status reel_graph_topo_order(const reel_graph *g, int *order);
+
+/* Liveness over a schedule: for each tensor id, the index in `order` of its
+ * first (production) and last use; -1 if unused. Graph outputs live to the
+ * end of the schedule. */
+void reel_graph_liveness(const reel_graph *g, const int *order, int *first, int *last);
+
+/* Validates the whole graph for compile: the sticky builder error, at least
+ * one output, every parameter bound or deferred. Messages name op/tensor. */
+reel_status reel_graph_validate(reel_graph *g);
+
+#endif

@@ -1,0 +1,125 @@
+/* Internal (L1): op kinds, attributes, schemas and the kernel interface.
+ * An op kind has a schema (arity, shape/dtype inference, declared accesses);
+ * implementations register per backend with a priority and a can_use
+ * predicate; the registry picks the first usable one, and the last in every
+ * chain is a plain reference kernel. */
+#ifndef REEL_OPS_OP_H
+#define REEL_OPS_OP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reel/reel.h"
+#include "runtime/backend.h"
+
+typedef enum reel_op_kind {
+    REEL_OP_EMBEDDING = 0,
+    REEL_OP_MATMUL,
+    REEL_OP_ADD,
+    REEL_OP_MUL,
+    REEL_OP_RMSNORM,
+    REEL_OP_SILU_AND_MUL,
+    REEL_OP_ROPE,
+    REEL_OP_SOFTMAX,
+    REEL_OP_ARGMAX,
+    REEL_OP_PAGED_ATTENTION,
+    REEL_OP_TOPK,
+    REEL_OP_LSE_COMBINE,
+    REEL_OP_COUNT
+} reel_op_kind;
+
+#define REEL_OP_MAX_IN 6
+#define REEL_OP_MAX_OUT 2
+
+typedef union reel_op_attrs {
+    struct { bool w_transposed; } matmul;
+    struct { float eps; } rmsnorm;
+    struct { int head_dim, rot_dim; float theta; } rope;
+    struct { reel_attn_params p; } attn;
+    struct { int k, page_size; bool has_page_table; } topk;
+    struct { int num_heads; } lse;
+} reel_op_attrs;
+
+/* A tensor's shape: dims[0] is the token count when `tokens` is set. */
+typedef struct reel_shape {
+    reel_dtype dtype;
+    int ndim;
+    int64_t dims[REEL_MAX_DIMS];
+    bool tokens;
+} reel_shape;
+
+/* Static description of an op kind. `infer` checks operand shapes and dtypes
+ * and fills the outputs' shapes; on error it writes a message (without the
+ * op name, which the caller adds) into err and returns the status. */
+typedef struct reel_op_schema {
+    const char *name;
+    int nin;            /* inputs (an optional input may be absent: shape ndim 0) */
+    int nout;
+    /* Output 0 may take the bytes of input `inplace_in` when that input dies
+     * at this op (-1: never). Used by the planner. */
+    int inplace_in;
+    reel_status (*infer)(const reel_shape *in, int nin, const reel_op_attrs *a,
+                         reel_shape *out, char *err, size_t errlen);
+} reel_op_schema;
+
+const reel_op_schema *reel_op_schema_get(reel_op_kind k);
+
+/* Step metadata as seen by kernels: device pointers into the plan's static
+ * buffers (or into an eager step's own buffers) and the limits they were
+ * sized to. Kernels check limits and report into err_word (REEL_E_LIMIT)
+ * instead of reading past a buffer. */
+typedef struct reel_meta_view {
+    const int32_t *positions;     /* [max_tokens] */
+    const int32_t *slot_mapping;  /* [max_tokens] */
+    const int32_t *token_seq;     /* [max_tokens] sequence of each token, -1 for padding */
+    const int32_t *context_lens;  /* [max_seqs] */
+    const int32_t *block_tables;  /* [max_seqs][max_blocks] */
+    int32_t max_seqs, max_blocks, max_context;
+    int32_t *err_word;            /* device int: 0, or a reel_status set by a kernel */
+} reel_meta_view;
+
+/* One node ready to launch: resolved pointers for one memory layout. */
+typedef struct reel_launch {
+    reel_op_kind op;
+    const reel_op_attrs *attrs;
+    const reel_shape *in_shape;   /* [nin] with dims[0] = rows of this launch where tokens */
+    const reel_shape *out_shape;  /* [nout] likewise */
+    void *in[REEL_OP_MAX_IN];     /* NULL for an absent optional input */
+    void *out[REEL_OP_MAX_OUT];
+    int64_t rows;                 /* token rows of this launch */
+    const reel_meta_view *meta;
+    reel_stream *stream;
+    void *impl_state;             /* from impl->prepare, or NULL */
+} reel_launch;
+
+typedef struct reel_op_impl {
+    const char *name;             /* "host.matmul.ref", "cuda.matmul.cublaslt" */
+    reel_op_kind op;
+    reel_backend_kind backend;
+    int priority;                 /* higher first */
+    bool capturable;              /* may run inside a captured graph */
+    bool fixed_context;           /* honours the fixed-context metadata limits */
+    /* May this impl run this node on this device? shapes are per node with
+     * dims[0] = the largest bucket for token tensors. */
+    bool (*can_use)(const reel_shape *in, int nin, const reel_shape *out, const reel_op_attrs *a,
+                    const reel_device_caps *caps);
+    /* Issues the kernel(s) on l->stream. Errors go to be->ctx. */
+    reel_status (*launch)(reel_backend *be, const reel_launch *l);
+} reel_op_impl;
+
+/* The registry: a read-only table per backend, filled at build time. Picks
+ * the highest-priority usable impl; NULL if none. */
+const reel_op_impl *reel_registry_select(reel_backend_kind b, reel_op_kind k, const reel_shape *in, int nin,
+                                         const reel_shape *out, const reel_op_attrs *a,
+                                         const reel_device_caps *caps);
+/* Every impl of a backend (for tests that exercise each one). */
+const reel_op_impl *const *reel_registry_all(reel_backend_kind b, int *count);
+
+/* Elements and bytes of a shape with `rows` substituted for the token dim. */
+int64_t reel_shape_numel(const reel_shape *s, int64_t rows);
+size_t reel_shape_bytes(const reel_shape *s, int64_t rows);
+/* Elements per token row (product of dims[1..]); numel for untokened shapes. */
+int64_t reel_shape_row_numel(const reel_shape *s);
+
+#endif
