@@ -1,1 +1,305 @@
-/* placeholder: being written */
+/* `reel demo`: options, the serving loop, and its summary (see demo.h). */
+#include "demo.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "serve.h"
+
+void demo_opts_default(demo_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    model_config m = MODEL_CONFIG_INIT;
+    o->model = m;
+    o->backend = REEL_BACKEND_AUTO;
+    const int32_t b[] = {1, 2, 4, 8, 16, 32, 64};
+    o->num_buckets = (int)(sizeof b / sizeof b[0]);
+    memcpy(o->buckets, b, sizeof b);
+    o->max_context = 256;
+    o->max_seqs = 16;
+    o->requests = 48;
+    o->seed = 1;
+}
+
+/* ---- timing and percentiles ---------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct samples { double *v; size_t n, cap; } samples;
+
+static int samples_push(samples *s, double x)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 1024;
+        double *v = realloc(s->v, cap * sizeof *v);
+        if (!v) return -1;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = x;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile; sorts s in place. 0 for no samples. */
+static double percentile(samples *s, double q)
+{
+    if (s->n == 0) return 0.0;
+    qsort(s->v, s->n, sizeof *s->v, cmp_double);
+    size_t rank = (size_t)ceil(q * (double)s->n);
+    return s->v[rank == 0 ? 0 : rank - 1];
+}
+
+/* ---- progress ------------------------------------------------------------- */
+
+typedef struct progress {
+    FILE *f;
+    bool tty, drawn;
+    double last;
+} progress;
+
+static void progress_draw(progress *pg, const serve_state *s, const demo_result *r, uint64_t replays,
+                          bool final)
+{
+    if (!pg->f) return;
+    double t = now_s();
+    if (pg->tty) {
+        if (!final && t - pg->last < 0.1) return;
+        fprintf(pg->f, "\r\033[K");
+    } else if (!final && r->steps % 100 != 0) {
+        return;
+    }
+    pg->last = t;
+    pg->drawn = true;
+    fprintf(pg->f, "step %" PRIu64 "  tokens %" PRIu64 "  replayed %" PRIu64 "  eager %" PRIu64
+                   "  running %d  done %d/%d",
+            r->steps, r->tokens, replays, r->steps - replays, s->num_running, s->num_done, s->o.requests);
+    if (!pg->tty || final) fputc('\n', pg->f);
+    fflush(pg->f);
+}
+
+/* ---- the loop ------------------------------------------------------------- */
+
+static int largest_bucket(const demo_opts *o) { return o->buckets[o->num_buckets - 1]; }
+
+static int token_budget(const demo_opts *o)
+{
+    int budget = o->max_tokens ? o->max_tokens : 2 * largest_bucket(o);
+    if (o->fit && budget > largest_bucket(o)) budget = largest_bucket(o);
+    return budget;
+}
+
+static reel_compile_opts compile_opts(const demo_opts *o)
+{
+    reel_compile_opts c = REEL_COMPILE_OPTS_INIT;
+    c.num_buckets = o->num_buckets;
+    memcpy(c.buckets, o->buckets, sizeof c.buckets);
+    c.max_context = o->max_context;
+    c.max_seqs = o->max_seqs;
+    c.strict = o->strict;
+    c.no_capture = o->eager;
+    c.check_hazards = o->hazards;
+    return c;
+}
+
+static reel_step_info step_info(const serve_batch *b)
+{
+    reel_step_info si = {
+        .num_tokens = b->num_tokens,
+        .num_seqs = b->num_seqs,
+        .query_start = b->query_start,
+        .positions = b->positions,
+        .slot_mapping = b->slots,
+        .context_lens = b->context_lens,
+        .block_tables = b->block_tables,
+        .block_table_stride = b->stride,
+    };
+    return si;
+}
+
+typedef struct run {
+    const demo_opts *o;
+    demo_result *r;
+    reel_ctx *ctx;
+    reel_plan *plan;
+    serve_state s;
+    samples all, replayed, eager;
+    progress pg;
+} run;
+
+/* Records the failure of `what`; the library's message comes last. */
+static reel_status fail(run *u, reel_status st, const char *what)
+{
+    u->r->status = st;
+    snprintf(u->r->error, sizeof u->r->error, "%s: %s: %s", what, reel_status_str(st),
+             u->ctx ? reel_ctx_last_error(u->ctx) : "");
+    return st;
+}
+
+static reel_status fail_step(run *u, reel_status st)
+{
+    const serve_batch *b = &u->s.b;
+    demo_result *r = u->r;
+    char where[256];
+    r->failed_step = (int64_t)r->steps;
+    r->failed_fallback = reel_plan_last_fallback(u->plan);
+    int n = snprintf(where, sizeof where, "step %" PRIu64 " (%d tokens, %d sequences, longest context %d",
+                     r->steps, b->num_tokens, b->num_seqs, b->longest_context);
+    if (b->num_tokens > largest_bucket(u->o))
+        n += snprintf(where + n, sizeof where - (size_t)n, "; tokens over the largest bucket %d",
+                      largest_bucket(u->o));
+    if (b->longest_context > u->o->max_context)
+        n += snprintf(where + n, sizeof where - (size_t)n, "; context over --max-context %d", u->o->max_context);
+    snprintf(where + n, sizeof where - (size_t)n, ")");
+    if (st == REEL_E_FALLBACK) {
+        r->status = st;
+        snprintf(r->error, sizeof r->error,
+                 "%s would run eagerly (%s) and --strict forbids fallback: %s", where,
+                 reel_fallback_str(r->failed_fallback), reel_ctx_last_error(u->ctx));
+        return st;
+    }
+    return fail(u, st, where);
+}
+
+static reel_status setup(run *u)
+{
+    const demo_opts *o = u->o;
+    char err[256];
+    serve_opts so = {
+        .requests = o->requests, .seed = o->seed, .vocab = o->model.vocab,
+        .largest_bucket = largest_bucket(o), .max_context = o->max_context, .max_seqs = o->max_seqs,
+        .token_budget = token_budget(o), .block_size = o->model.block_size, .num_blocks = o->kv_blocks,
+        .fit = o->fit,
+    };
+    if (serve_init(&u->s, &so, err, sizeof err) != 0) {
+        u->r->status = REEL_E_INVALID_ARG;
+        snprintf(u->r->error, sizeof u->r->error, "workload: %s", err);
+        return REEL_E_INVALID_ARG;
+    }
+    model_config m = o->model;
+    m.num_blocks = u->s.pool.num_blocks;
+    m.seed = o->seed;
+    if (model_config_resolve(&m, err, sizeof err) != 0) {
+        u->r->status = REEL_E_INVALID_ARG;
+        snprintf(u->r->error, sizeof u->r->error, "model: %s", err);
+        return REEL_E_INVALID_ARG;
+    }
+    reel_ctx_opts co = REEL_CTX_OPTS_INIT;
+    co.backend = o->backend;
+    reel_status st = reel_ctx_create(&co, &u->ctx);
+    if (st != REEL_OK) return fail(u, st, "creating the context");
+    u->r->backend = reel_ctx_backend(u->ctx);
+    reel_graph *g = NULL;
+    st = model_build(u->ctx, &m, &g);
+    if (st != REEL_OK) return fail(u, st, "building the model graph");
+    reel_compile_opts c = compile_opts(o);
+    st = reel_compile(g, &c, &u->plan);
+    reel_graph_destroy(g);
+    if (st != REEL_OK) return fail(u, st, "compiling the model");
+    st = model_write_weights(u->plan, &m);
+    if (st != REEL_OK) return fail(u, st, "writing the weights");
+    return REEL_OK;
+}
+
+static reel_status one_step(run *u)
+{
+    const serve_batch *b = &u->s.b;
+    demo_result *r = u->r;
+    reel_step_info si = step_info(b);
+    double t0 = now_s();
+    reel_status st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, b->tokens, b->num_tokens);
+    if (st != REEL_OK) return fail_step(u, st);
+    st = reel_step(u->plan, &si);
+    if (st != REEL_OK) return fail_step(u, st);
+    const void *out = NULL;
+    int64_t rows = 0;
+    st = reel_plan_output(u->plan, MODEL_OUTPUT_NEXT, &out, &rows);
+    if (st != REEL_OK) return fail_step(u, st);
+    if (rows != b->num_tokens) {
+        u->r->failed_step = (int64_t)r->steps;
+        u->r->status = REEL_E_INTERNAL;
+        snprintf(r->error, sizeof r->error, "step %" PRIu64 ": output %s has %" PRId64 " rows, expected %d",
+                 r->steps, MODEL_OUTPUT_NEXT, rows, b->num_tokens);
+        return REEL_E_INTERNAL;
+    }
+    double ms = (now_s() - t0) * 1e3;
+    serve_commit(&u->s, (const int32_t *)out);
+    bool replayed = reel_plan_last_fallback(u->plan) == REEL_FALLBACK_NONE;
+    if (samples_push(&u->all, ms) || samples_push(replayed ? &u->replayed : &u->eager, ms))
+        return fail(u, REEL_E_OOM, "recording step latency");
+    bool over_t = b->num_tokens > largest_bucket(u->o), over_c = b->longest_context > u->o->max_context;
+    r->steps_over_tokens += over_t;
+    r->steps_over_context += over_c;
+    r->steps_over_any += over_t || over_c;
+    r->steps++;
+    r->tokens += (uint64_t)b->num_tokens;
+    return REEL_OK;
+}
+
+static reel_status loop(run *u)
+{
+    const demo_opts *o = u->o;
+    demo_result *r = u->r;
+    double t0 = now_s();
+    reel_status st = REEL_OK;
+    uint64_t replays = 0;
+    while ((o->steps == 0 || r->steps < (uint64_t)o->steps) && serve_schedule(&u->s)) {
+        st = one_step(u);
+        if (st != REEL_OK) break;
+        replays += reel_plan_last_fallback(u->plan) == REEL_FALLBACK_NONE;
+        progress_draw(&u->pg, &u->s, r, replays, false);
+    }
+    r->wall_s = now_s() - t0;
+    if (u->pg.drawn || st == REEL_OK) progress_draw(&u->pg, &u->s, r, replays, true);
+    return st;
+}
+
+static void finish(run *u)
+{
+    demo_result *r = u->r;
+    if (u->plan) reel_plan_stats_get(u->plan, &r->stats);
+    r->prefill_tokens = u->s.prefill_tokens;
+    r->decode_tokens = u->s.decode_tokens;
+    r->requests_done = u->s.num_done;
+    if (u->s.reqs)
+        for (int k = 0; k < u->s.o.requests; k++) r->generated += (uint64_t)u->s.reqs[k].generated;
+    r->checksum = serve_checksum(&u->s);
+    r->replay_p50_ms = percentile(&u->replayed, 0.5);
+    r->eager_p50_ms = percentile(&u->eager, 0.5);
+    r->p50_ms = percentile(&u->all, 0.5);
+    r->p99_ms = percentile(&u->all, 0.99);
+}
+
+reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
+{
+    memset(r, 0, sizeof *r);
+    r->failed_step = -1;
+    run u = {.o = o, .r = r};
+    u.pg.f = prog;
+    u.pg.tty = prog && isatty(fileno(prog));
+    reel_status st = setup(&u);
+    if (st == REEL_OK) st = loop(&u);
+    finish(&u);
+    free(u.all.v);
+    free(u.replayed.v);
+    free(u.eager.v);
+    serve_destroy(&u.s);
+    reel_plan_destroy(u.plan);
+    reel_ctx_destroy(u.ctx);
+    return st;
+}

@@ -1,0 +1,59 @@
+/* `reel demo`: a replay-driven serving loop over the demo transformer.
+ *
+ * demo_run is callable in-process (the tools tests link it) and prints
+ * nothing but the optional progress line; cmd_demo parses the command line,
+ * runs, and prints the summary. */
+#ifndef REEL_TOOLS_DEMO_H
+#define REEL_TOOLS_DEMO_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model.h"
+
+typedef struct demo_opts {
+    model_config model;
+    reel_backend_kind backend;
+    int num_buckets;
+    int32_t buckets[REEL_MAX_BUCKETS];
+    int max_tokens;   /* scheduler token budget per step; 0: twice the largest bucket */
+    int max_context;  /* the plan's per-sequence context limit */
+    int max_seqs;     /* the plan's sequences per step (the scheduler keeps to it) */
+    int kv_blocks;    /* 0: derived */
+    int requests;
+    int steps;        /* stop after this many steps; 0: when every request is done */
+    uint64_t seed;
+    bool strict, eager, fit, hazards, quiet;
+} demo_opts;
+
+void demo_opts_default(demo_opts *o);
+
+typedef struct demo_result {
+    reel_plan_stats stats;
+    uint64_t steps, tokens, prefill_tokens, decode_tokens, generated;
+    int requests_done;
+    /* what the scheduler expects the plan to do, checked against stats */
+    uint64_t steps_over_tokens, steps_over_context, steps_over_any;
+    double wall_s, p50_ms, p99_ms, replay_p50_ms, eager_p50_ms;
+    uint64_t checksum;
+    reel_backend_kind backend;
+    /* on failure */
+    reel_status status;
+    char error[768];
+    int64_t failed_step; /* -1: failed outside a step */
+    reel_fallback failed_fallback;
+} demo_result;
+
+/* Runs the loop. Returns REEL_OK or the failing status, with r->error
+ * saying where and why. progress (may be NULL) gets the live line. */
+reel_status demo_run(const demo_opts *o, demo_result *r, FILE *progress);
+
+void demo_print_summary(const demo_opts *o, const demo_result *r, FILE *f);
+void demo_usage(FILE *f);
+/* Parses argv (after "demo"); 0 ok, 1 help printed, 2 usage error printed to err. */
+int demo_parse_args(int argc, char **argv, demo_opts *o, FILE *err);
+
+int cmd_demo(int argc, char **argv);
+
+#endif

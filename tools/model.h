@@ -1,0 +1,64 @@
+/* A small decoder-only transformer declared through the public reel API.
+ *
+ * Shared by `reel demo` (and later `reel check` and the benchmarks) so that
+ * every tool runs the same model. Weights are deterministic pseudo-random
+ * numbers from a seed: parameters are declared deferred, and written into the
+ * compiled plan with model_write_weights, one tensor at a time, so the tool
+ * never holds a second copy of the whole model.
+ *
+ * Graph (per step, T tokens):
+ *   tokens [T] -> embedding -> L x { rmsnorm, q/k/v matmul, rope (q, k),
+ *   paged attention over states "l<i>.k_cache"/"l<i>.v_cache", o matmul,
+ *   residual add, rmsnorm, gate_up matmul, silu_and_mul, down matmul,
+ *   residual add } -> rmsnorm -> lm head matmul -> argmax -> "next_token" [T]
+ */
+#ifndef REEL_TOOLS_MODEL_H
+#define REEL_TOOLS_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reel/reel.h"
+
+typedef struct model_config {
+    int layers;
+    int hidden;
+    int heads;      /* query heads; head_dim = hidden / heads */
+    int kv_heads;   /* 0: same as heads */
+    int ffn;        /* 0: 2 * hidden (the gate_up matmul is [hidden, 2 * ffn]) */
+    int vocab;
+    reel_dtype dtype;
+    int block_size; /* tokens per KV cache block */
+    int num_blocks; /* blocks in each layer's K and V cache */
+    float rope_theta;
+    float eps;
+    uint64_t seed;
+} model_config;
+
+#define MODEL_CONFIG_INIT { 4, 256, 4, 0, 0, 1024, REEL_BF16, 16, 256, 10000.0f, 1e-5f, 1 }
+
+/* Input and output names of the graph. */
+#define MODEL_INPUT_TOKENS "tokens"
+#define MODEL_OUTPUT_NEXT "next_token"
+
+/* Fills the 0 defaults (kv_heads, ffn) and checks that the shapes agree;
+ * on failure writes a message naming the option into err. */
+int model_config_resolve(model_config *c, char *err, size_t err_len);
+int model_head_dim(const model_config *c);
+
+/* Declares the model into a new graph of ctx. On failure *out is NULL and
+ * reel_ctx_last_error(ctx) says why. The caller owns the graph. */
+reel_status model_build(reel_ctx *ctx, const model_config *c, reel_graph **out);
+
+/* Writes every weight of the model (generated from c->seed) into the plan. */
+reel_status model_write_weights(reel_plan *p, const model_config *c);
+
+/* Bytes of all weights, and of the KV cache (all layers, K and V). */
+uint64_t model_weight_bytes(const model_config *c);
+uint64_t model_kv_bytes(const model_config *c);
+
+/* Storage conversion from float32 (round to nearest even). */
+uint16_t model_f32_to_bf16(float f);
+uint16_t model_f32_to_f16(float f);
+
+#endif
