@@ -406,6 +406,23 @@ reel_status reel_plan_output(reel_plan *p, const char *name, const void **data, 
     return reel_seterr(p->ctx, REEL_E_NOT_FOUND, "output: the plan has no output named '%s'", name);
 }
 
+reel_status reel_plan_output_desc(const reel_plan *p, const char *name, reel_dtype *dtype, int64_t *row_elems)
+{
+    if (!p || !name)
+        return reel_seterr(p ? p->ctx : NULL, REEL_E_INVALID_ARG, "output_desc: NULL plan or name");
+    for (int o = 0; o < p->noutputs; o++) {
+        if (strcmp(p->outputs[o].name, name) != 0)
+            continue;
+        const reel_shape *sh = &p->tensors[p->outputs[o].tensor].shape;
+        if (dtype)
+            *dtype = sh->dtype;
+        if (row_elems)
+            *row_elems = reel_shape_row_numel(sh);
+        return REEL_OK;
+    }
+    return reel_seterr(p->ctx, REEL_E_NOT_FOUND, "output_desc: the plan has no output named '%s'", name);
+}
+
 reel_fallback reel_plan_last_fallback(const reel_plan *p) { return p ? p->last_fallback : REEL_FALLBACK_NONE; }
 
 reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out)

@@ -267,6 +267,9 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s);
 /* A step's output (host memory owned by the plan, valid until the next step
  * or destroy), sliced to the step's num_tokens rows. */
 reel_status reel_plan_output(reel_plan *p, const char *name, const void **data, int64_t *rows);
+/* An output's element type and elements per token row (all elements for an
+ * output without a token dimension). Valid from compile on. */
+reel_status reel_plan_output_desc(const reel_plan *p, const char *name, reel_dtype *dtype, int64_t *row_elems);
 /* Writes a deferred (or any) parameter. bytes must equal its size. */
 reel_status reel_plan_write_param(reel_plan *p, const char *name, const void *data, size_t bytes);
 /* Reads or writes a state tensor (for tests and cache transfer). */
