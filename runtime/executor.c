@@ -219,21 +219,32 @@ static void layout_static(reel_plan *p, reel_layout *L, int32_t max_tokens, int3
     L->stat_bytes = off;
 }
 
-/* Data edges (producer -> consumer) plus a sink after every stream's last
- * node, where outputs are read back. */
-static int data_edges(const reel_plan *p, int *from, int *to)
+/* Data edges (producer -> consumer), edges chaining the accessors of each
+ * state tensor in schedule order (paged attention writes its KV cache), plus
+ * a sink after every stream's last node, where outputs are read back.
+ * last_state is scratch of ntensors ints. */
+static int data_edges(const reel_plan *p, int *from, int *to, int *last_state)
 {
     int ne = 0;
+    for (int t = 0; t < p->ntensors; t++)
+        last_state[t] = -1;
     for (int i = 0; i < p->nnodes; i++)
         for (int k = 0; k < p->nodes[i].nin; k++) {
             uint32_t t = p->nodes[i].in[k];
-            if (t && p->tensors[t].kind == REEL_T_ACT) {
-                if (from) {
-                    from[ne] = p->tensors[t].producer;
-                    to[ne] = i;
-                }
-                ne++;
+            int f = -1;
+            if (t && p->tensors[t].kind == REEL_T_ACT)
+                f = p->tensors[t].producer;
+            else if (t && p->tensors[t].kind == REEL_T_STATE) {
+                f = last_state[t];
+                last_state[t] = i;
             }
+            if (f < 0 || f == i)
+                continue;
+            if (from) {
+                from[ne] = f;
+                to[ne] = i;
+            }
+            ne++;
         }
     for (int s = 0; s < p->nstreams; s++)
         if (p->last_on_stream[s] >= 0) {
@@ -253,10 +264,13 @@ static bool inplace_allowed(reel_op_kind k) { return k == REEL_OP_ADD || k == RE
 static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
 {
     reel_status st = REEL_E_OOM;
-    int nn = p->nnodes + 1, ne = data_edges(p, NULL, NULL);
+    int nn = p->nnodes + 1;
+    int *bufidx = reel_hcalloc((size_t)p->ntensors, sizeof *bufidx);
+    if (!bufidx)
+        return reel_seterr(p->ctx, REEL_E_OOM, "compile: out of host memory planning %lld rows", (long long)rows);
+    int ne = data_edges(p, NULL, NULL, bufidx);
     int *stream = reel_hcalloc((size_t)nn, sizeof *stream);
     int *from = reel_hcalloc((size_t)ne + 1, sizeof *from), *to = reel_hcalloc((size_t)ne + 1, sizeof *to);
-    int *bufidx = reel_hcalloc((size_t)p->ntensors, sizeof *bufidx);
     int *nacc = reel_hcalloc((size_t)p->ntensors, sizeof *nacc);
     int *acc = NULL;
     reel_mem_buf *bufs = reel_hcalloc((size_t)p->ntensors, sizeof *bufs);
@@ -265,7 +279,7 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
         goto fail;
     for (int i = 0; i < p->nnodes; i++)
         stream[i] = p->nodes[i].stream;
-    data_edges(p, from, to);
+    data_edges(p, from, to, bufidx);
 
     /* Count accesses per ACT tensor, then lay them out. */
     int total = 0;
