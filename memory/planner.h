@@ -45,6 +45,13 @@ typedef struct reel_mem_plan {
 reel_status reel_mem_plan_compute(const reel_mem_problem *p, reel_mem_plan *out);
 void reel_mem_plan_free(reel_mem_plan *plan);
 
+/* A second lower bound (added; the plan never goes below either): the peak,
+ * over nodes, of the bytes that must coexist at a node (buffers live across
+ * it or accessed by it), an in-place pair counted once. It sees what the
+ * point bound cannot: an op whose input dies at it without an in-place
+ * hint still needs both, and an output of the last node. */
+size_t reel_mem_node_bound(const reel_mem_problem *p);
+
 /* Verifies a plan: no two buffers overlap in bytes unless ordered (given the
  * problem's edges plus the plan's new edges). Returns the index pair of the
  * first violation in *a, *b, or REEL_OK. For tests and debug compiles. */

@@ -1,0 +1,19 @@
+/* Internal (L1): planner helpers shared with the hazard checker and tests. */
+#ifndef REEL_MEMORY_PLANNER_INTERNAL_H
+#define REEL_MEMORY_PLANNER_INTERNAL_H
+
+#include "memory/hb.h"
+#include "memory/planner.h"
+
+/* size rounded up to align (a power of two, or 0/1 for none); 0 on overflow. */
+size_t reel_mem_align_size(size_t size, size_t align);
+/* Every access of a strictly happens before every access of b. */
+bool reel_mem_ordered(const reel_hb *hb, const reel_mem_buf *a, const reel_mem_buf *b);
+/* 1: dst may take src's bytes in place at dst's producer; 0: it could once
+ * edges order src's other accesses before that producer; -1: never. */
+int reel_mem_inplace_ok(const reel_hb *hb, const reel_mem_buf *src, const reel_mem_buf *dst);
+/* The problem's lower bound (see reel_mem_plan.lower_bound), with sizes
+ * rounded up to the alignment since every offset is a multiple of it. */
+size_t reel_mem_lower_bound(const reel_mem_problem *p);
+
+#endif
