@@ -302,7 +302,8 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
         bufs[nb].size = reel_shape_bytes(&p->tensors[t].shape, rows);
         bufs[nb].acc = acc + pos;
         bufs[nb].inplace_src = -1;
-        acc[pos++] = p->tensors[t].producer;
+        acc[pos] = p->tensors[t].producer;
+        pos += nacc[t] + 1; /* producer, consumers, the sink */
         bufs[nb].nacc = 1;
         nb++;
     }
