@@ -1,0 +1,188 @@
+/* CUDA paged attention over a mixed prefill/decode batch, the host
+ * reference's semantics (ops/host/attention.c) in two kernels on one stream:
+ *  1. every token's k/v goes into its cache slot (slot -1: skipped; a slot
+ *     outside the cache: REEL_E_LIMIT in err_word, skipped);
+ *  2. one block per (token, head) attends causally over its sequence's
+ *     positions 0 .. its own, read through the block table, with an online
+ *     softmax: each warp takes every 4th key, keeps its running max, sum and
+ *     accumulators, and the warps are merged at the end (fixed order, so the
+ *     same launch gives the same bits).
+ * Metadata is never trusted to stay in range: a padding token (sequence -1)
+ * gets zeros; a sequence past max_seqs, a context past max_context, a
+ * position outside [0, context), or a block index or cache block out of
+ * range sets REEL_E_LIMIT and gives zeros: never a truncated context. */
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/impls.h"
+
+namespace reel_cu {
+
+enum { ATTN_WARPS = 4, ATTN_THREADS = ATTN_WARPS * 32 };
+
+template <typename T>
+__global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_meta_view m, int64_t nslots,
+                                     int64_t kvrow)
+{
+    int64_t t = blockIdx.x;
+    int64_t slot = m.slot_mapping[t];
+    if (slot == -1)
+        return;
+    if (slot < 0 || slot >= nslots) {
+        if (threadIdx.x == 0)
+            report(&m, REEL_E_LIMIT);
+        return;
+    }
+    for (int64_t i = threadIdx.x; i < kvrow; i += blockDim.x) {
+        kc[slot * kvrow + i] = k[t * kvrow + i];
+        vc[slot * kvrow + i] = v[t * kvrow + i];
+    }
+}
+
+typedef struct attn_geom {
+    int64_t h, hkv, dh, bs, nblocks, kvrow, qrow, group;
+    float scale;
+} attn_geom;
+
+/* The host's guard for token t, evaluated by the whole block: false means
+ * zeros (reported unless the token is padding). */
+__device__ bool attn_check(const reel_meta_view &m, const attn_geom &g, int64_t t, int32_t *seq, int32_t *pos)
+{
+    int32_t s = m.token_seq[t];
+    int32_t p = m.positions[t];
+    *seq = s;
+    *pos = p;
+    if (s == -1)
+        return false;
+    bool ok = s >= 0 && s < m.max_seqs;
+    if (ok) {
+        int32_t ctx = m.context_lens[s];
+        ok = ctx <= m.max_context && p >= 0 && p < ctx && p / g.bs < m.max_blocks;
+    }
+    int64_t nb = ok ? p / g.bs + 1 : 0;
+    int bad = 0;
+    for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) {
+        int32_t blk = m.block_tables[(int64_t)s * m.max_blocks + b];
+        bad |= blk < 0 || blk >= g.nblocks;
+    }
+    ok = !__syncthreads_or(bad) && ok;
+    if (!ok && threadIdx.x == 0)
+        report(&m, REEL_E_LIMIT);
+    return ok;
+}
+
+template <typename T>
+__global__ void attn_kernel(const T *q, const T *kc, const T *vc, T *out, reel_meta_view m, attn_geom g)
+{
+    extern __shared__ float sm[];
+    float *qs = sm;                  /* [dh] */
+    float *acc = sm + g.dh;          /* [ATTN_WARPS][dh] */
+    __shared__ float wm[ATTN_WARPS], wl[ATTN_WARPS];
+    int64_t t = blockIdx.x, h = blockIdx.y;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    T *orow = out + t * g.qrow + h * g.dh;
+    int32_t s, p;
+    if (!attn_check(m, g, t, &s, &p)) {
+        for (int64_t d = threadIdx.x; d < g.dh; d += blockDim.x)
+            orow[d] = from_f<T>(0.0f);
+        return;
+    }
+    for (int64_t d = threadIdx.x; d < g.dh; d += blockDim.x) {
+        qs[d] = to_f(q[t * g.qrow + h * g.dh + d]);
+        for (int w = 0; w < ATTN_WARPS; w++)
+            acc[w * g.dh + d] = 0.0f;
+    }
+    __syncthreads();
+    const int32_t *bt = m.block_tables + (int64_t)s * m.max_blocks;
+    int64_t koff = (h / g.group) * g.dh;
+    float *aw = acc + warp * g.dh;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int64_t j = warp; j <= p; j += ATTN_WARPS) {
+        int64_t kat = ((int64_t)bt[j / g.bs] * g.bs + j % g.bs) * g.kvrow + koff;
+        float dot = 0.0f;
+        for (int64_t d = lane; d < g.dh; d += 32)
+            dot += qs[d] * to_f(kc[kat + d]);
+        float sc = warp_sum(dot) * g.scale;
+        float mnew = fmaxf(mx, sc);
+        float corr = mnew == mx ? 1.0f : expf(mx - mnew);
+        float e = expf(sc - mnew);
+        sum = sum * corr + e;
+        for (int64_t d = lane; d < g.dh; d += 32)
+            aw[d] = aw[d] * corr + e * to_f(vc[kat + d]);
+        mx = mnew;
+    }
+    if (lane == 0) {
+        wm[warp] = mx;
+        wl[warp] = sum;
+    }
+    __syncthreads();
+    float M = wm[0];
+    for (int w = 1; w < ATTN_WARPS; w++)
+        M = fmaxf(M, wm[w]);
+    float L = 0.0f, f[ATTN_WARPS];
+    for (int w = 0; w < ATTN_WARPS; w++) {
+        f[w] = wm[w] == -INFINITY ? 0.0f : expf(wm[w] - M); /* a warp without keys weighs 0 */
+        L += wl[w] * f[w];
+    }
+    for (int64_t d = threadIdx.x; d < g.dh; d += blockDim.x) {
+        float o = 0.0f;
+        for (int w = 0; w < ATTN_WARPS; w++)
+            o += acc[w * g.dh + d] * f[w];
+        orow[d] = from_f<T>(o / L);
+    }
+}
+
+static attn_geom attn_geom_of(const reel_launch *l)
+{
+    const reel_attn_params *p = &l->attrs->attn.p;
+    attn_geom g;
+    g.h = p->num_heads;
+    g.hkv = p->num_kv_heads;
+    g.dh = p->head_dim;
+    g.bs = p->block_size;
+    g.nblocks = lead(&l->in_shape[3], l->rows);
+    g.kvrow = g.hkv * g.dh;
+    g.qrow = g.h * g.dh;
+    g.group = g.hkv > 0 ? g.h / g.hkv : 1;
+    g.scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)g.dh);
+    return g;
+}
+
+template <typename T>
+static void attn_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)
+{
+    const reel_meta_view m = *l->meta;
+    attn_write_kv_kernel<T><<<(unsigned)l->rows, 128, 0, st>>>((const T *)l->in[1], (const T *)l->in[2],
+                                                                (T *)l->in[3], (T *)l->in[4], m,
+                                                                g.nblocks * g.bs, g.kvrow);
+    size_t smem = (size_t)(1 + ATTN_WARPS) * (size_t)g.dh * sizeof(float);
+    dim3 grid((unsigned)l->rows, (unsigned)g.h);
+    attn_kernel<T><<<grid, ATTN_THREADS, smem, st>>>((const T *)l->in[0], (const T *)l->in[3], (const T *)l->in[4],
+                                                     (T *)l->out[0], m, g);
+}
+
+static reel_status attn_launch(reel_backend *be, const reel_launch *l)
+{
+    attn_geom g = attn_geom_of(l);
+    if (l->rows <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    if (!l->meta) { /* no metadata: nothing can be attended; keep the output defined */
+        size_t bytes = (size_t)(l->rows * g.qrow) * reel_dtype_size(l->out_shape[0].dtype);
+        return name_err(be, REEL_CUDA_CHECK(be->ctx, cudaMemsetAsync(l->out[0], 0, bytes, st)),
+                        "cuda.paged_attention");
+    }
+    REEL_CU_DISPATCH(l->in_shape[0].dtype, attn_run<T>(l, st, g));
+    return REEL_CU_LAUNCHED(be, "cuda.paged_attention");
+}
+
+static bool use_attn(REEL_CU_USE_ARGS)
+{
+    const reel_attn_params *p = &a->attn.p;
+    return nin >= 5 && same_float_dtype(in, 5, out, 1) && p->num_heads > 0 && p->num_kv_heads > 0 &&
+           p->head_dim > 0 && p->head_dim <= REEL_CUDA_ATTN_MAX_HEAD_DIM && p->block_size > 0 &&
+           p->num_heads % p->num_kv_heads == 0 && p->num_heads <= 65535 && in[0].dims[0] <= 0x7fffffffLL;
+}
+
+} /* namespace reel_cu */
+
+REEL_CU_IMPL(reel_cu_paged_attention_impl, "cuda.paged_attention", REEL_OP_PAGED_ATTENTION, 10, reel_cu::use_attn,
+             reel_cu::attn_launch);

@@ -1,0 +1,153 @@
+/* Internal (L1): helpers shared by the CUDA kernels. Kernels store f32, f16
+ * or bf16 and compute in float32, like the host reference kernels
+ * (ops/host); every op's float operands share one dtype (ops/schema.c), so
+ * each kernel is a template over that storage type. */
+#ifndef REEL_OPS_CUDA_COMMON_CUH
+#define REEL_OPS_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "ops/cuda/cuda_ops.h"
+#include "runtime/cuda/cuda.h"
+
+namespace reel_cu {
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* Round to nearest even, as the host's conversions do. */
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+
+/* 16 bytes of T: the unit of vectorized loads and stores. */
+template <typename T> struct alignas(16) pack {
+    static constexpr int n = 16 / sizeof(T);
+    T v[n];
+};
+
+__host__ __device__ __forceinline__ bool aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+/* Sets *err_word to code unless a kernel already reported (first wins). */
+__device__ __forceinline__ void report(const reel_meta_view *m, int32_t code)
+{
+    if (m && m->err_word)
+        atomicCAS((int *)m->err_word, 0, (int)code);
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block-wide sum or max of v, returned to every thread (blockDim.x a
+ * multiple of 32, at most 1024). Fixed shape, so fixed order: the same
+ * launch gives the same bits. */
+template <bool MAX> __device__ float block_reduce(float v)
+{
+    __shared__ float part[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    __syncthreads(); /* part may still be read by a previous call */
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    v = lane < nw ? part[lane] : (MAX ? -INFINITY : 0.0f);
+    return MAX ? warp_max(v) : warp_sum(v);
+}
+
+/* Elements of one leading row (product of dims[1..]) and the leading extent
+ * in this launch (rows for a token tensor): the host kernels' view. */
+__host__ __forceinline__ int64_t row_numel(const reel_shape *s)
+{
+    int64_t n = 1;
+    for (int i = 1; i < s->ndim; i++)
+        n *= s->dims[i];
+    return n;
+}
+
+__host__ __forceinline__ int64_t lead(const reel_shape *s, int64_t rows)
+{
+    if (s->ndim == 0)
+        return 1;
+    return s->tokens ? rows : s->dims[0];
+}
+
+__host__ __forceinline__ int64_t last_dim(const reel_shape *s)
+{
+    return s->ndim > 0 ? s->dims[s->ndim - 1] : 1;
+}
+
+/* Threads for a block that walks a row of n elements: a multiple of 32
+ * from 32 to max_threads. */
+__host__ __forceinline__ int row_threads(int64_t n, int max_threads)
+{
+    int t = 32;
+    while (t < max_threads && t < n)
+        t *= 2;
+    return t;
+}
+
+/* Blocks for a grid-stride loop over n items with `threads` per block. */
+__host__ __forceinline__ unsigned grid_for(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    if (b > 65535LL * 16)
+        b = 65535LL * 16;
+    return (unsigned)(b > 0 ? b : 1);
+}
+
+/* Prefixes the context's message with what (the impl and its shapes) when
+ * st is an error; returns st. */
+reel_status name_err(reel_backend *be, reel_status st, const char *what);
+/* Checks the launch that was just issued; on failure names the impl. */
+reel_status launched(reel_backend *be, const char *impl, const char *file, int line);
+#define REEL_CU_LAUNCHED(be, impl) reel_cu::launched((be), (impl), __FILE__, __LINE__)
+
+/* All float operands of a node have one dtype (the schema says so); the
+ * predicates check it anyway, so a kernel never sees a mix. */
+bool same_float_dtype(const reel_shape *in, int nin, const reel_shape *out, int nout);
+
+} /* namespace reel_cu */
+
+/* Runs BODY with T bound to the storage type of dtype dt (f32, f16, bf16). */
+#define REEL_CU_DISPATCH(dt, BODY)                       \
+    switch (dt) {                                        \
+    case REEL_F16: {                                     \
+        using T = __half;                                \
+        BODY;                                            \
+    } break;                                             \
+    case REEL_BF16: {                                    \
+        using T = __nv_bfloat16;                         \
+        BODY;                                            \
+    } break;                                             \
+    default: {                                           \
+        using T = float;                                 \
+        BODY;                                            \
+    } break;                                             \
+    }
+
+#define REEL_CU_USE_ARGS                                                              \
+    const reel_shape *in, int nin, const reel_shape *out, const reel_op_attrs *a, \
+        const reel_device_caps *caps
+
+#endif

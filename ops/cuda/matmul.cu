@@ -1,0 +1,225 @@
+/* CUDA matmul: x [M, K] times w [K, N] (or w [N, K] transposed) -> [M, N],
+ * row-major, float32 accumulation. bf16 and f16 go through cuBLASLt, f32
+ * through cublasSgemm (default math: true f32, no TF32).
+ *
+ * cuBLAS is column-major: a row-major [R, C] matrix is a column-major
+ * [C, R] one. So Y^T (N x M) = W^T (N x K) * X^T (K x M): A is w, as stored
+ * ([K, N] row-major = N x K column-major, ld N; or [N, K] row-major = K x N
+ * column-major, ld K, taken transposed), B is x (K x M, ld K), C is y
+ * (N x M, ld N).
+ *
+ * The cuBLASLt algorithm for a shape is chosen once (the first launch, which
+ * is a warm-up before any capture) and kept in the backend's memo; the
+ * workspace is the stream's own, allocated when the stream was created, so
+ * nothing is allocated inside a capture. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/impls.h"
+
+namespace reel_cu {
+
+typedef struct mm_dims {
+    int64_t m, n, k;
+    bool wt;
+} mm_dims;
+
+static mm_dims mm_dims_of(const reel_launch *l)
+{
+    const reel_shape *xs = &l->in_shape[0], *ws = &l->in_shape[1];
+    mm_dims d;
+    d.wt = l->attrs->matmul.w_transposed;
+    d.k = last_dim(xs);
+    d.n = d.wt ? lead(ws, l->rows) : last_dim(ws);
+    d.m = d.k > 0 ? lead(xs, l->rows) * row_numel(xs) / d.k : 0;
+    return d;
+}
+
+static reel_status name_mm_err(reel_backend *be, reel_status st, const char *impl, const mm_dims *g)
+{
+    if (st == REEL_OK)
+        return st;
+    char what[160];
+    snprintf(what, sizeof what, "%s x[%lld,%lld] w%s[%lld,%lld]", impl, (long long)g->m, (long long)g->k,
+             g->wt ? "^T" : "", (long long)(g->wt ? g->n : g->k), (long long)(g->wt ? g->k : g->n));
+    return name_err(be, st, what);
+}
+
+/* Largest power of two (at most 16) dividing the address. */
+static uint32_t align_of(const void *p)
+{
+    uint32_t a = 16;
+    while (a > 1 && ((uintptr_t)p % a) != 0)
+        a /= 2;
+    return a;
+}
+
+/* Memo key: everything the heuristic's answer depends on (no padding, so
+ * memcmp is exact). */
+typedef struct lt_key {
+    int64_t tag, dtype, m, n, k, wt, align_a, align_b, align_c;
+} lt_key;
+
+typedef struct lt_choice {
+    int64_t found;          /* 0: no cuBLASLt algorithm; use cublasGemmEx */
+    cublasLtMatmulAlgo_t algo;
+} lt_choice;
+
+static cudaDataType_t cuda_type(reel_dtype dt) { return dt == REEL_F16 ? CUDA_R_16F : CUDA_R_16BF; }
+
+typedef struct lt_descs {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulPreference_t pref;
+} lt_descs;
+
+static void lt_descs_free(lt_descs *d)
+{
+    if (d->pref)
+        (void)REEL_CUDA_CHECK(NULL, cublasLtMatmulPreferenceDestroy(d->pref));
+    if (d->c)
+        (void)REEL_CUDA_CHECK(NULL, cublasLtMatrixLayoutDestroy(d->c));
+    if (d->b)
+        (void)REEL_CUDA_CHECK(NULL, cublasLtMatrixLayoutDestroy(d->b));
+    if (d->a)
+        (void)REEL_CUDA_CHECK(NULL, cublasLtMatrixLayoutDestroy(d->a));
+    if (d->op)
+        (void)REEL_CUDA_CHECK(NULL, cublasLtMatmulDescDestroy(d->op));
+}
+
+static reel_status lt_descs_make(reel_ctx *ctx, const mm_dims *g, cudaDataType_t t, lt_descs *d)
+{
+    cublasOperation_t ta = g->wt ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint64_t a_rows = g->wt ? g->k : g->n, a_cols = g->wt ? g->n : g->k;
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutCreate(&d->a, t, a_rows, a_cols, (int64_t)a_rows)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutCreate(&d->b, t, (uint64_t)g->k, (uint64_t)g->m, g->k)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutCreate(&d->c, t, (uint64_t)g->n, (uint64_t)g->m, g->n)));
+    return REEL_OK;
+}
+
+/* The algorithm for this shape and these alignments: from the memo, or from
+ * the heuristic (then remembered, "none" included). */
+static reel_status lt_choose(reel_backend *be, const reel_launch *l, const mm_dims *g, lt_descs *d, size_t ws_bytes,
+                             lt_choice *ch)
+{
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.tag = 0x6c746d6d; /* "ltmm" */
+    key.dtype = l->in_shape[0].dtype;
+    key.m = g->m, key.n = g->n, key.k = g->k, key.wt = g->wt;
+    key.align_a = align_of(l->in[1]), key.align_b = align_of(l->in[0]), key.align_c = align_of(l->out[0]);
+    if (reel_cuda_memo_get(be, &key, sizeof key, ch, sizeof *ch))
+        return REEL_OK;
+    reel_ctx *ctx = be->ctx;
+    uint64_t wsb = ws_bytes;
+    uint32_t al_a = (uint32_t)key.align_a, al_b = (uint32_t)key.align_b, al_c = (uint32_t)key.align_c;
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceCreate(&d->pref)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      d->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c)));
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    memset(&res, 0, sizeof res);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(reel_cuda_lt_handle(be), d->op, d->a, d->b, d->c, d->c,
+                                                       d->pref, 1, &res, &nres);
+    /* NOT_SUPPORTED is an answer ("no algorithm"), not a failure. */
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
+        REEL_TRY(REEL_CUDA_CHECK(ctx, hs));
+    memset(ch, 0, sizeof *ch);
+    ch->found = hs == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+    if (ch->found)
+        ch->algo = res.algo;
+    reel_cuda_memo_put(be, &key, sizeof key, ch, sizeof *ch);
+    return REEL_OK;
+}
+
+/* No cuBLASLt algorithm for this shape: the classic API, same math. */
+static reel_status gemm_ex(reel_backend *be, const reel_launch *l, const mm_dims *g, cudaDataType_t t)
+{
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasOperation_t ta = g->wt ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int lda = (int)(g->wt ? g->k : g->n);
+    return REEL_CUDA_CHECK(be->ctx, cublasGemmEx(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)g->n,
+                                                 (int)g->m, (int)g->k, &alpha, l->in[1], t, lda, l->in[0], t,
+                                                 (int)g->k, &beta, l->out[0], t, (int)g->n, CUBLAS_COMPUTE_32F,
+                                                 CUBLAS_GEMM_DEFAULT));
+}
+
+static reel_status matmul_lt_launch(reel_backend *be, const reel_launch *l)
+{
+    mm_dims g = mm_dims_of(l);
+    if (g.m <= 0 || g.n <= 0)
+        return REEL_OK;
+    cudaDataType_t t = cuda_type(l->in_shape[0].dtype);
+    size_t ws_bytes = 0;
+    void *ws = reel_cuda_stream_workspace(l->stream, &ws_bytes);
+    lt_descs d;
+    lt_choice ch;
+    memset(&d, 0, sizeof d);
+    const float alpha = 1.0f, beta = 0.0f;
+    reel_status st = lt_descs_make(be->ctx, &g, t, &d);
+    if (st == REEL_OK)
+        st = lt_choose(be, l, &g, &d, ws_bytes, &ch);
+    if (st == REEL_OK && ch.found)
+        st = REEL_CUDA_CHECK(be->ctx, cublasLtMatmul(reel_cuda_lt_handle(be), d.op, &alpha, l->in[1], d.a, l->in[0],
+                                                     d.b, &beta, l->out[0], d.c, l->out[0], d.c, &ch.algo, ws,
+                                                     ws_bytes, reel_cuda_stream_handle(l->stream)));
+    else if (st == REEL_OK)
+        st = gemm_ex(be, l, &g, t);
+    lt_descs_free(&d);
+    return name_mm_err(be, st, "cuda.matmul.cublaslt", &g);
+}
+
+static reel_status matmul_sgemm_launch(reel_backend *be, const reel_launch *l)
+{
+    mm_dims g = mm_dims_of(l);
+    if (g.m <= 0 || g.n <= 0)
+        return REEL_OK;
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasOperation_t ta = g.wt ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int lda = (int)(g.wt ? g.k : g.n);
+    reel_status st = REEL_CUDA_CHECK(be->ctx, cublasSgemm(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N,
+                                                          (int)g.n, (int)g.m, (int)g.k, &alpha,
+                                                          (const float *)l->in[1], lda, (const float *)l->in[0],
+                                                          (int)g.k, &beta, (float *)l->out[0], (int)g.n));
+    return name_mm_err(be, st, "cuda.matmul.sgemm", &g);
+}
+
+/* cuBLAS takes int dimensions. */
+static bool fits_int(const reel_shape *in)
+{
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < in[i].ndim; j++)
+            if (in[i].dims[j] > 0x7fffffffLL)
+                return false;
+    return true;
+}
+
+static bool use_lt(REEL_CU_USE_ARGS)
+{
+    return nin >= 2 && same_float_dtype(in, 2, out, 1) && in[0].dtype != REEL_F32 && in[1].ndim == 2 &&
+           fits_int(in);
+}
+
+static bool use_sgemm(REEL_CU_USE_ARGS)
+{
+    return nin >= 2 && same_float_dtype(in, 2, out, 1) && in[0].dtype == REEL_F32 && in[1].ndim == 2 &&
+           fits_int(in);
+}
+
+} /* namespace reel_cu */
+
+REEL_CU_IMPL(reel_cu_matmul_lt_impl, "cuda.matmul.cublaslt", REEL_OP_MATMUL, 20, reel_cu::use_lt,
+             reel_cu::matmul_lt_launch);
+REEL_CU_IMPL(reel_cu_matmul_sgemm_impl, "cuda.matmul.sgemm", REEL_OP_MATMUL, 10, reel_cu::use_sgemm,
+             reel_cu::matmul_sgemm_launch);

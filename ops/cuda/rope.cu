@@ -1,0 +1,65 @@
+/* CUDA kernel: neox-style rotary embedding. In each head, dims i and
+ * i + rot_dim/2 (i < rot_dim/2) rotate by pos * theta^(-2i/rot_dim); dims
+ * from rot_dim on pass through. As on the host, the angle and its sine and
+ * cosine are computed in double (float angles lose ~1e-4 rad at positions in
+ * the thousands). One thread owns both elements of a pair and reads them
+ * before writing, so out may alias x. */
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/impls.h"
+
+namespace reel_cu {
+
+/* Work item w of a head: w < half rotates the pair (w, w + half); the rest
+ * copy the pass-through dims rot_dim .. head_dim-1. */
+template <typename T>
+__global__ void rope_kernel(const T *x, const int32_t *pos, T *out, int64_t nrows, int64_t nheads, int64_t hd,
+                            int64_t half, double theta)
+{
+    int64_t per_head = hd - half;
+    int64_t n = nrows * nheads * per_head, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        int64_t w = i % per_head, th = i / per_head;
+        int64_t t = th / nheads;
+        int64_t at = th * hd; /* rows are nheads * hd wide */
+        if (w < half) {
+            double ang = (double)pos[t] * pow(theta, -2.0 * (double)w / (double)(2 * half));
+            float c = (float)cos(ang), s = (float)sin(ang);
+            float x1 = to_f(x[at + w]), x2 = to_f(x[at + half + w]);
+            out[at + w] = from_f<T>(x1 * c - x2 * s);
+            out[at + half + w] = from_f<T>(x2 * c + x1 * s);
+        } else {
+            int64_t d = 2 * half + (w - half);
+            out[at + d] = x[at + d];
+        }
+    }
+}
+
+static reel_status rope_launch(reel_backend *be, const reel_launch *l)
+{
+    const reel_shape *xs = &l->in_shape[0];
+    int64_t hd = l->attrs->rope.head_dim, half = l->attrs->rope.rot_dim / 2;
+    int64_t row = last_dim(xs);
+    if (row <= 0 || hd <= 0)
+        return REEL_OK;
+    int64_t nrows = lead(xs, l->rows) * row_numel(xs) / row, nheads = row / hd;
+    int64_t n = nrows * nheads * (hd - half);
+    if (n <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    const int threads = 256;
+    double theta = l->attrs->rope.theta;
+    REEL_CU_DISPATCH(xs->dtype, (rope_kernel<T><<<grid_for(n, threads), threads, 0, st>>>(
+                                    (const T *)l->in[0], (const int32_t *)l->in[1], (T *)l->out[0], nrows,
+                                    nheads, hd, half, theta)));
+    return REEL_CU_LAUNCHED(be, "cuda.rope");
+}
+
+static bool use_rope(REEL_CU_USE_ARGS)
+{
+    return nin >= 2 && same_float_dtype(in, 1, out, 1) && in[1].dtype == REEL_I32 && a->rope.head_dim > 0 &&
+           a->rope.rot_dim >= 0 && a->rope.rot_dim <= a->rope.head_dim;
+}
+
+} /* namespace reel_cu */
+
+REEL_CU_IMPL(reel_cu_rope_impl, "cuda.rope", REEL_OP_ROPE, 10, reel_cu::use_rope, reel_cu::rope_launch);

@@ -1,0 +1,164 @@
+/* CUDA kernels over the last dim of each row: rmsnorm, softmax, argmax. One
+ * block per row; the row is reduced (fixed tree, so the same launch gives
+ * the same bits) before any output of the row is written, and each thread
+ * writes only elements it read itself, so softmax may run in place. */
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/impls.h"
+
+namespace reel_cu {
+
+/* x / sqrt(mean(x^2) + eps) * w, in the host's order: (x * r) * w. */
+template <typename T> __global__ void rmsnorm_kernel(const T *x, const T *w, T *out, int64_t d, float eps)
+{
+    const T *xr = x + (int64_t)blockIdx.x * d;
+    T *orow = out + (int64_t)blockIdx.x * d;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = to_f(xr[i]);
+        ss += v * v;
+    }
+    ss = block_reduce<false>(ss);
+    float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+        orow[i] = from_f<T>(to_f(xr[i]) * r * to_f(w[i]));
+}
+
+/* Rows as the host sees them: the product of the leading extent and the
+ * dims between it and the last, over the last dim. */
+static int64_t nrows_of(const reel_launch *l, int64_t last)
+{
+    const reel_shape *xs = &l->in_shape[0];
+    return last > 0 ? lead(xs, l->rows) * row_numel(xs) / last : 0;
+}
+
+static reel_status rmsnorm_launch(reel_backend *be, const reel_launch *l)
+{
+    int64_t d = last_dim(&l->in_shape[0]), nrows = nrows_of(l, d);
+    if (nrows <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    int threads = row_threads(d, 1024);
+    float eps = l->attrs->rmsnorm.eps;
+    REEL_CU_DISPATCH(l->in_shape[0].dtype,
+                     (rmsnorm_kernel<T><<<(unsigned)nrows, threads, 0, st>>>(
+                         (const T *)l->in[0], (const T *)l->in[1], (T *)l->out[0], d, eps)));
+    return REEL_CU_LAUNCHED(be, "cuda.rmsnorm");
+}
+
+/* exp(x - max) / sum. NaN never becomes the max (fmaxf drops it) but
+ * propagates through the sum; a row of only -inf, or with +inf, gives NaN:
+ * the host's (and torch's) answer. */
+template <typename T> __global__ void softmax_kernel(const T *x, T *out, int64_t n)
+{
+    const T *xr = x + (int64_t)blockIdx.x * n;
+    T *orow = out + (int64_t)blockIdx.x * n;
+    float m = -INFINITY;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        m = fmaxf(m, to_f(xr[i]));
+    m = block_reduce<true>(m);
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += expf(to_f(xr[i]) - m);
+    s = block_reduce<false>(s);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        orow[i] = from_f<T>(expf(to_f(xr[i]) - m) / s);
+}
+
+static reel_status softmax_launch(reel_backend *be, const reel_launch *l)
+{
+    int64_t n = last_dim(&l->in_shape[0]), nrows = nrows_of(l, n);
+    if (nrows <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    int threads = row_threads(n, 1024);
+    REEL_CU_DISPATCH(l->in_shape[0].dtype, (softmax_kernel<T><<<(unsigned)nrows, threads, 0, st>>>(
+                                               (const T *)l->in[0], (T *)l->out[0], n)));
+    return REEL_CU_LAUNCHED(be, "cuda.softmax");
+}
+
+/* (value, index) candidates: a beats b when larger, or equal with a lower
+ * index; an index of -1 is no candidate (NaN never is one). */
+__device__ __forceinline__ bool arg_better(float va, int64_t ia, float vb, int64_t ib)
+{
+    if (ia < 0)
+        return false;
+    if (ib < 0)
+        return true;
+    return va > vb || (va == vb && ia < ib);
+}
+
+/* Lowest index of the row's maximum; NaN never wins; an all-NaN row gives 0. */
+template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, int64_t n)
+{
+    __shared__ float sv[32];
+    __shared__ int64_t si[32];
+    const T *xr = x + (int64_t)blockIdx.x * n;
+    float bv = 0.0f;
+    int64_t bi = -1;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = to_f(xr[i]);
+        if (!isnan(v) && arg_better(v, i, bv, bi)) {
+            bv = v;
+            bi = i;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (arg_better(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sv[warp] = bv;
+        si[warp] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (arg_better(sv[w], si[w], bv, bi)) {
+                bv = sv[w];
+                bi = si[w];
+            }
+        out[blockIdx.x] = bi < 0 ? 0 : (int32_t)bi;
+    }
+}
+
+static reel_status argmax_launch(reel_backend *be, const reel_launch *l)
+{
+    int64_t n = last_dim(&l->in_shape[0]), nrows = nrows_of(l, n);
+    if (nrows <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    int threads = row_threads(n, 512);
+    REEL_CU_DISPATCH(l->in_shape[0].dtype, (argmax_kernel<T><<<(unsigned)nrows, threads, 0, st>>>(
+                                               (const T *)l->in[0], (int32_t *)l->out[0], n)));
+    return REEL_CU_LAUNCHED(be, "cuda.argmax");
+}
+
+static bool use_rows(int64_t nrows_max) { return nrows_max <= 0x7fffffffLL; }
+
+static bool use_rmsnorm(REEL_CU_USE_ARGS)
+{
+    return nin >= 2 && same_float_dtype(in, 2, out, 1) && use_rows(in[0].dims[0]);
+}
+
+static bool use_softmax(REEL_CU_USE_ARGS)
+{
+    return nin >= 1 && same_float_dtype(in, 1, out, 1) && use_rows(in[0].dims[0]);
+}
+
+static bool use_argmax(REEL_CU_USE_ARGS)
+{
+    return nin >= 1 && same_float_dtype(in, 1, NULL, 0) && out[0].dtype == REEL_I32 && use_rows(in[0].dims[0]);
+}
+
+} /* namespace reel_cu */
+
+REEL_CU_IMPL(reel_cu_rmsnorm_impl, "cuda.rmsnorm", REEL_OP_RMSNORM, 10, reel_cu::use_rmsnorm,
+             reel_cu::rmsnorm_launch);
+REEL_CU_IMPL(reel_cu_softmax_impl, "cuda.softmax", REEL_OP_SOFTMAX, 10, reel_cu::use_softmax,
+             reel_cu::softmax_launch);
+REEL_CU_IMPL(reel_cu_argmax_impl, "cuda.argmax", REEL_OP_ARGMAX, 10, reel_cu::use_argmax, reel_cu::argmax_launch);
