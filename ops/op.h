@@ -61,9 +61,16 @@ typedef struct reel_op_schema {
     int inplace_in;
     reel_status (*infer)(const reel_shape *in, int nin, const reel_op_attrs *a,
                          reel_shape *out, char *err, size_t errlen);
+    /* Role names of the inputs ("x", "w", ...), used in error messages. */
+    const char *in_names[REEL_OP_MAX_IN];
 } reel_op_schema;
 
+/* NULL for a kind out of range. */
 const reel_op_schema *reel_op_schema_get(reel_op_kind k);
+
+/* Writes "[T,256]" (token dim as T), "[512,1024]", or "[]" for an absent
+ * shape (ndim 0) into buf; returns buf. */
+const char *reel_shape_format(const reel_shape *s, char *buf, size_t len);
 
 /* Step metadata as seen by kernels: device pointers into the plan's static
  * buffers (or into an eager step's own buffers) and the limits they were
@@ -91,6 +98,11 @@ typedef struct reel_launch {
     const reel_meta_view *meta;
     reel_stream *stream;
     void *impl_state;             /* from impl->prepare, or NULL */
+    /* Launch with programmatic dependent launch: the kernel may start
+     * before its same-stream predecessor finishes, and must wait for it
+     * (cudaGridDependencySynchronize) before touching memory. Set only for
+     * impls with pdl_ok, when the plan asks for it and the device has it. */
+    bool pdl;
 } reel_launch;
 
 typedef struct reel_op_impl {
@@ -100,6 +112,7 @@ typedef struct reel_op_impl {
     int priority;                 /* higher first */
     bool capturable;              /* may run inside a captured graph */
     bool fixed_context;           /* honours the fixed-context metadata limits */
+    bool pdl_ok;                  /* honours reel_launch.pdl (waits on its producer grid first) */
     /* May this impl run this node on this device? shapes are per node with
      * dims[0] = the largest bucket for token tensors. */
     bool (*can_use)(const reel_shape *in, int nin, const reel_shape *out, const reel_op_attrs *a,
@@ -119,7 +132,8 @@ const reel_op_impl *const *reel_registry_all(reel_backend_kind b, int *count);
 /* Elements and bytes of a shape with `rows` substituted for the token dim. */
 int64_t reel_shape_numel(const reel_shape *s, int64_t rows);
 size_t reel_shape_bytes(const reel_shape *s, int64_t rows);
-/* Elements per token row (product of dims[1..]); numel for untokened shapes. */
+/* Elements per token row (product of dims[1..]); numel for untokened shapes.
+ * All three give 0 for an absent shape (ndim 0). */
 int64_t reel_shape_row_numel(const reel_shape *s);
 
 #endif

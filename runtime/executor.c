@@ -397,6 +397,16 @@ void *reel_plan_tensor_dev(const reel_plan *p, const reel_layout *L, uint32_t t)
     }
 }
 
+/* Programmatic dependent launch for node i: asked for, on the device, the
+ * kernel honours it, it is not its stream's first node and waits on no
+ * other stream (an event wait keeps its full dependency). */
+static bool use_pdl(const reel_plan *p, const reel_layout *L, int i)
+{
+    if (!p->opts.pdl || !p->be->caps.pdl || !p->impl[i]->pdl_ok || p->first_on_stream[p->nodes[i].stream] == i)
+        return false;
+    return L->new_wait_start[i] == L->new_wait_start[i + 1];
+}
+
 /* Points the layout at its memory and resolves every launch. */
 static reel_status layout_bind(reel_plan *p, reel_layout *L, char *arena, char *stat_dev, char *stat_host)
 {
@@ -432,6 +442,7 @@ static reel_status layout_bind(reel_plan *p, reel_layout *L, char *arena, char *
             l->in[k] = n->in[k] ? reel_plan_tensor_dev(p, L, n->in[k]) : NULL;
         for (int k = 0; k < n->nout; k++)
             l->out[k] = reel_plan_tensor_dev(p, L, n->out[k]);
+        l->pdl = use_pdl(p, L, i);
     }
     return REEL_OK;
 }

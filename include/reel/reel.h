@@ -217,9 +217,11 @@ typedef struct reel_compile_opts {
     bool strict;                          /* a fallback is an error, not an eager step */
     bool no_capture;                      /* compile no graphs: every step eager (reason no bucket) */
     bool check_hazards;                   /* run every step under the hazard checker */
+    bool pdl;                             /* programmatic dependent launch between kernels of
+                                             one stream, where the device has it (CUDA) */
 } reel_compile_opts;
 
-#define REEL_COMPILE_OPTS_INIT { REEL_VERSION_NUMBER, 0, {0}, 4096, 64, false, false, false }
+#define REEL_COMPILE_OPTS_INIT { REEL_VERSION_NUMBER, 0, {0}, 4096, 64, false, false, false, false }
 
 /* Validates, orders, plans memory, selects kernels, allocates and captures
  * one graph per bucket. opts may be NULL. The graph is not consumed: it may
