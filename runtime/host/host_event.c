@@ -109,7 +109,7 @@ static reel_status wait_locked(host_be *hb, reel_stream *s, reel_event *e, host_
             return REEL_E_INVALID_USAGE;
         }
         reel_status st = reel_host_capture_wait(hb, s, e, it);
-        *msg = "out of memory";
+        *msg = st == REEL_E_OOM ? "out of memory" : "internal: the captured event is missing from its capture";
         return st;
     }
     if (s->cap) {
