@@ -158,6 +158,10 @@ static reel_status fail_step(run *u, reel_status st)
     char where[256];
     r->failed_step = (int64_t)r->steps;
     r->failed_fallback = reel_plan_last_fallback(u->plan);
+    if (st == REEL_E_FALLBACK && r->failed_fallback == REEL_FALLBACK_NONE) /* not recorded: our own view */
+        r->failed_fallback = b->num_tokens > largest_bucket(u->o) ? REEL_FALLBACK_TOKENS_OVER_LIMIT
+                             : b->longest_context > u->o->max_context ? REEL_FALLBACK_CONTEXT_OVER_LIMIT
+                             : REEL_FALLBACK_NONE;
     int n = snprintf(where, sizeof where, "step %" PRIu64 " (%d tokens, %d sequences, longest context %d",
                      r->steps, b->num_tokens, b->num_seqs, b->longest_context);
     if (b->num_tokens > largest_bucket(u->o))
