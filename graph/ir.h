@@ -44,28 +44,40 @@ struct reel_graph {
     reel_ctx *ctx;
     reel_status err;        /* first builder error, sticky */
     reel_tinfo *tensors;    /* index 0 unused: id 0 is invalid */
-    int ntensors, captensors;
+    int ntensors, captensors; /* ntensors counts slot 0: ids are 1..ntensors-1,
+                                 and arrays indexed by id have ntensors entries */
     reel_node *nodes;
     int nnodes, capnodes;
     reel_goutput *outputs;
     int noutputs, capoutputs;
     uint32_t positions;     /* the META positions tensor, 0 if not asked for */
+    char errmsg[REEL_ERRMSG_MAX]; /* message of the first builder error */
 };
 
 /* Display name of node i: "op 'matmul' (node 3 -> 'l0.q')" into buf. */
 const char *reel_node_desc(const reel_graph *g, int i, char *buf, size_t len);
 
+/* The dependency edges: from[i] -> to[i] when node to[i] reads a tensor
+ * that node from[i] produces, or when both access one state tensor (a KV
+ * cache that paged_attention writes): those are chained in build order.
+ * Deduplicated. *from and *to are allocated with reel_halloc (free with
+ * reel_hfree; NULL when there are no edges). */
+reel_status reel_graph_edges(const reel_graph *g, int **from, int **to, int *nedges);
+
 /* A topological order of the nodes (Kahn's, stable: ties in build order).
  * order has g->nnodes entries. REEL_E_INVALID_ARG on a cycle. */
 reel_status reel_graph_topo_order(const reel_graph *g, int *order);
 
-/* Liveness over a schedule: for each tensor id, the index in `order` of its
- * first (production) and last use; -1 if unused. Graph outputs live to the
- * end of the schedule. */
+/* Liveness over a schedule: for each tensor id (arrays of g->ntensors), the
+ * index in `order` of its first (production) and last use; -1 if unused.
+ * Graph outputs live to the end of the schedule (nnodes - 1). Meant for
+ * activations; for other kinds first is the first use. */
 void reel_graph_liveness(const reel_graph *g, const int *order, int *first, int *last);
 
-/* Validates the whole graph for compile: the sticky builder error, at least
- * one output, every parameter bound or deferred. Messages name op/tensor. */
+/* Validates the whole graph for compile: the sticky builder error (its
+ * message set again as the context's last error), at least one output,
+ * every output produced by an op or an input, every parameter bound or
+ * deferred. Messages name op/tensor. Validation errors are not sticky. */
 reel_status reel_graph_validate(reel_graph *g);
 
 #endif

@@ -1,1 +1,399 @@
-/* placeholder: being written */
+/* Op schemas: arity, in-place hints and shape/dtype inference per op kind.
+ * Inference only sees shapes; the builder adds the op and tensor names to
+ * the message, so messages here name operands by role ("x", "w"). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "ops/op.h"
+
+size_t reel_dtype_size(reel_dtype t)
+{
+    switch (t) {
+    case REEL_F32: return 4;
+    case REEL_F16: return 2;
+    case REEL_BF16: return 2;
+    case REEL_I32: return 4;
+    default: return 0;
+    }
+}
+
+const char *reel_dtype_name(reel_dtype t)
+{
+    switch (t) {
+    case REEL_F32: return "f32";
+    case REEL_F16: return "f16";
+    case REEL_BF16: return "bf16";
+    case REEL_I32: return "i32";
+    default: return "unknown";
+    }
+}
+
+int64_t reel_shape_numel(const reel_shape *s, int64_t rows)
+{
+    if (!s || s->ndim <= 0)
+        return 0;
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++)
+        n *= (i == 0 && s->tokens) ? rows : s->dims[i];
+    return n;
+}
+
+size_t reel_shape_bytes(const reel_shape *s, int64_t rows)
+{
+    int64_t n = reel_shape_numel(s, rows);
+    return n > 0 ? (size_t)n * reel_dtype_size(s->dtype) : 0;
+}
+
+int64_t reel_shape_row_numel(const reel_shape *s)
+{
+    if (!s || s->ndim <= 0)
+        return 0;
+    int64_t n = 1;
+    for (int i = s->tokens ? 1 : 0; i < s->ndim; i++)
+        n *= s->dims[i];
+    return n;
+}
+
+const char *reel_shape_format(const reel_shape *s, char *buf, size_t len)
+{
+    if (!buf || len == 0)
+        return buf;
+    size_t at = 0;
+    int n = snprintf(buf, len, "[");
+    at = n > 0 ? (size_t)n : 0;
+    for (int i = 0; s && i < s->ndim && at < len; i++) {
+        const char *sep = i ? "," : "";
+        if (i == 0 && s->tokens)
+            n = snprintf(buf + at, len - at, "%sT", sep);
+        else
+            n = snprintf(buf + at, len - at, "%s%lld", sep, (long long)s->dims[i]);
+        at += n > 0 ? (size_t)n : 0;
+    }
+    if (at < len)
+        snprintf(buf + at, len - at, "]");
+    return buf;
+}
+
+/* ---- checks shared by the inference functions ------------------------- */
+
+static reel_status bad(char *err, size_t len, reel_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static reel_status bad(char *err, size_t len, reel_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && len)
+        vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static bool is_float(reel_dtype t) { return t == REEL_F32 || t == REEL_F16 || t == REEL_BF16; }
+
+/* A per-token operand: [T, ...] with exactly ndim dims. */
+static reel_status need_tok(const reel_shape *s, const char *role, int ndim, char *err, size_t len)
+{
+    char b[64];
+    if (!s->tokens)
+        return bad(err, len, REEL_E_SHAPE, "%s must have a token dim, is %s", role,
+                   reel_shape_format(s, b, sizeof b));
+    if (s->ndim != ndim)
+        return bad(err, len, REEL_E_SHAPE, "%s must have %d dims, is %s", role, ndim,
+                   reel_shape_format(s, b, sizeof b));
+    return REEL_OK;
+}
+
+/* A per-step constant operand (weight, cache): no token dim, ndim dims. */
+static reel_status need_const(const reel_shape *s, const char *role, int ndim, char *err, size_t len)
+{
+    char b[64];
+    if (s->tokens)
+        return bad(err, len, REEL_E_SHAPE, "%s must not have a token dim, is %s", role,
+                   reel_shape_format(s, b, sizeof b));
+    if (s->ndim != ndim)
+        return bad(err, len, REEL_E_SHAPE, "%s must have %d dims, is %s", role, ndim,
+                   reel_shape_format(s, b, sizeof b));
+    return REEL_OK;
+}
+
+static reel_status need_float(const reel_shape *s, const char *role, char *err, size_t len)
+{
+    if (!is_float(s->dtype))
+        return bad(err, len, REEL_E_DTYPE, "%s must be f32, f16 or bf16, is %s", role,
+                   reel_dtype_name(s->dtype));
+    return REEL_OK;
+}
+
+static reel_status need_dtype(const reel_shape *s, const char *role, reel_dtype t, char *err, size_t len)
+{
+    if (s->dtype != t)
+        return bad(err, len, REEL_E_DTYPE, "%s must be %s, is %s", role, reel_dtype_name(t),
+                   reel_dtype_name(s->dtype));
+    return REEL_OK;
+}
+
+static reel_status same_dtype(const reel_shape *a, const char *ra, const reel_shape *b, const char *rb,
+                              char *err, size_t len)
+{
+    if (a->dtype != b->dtype)
+        return bad(err, len, REEL_E_DTYPE, "dtypes differ: %s is %s, %s is %s", ra, reel_dtype_name(a->dtype), rb,
+                   reel_dtype_name(b->dtype));
+    return REEL_OK;
+}
+
+static bool same_shape(const reel_shape *a, const reel_shape *b)
+{
+    if (a->tokens != b->tokens || a->ndim != b->ndim)
+        return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->dims[i] != b->dims[i])
+            return false;
+    return true;
+}
+
+static void set_tok(reel_shape *o, reel_dtype t, int ndim, int64_t d1, int64_t d2)
+{
+    *o = (reel_shape){ .dtype = t, .ndim = ndim, .tokens = true, .dims = { -1, d1, d2, 0 } };
+    for (int i = ndim; i < REEL_MAX_DIMS; i++)
+        o->dims[i] = 0;
+}
+
+#define TRY(expr) do { reel_status st_ = (expr); if (st_ != REEL_OK) return st_; } while (0)
+
+/* ---- inference per op --------------------------------------------------- */
+
+static reel_status infer_embedding(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                   char *err, size_t len)
+{
+    TRY(need_const(&in[0], "table", 2, err, len));
+    TRY(need_float(&in[0], "table", err, len));
+    TRY(need_tok(&in[1], "ids", 1, err, len));
+    TRY(need_dtype(&in[1], "ids", REEL_I32, err, len));
+    set_tok(&out[0], in[0].dtype, 2, in[0].dims[1], 0);
+    return REEL_OK;
+}
+
+static reel_status infer_matmul(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "x", 2, err, len));
+    TRY(need_float(&in[0], "x", err, len));
+    TRY(need_const(&in[1], "w", 2, err, len));
+    TRY(same_dtype(&in[0], "x", &in[1], "w", err, len));
+    int kdim = a->matmul.w_transposed ? 1 : 0;
+    if (in[1].dims[kdim] != in[0].dims[1])
+        return bad(err, len, REEL_E_SHAPE, "inner dims differ: x[1] = %lld, w[%d] = %lld%s",
+                   (long long)in[0].dims[1], kdim, (long long)in[1].dims[kdim],
+                   a->matmul.w_transposed ? " (w transposed)" : "");
+    set_tok(&out[0], in[0].dtype, 2, in[1].dims[1 - kdim], 0);
+    return REEL_OK;
+}
+
+/* add and mul: b has a's shape, or is a row [last dim of a] broadcast. */
+static reel_status infer_binary(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                char *err, size_t len)
+{
+    char sa[64], sb[64];
+    if (!in[0].tokens)
+        return bad(err, len, REEL_E_SHAPE, "a must have a token dim, is %s", reel_shape_format(&in[0], sa, sizeof sa));
+    TRY(need_float(&in[0], "a", err, len));
+    TRY(same_dtype(&in[0], "a", &in[1], "b", err, len));
+    bool row = !in[1].tokens && in[1].ndim == 1 && in[0].ndim >= 2 && in[1].dims[0] == in[0].dims[in[0].ndim - 1];
+    if (!row && !same_shape(&in[0], &in[1]))
+        return bad(err, len, REEL_E_SHAPE, "b must have a's shape or be a row [last dim of a]: a is %s, b is %s",
+                   reel_shape_format(&in[0], sa, sizeof sa), reel_shape_format(&in[1], sb, sizeof sb));
+    out[0] = in[0];
+    return REEL_OK;
+}
+
+static reel_status infer_rmsnorm(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                 char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "x", 2, err, len));
+    TRY(need_float(&in[0], "x", err, len));
+    TRY(need_const(&in[1], "w", 1, err, len));
+    TRY(same_dtype(&in[0], "x", &in[1], "w", err, len));
+    if (in[1].dims[0] != in[0].dims[1])
+        return bad(err, len, REEL_E_SHAPE, "w[0] = %lld must equal x[1] = %lld", (long long)in[1].dims[0],
+                   (long long)in[0].dims[1]);
+    if (!(a->rmsnorm.eps > 0.0f) || !isfinite(a->rmsnorm.eps))
+        return bad(err, len, REEL_E_INVALID_ARG, "eps must be finite and > 0, is %g", (double)a->rmsnorm.eps);
+    out[0] = in[0];
+    return REEL_OK;
+}
+
+static reel_status infer_silu_and_mul(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                      char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "x", 2, err, len));
+    TRY(need_float(&in[0], "x", err, len));
+    if (in[0].dims[1] % 2 != 0)
+        return bad(err, len, REEL_E_SHAPE, "x[1] = %lld must be even (gate and up halves)", (long long)in[0].dims[1]);
+    set_tok(&out[0], in[0].dtype, 2, in[0].dims[1] / 2, 0);
+    return REEL_OK;
+}
+
+static reel_status infer_rope(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                              char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "x", 2, err, len));
+    TRY(need_float(&in[0], "x", err, len));
+    TRY(need_tok(&in[1], "positions", 1, err, len));
+    TRY(need_dtype(&in[1], "positions", REEL_I32, err, len));
+    int hd = a->rope.head_dim, rd = a->rope.rot_dim;
+    if (hd <= 0 || in[0].dims[1] % hd != 0)
+        return bad(err, len, REEL_E_INVALID_ARG, "head_dim %d must be > 0 and divide x[1] = %lld", hd,
+                   (long long)in[0].dims[1]);
+    if (rd <= 0 || rd > hd || rd % 2 != 0)
+        return bad(err, len, REEL_E_INVALID_ARG, "rot_dim %d must be even and in (0, head_dim %d]", rd, hd);
+    if (!(a->rope.theta > 0.0f) || !isfinite(a->rope.theta))
+        return bad(err, len, REEL_E_INVALID_ARG, "theta must be finite and > 0, is %g", (double)a->rope.theta);
+    out[0] = in[0];
+    return REEL_OK;
+}
+
+static reel_status infer_softmax(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                 char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "x", 2, err, len));
+    TRY(need_float(&in[0], "x", err, len));
+    out[0] = in[0];
+    return REEL_OK;
+}
+
+static reel_status infer_argmax(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "x", 2, err, len));
+    TRY(need_float(&in[0], "x", err, len));
+    set_tok(&out[0], REEL_I32, 1, 0, 0);
+    return REEL_OK;
+}
+
+static reel_status check_attn_params(const reel_attn_params *p, char *err, size_t len)
+{
+    if (p->num_heads <= 0 || p->num_kv_heads <= 0 || p->head_dim <= 0 || p->block_size <= 0)
+        return bad(err, len, REEL_E_INVALID_ARG,
+                   "num_heads %d, num_kv_heads %d, head_dim %d and block_size %d must all be > 0", p->num_heads,
+                   p->num_kv_heads, p->head_dim, p->block_size);
+    if (p->num_heads % p->num_kv_heads != 0)
+        return bad(err, len, REEL_E_INVALID_ARG, "num_kv_heads %d must divide num_heads %d", p->num_kv_heads,
+                   p->num_heads);
+    if (!isfinite(p->scale) || p->scale < 0.0f)
+        return bad(err, len, REEL_E_INVALID_ARG, "scale must be finite and >= 0 (0: 1/sqrt(head_dim)), is %g",
+                   (double)p->scale);
+    return REEL_OK;
+}
+
+static reel_status check_cache(const reel_shape *c, const char *role, const reel_shape *q,
+                               const reel_attn_params *p, char *err, size_t len)
+{
+    char b[64];
+    TRY(need_const(c, role, 4, err, len));
+    TRY(same_dtype(q, "q", c, role, err, len));
+    if (c->dims[1] != p->block_size || c->dims[2] != p->num_kv_heads || c->dims[3] != p->head_dim)
+        return bad(err, len, REEL_E_SHAPE, "%s must be [num_blocks,%d,%d,%d] (block_size, num_kv_heads, head_dim), is %s",
+                   role, p->block_size, p->num_kv_heads, p->head_dim, reel_shape_format(c, b, sizeof b));
+    return REEL_OK;
+}
+
+static reel_status infer_paged_attention(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                         char *err, size_t len)
+{
+    const reel_attn_params *p = &a->attn.p;
+    TRY(check_attn_params(p, err, len));
+    TRY(need_tok(&in[0], "q", 2, err, len));
+    TRY(need_float(&in[0], "q", err, len));
+    int64_t qw = (int64_t)p->num_heads * p->head_dim, kw = (int64_t)p->num_kv_heads * p->head_dim;
+    if (in[0].dims[1] != qw)
+        return bad(err, len, REEL_E_SHAPE, "q[1] = %lld must be num_heads*head_dim = %lld", (long long)in[0].dims[1],
+                   (long long)qw);
+    static const char *const kv[2] = { "k", "v" };
+    for (int i = 1; i <= 2; i++) {
+        TRY(need_tok(&in[i], kv[i - 1], 2, err, len));
+        TRY(same_dtype(&in[0], "q", &in[i], kv[i - 1], err, len));
+        if (in[i].dims[1] != kw)
+            return bad(err, len, REEL_E_SHAPE, "%s[1] = %lld must be num_kv_heads*head_dim = %lld", kv[i - 1],
+                       (long long)in[i].dims[1], (long long)kw);
+    }
+    TRY(check_cache(&in[3], "k_cache", &in[0], p, err, len));
+    TRY(check_cache(&in[4], "v_cache", &in[0], p, err, len));
+    if (in[3].dims[0] != in[4].dims[0])
+        return bad(err, len, REEL_E_SHAPE, "k_cache has %lld blocks, v_cache %lld", (long long)in[3].dims[0],
+                   (long long)in[4].dims[0]);
+    set_tok(&out[0], in[0].dtype, 2, qw, 0);
+    return REEL_OK;
+}
+
+static reel_status infer_topk(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                              char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "scores", 2, err, len));
+    TRY(need_dtype(&in[0], "scores", REEL_F32, err, len));
+    TRY(need_tok(&in[1], "lengths", 1, err, len));
+    TRY(need_dtype(&in[1], "lengths", REEL_I32, err, len));
+    if (a->topk.k <= 0)
+        return bad(err, len, REEL_E_INVALID_ARG, "k must be > 0, is %d", a->topk.k);
+    bool has = nin > 2 && in[2].ndim != 0;
+    if (has != a->topk.has_page_table)
+        return bad(err, len, REEL_E_INTERNAL, "has_page_table disagrees with the page_table operand");
+    if (has) {
+        TRY(need_tok(&in[2], "page_table", 2, err, len));
+        TRY(need_dtype(&in[2], "page_table", REEL_I32, err, len));
+        if (a->topk.page_size <= 0)
+            return bad(err, len, REEL_E_INVALID_ARG, "page_size must be > 0 with a page table, is %d",
+                       a->topk.page_size);
+        /* Every index i < N reads page_table[i / page_size]: the table must cover N. */
+        if (in[2].dims[1] * a->topk.page_size < in[0].dims[1])
+            return bad(err, len, REEL_E_SHAPE, "page_table of %lld pages of %d covers %lld positions, scores have %lld",
+                       (long long)in[2].dims[1], a->topk.page_size, (long long)(in[2].dims[1] * a->topk.page_size),
+                       (long long)in[0].dims[1]);
+    }
+    set_tok(&out[0], REEL_I32, 2, a->topk.k, 0);
+    return REEL_OK;
+}
+
+static reel_status infer_lse_combine(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                     char *err, size_t len)
+{
+    int h = a->lse.num_heads;
+    TRY(need_tok(&in[0], "outs", 3, err, len));
+    TRY(need_float(&in[0], "outs", err, len));
+    TRY(need_tok(&in[1], "lses", 3, err, len));
+    TRY(need_dtype(&in[1], "lses", REEL_F32, err, len));
+    if (h <= 0 || in[0].dims[2] % h != 0)
+        return bad(err, len, REEL_E_INVALID_ARG, "num_heads %d must be > 0 and divide outs[2] = %lld", h,
+                   (long long)in[0].dims[2]);
+    if (in[1].dims[1] != in[0].dims[1] || in[1].dims[2] != h)
+        return bad(err, len, REEL_E_SHAPE, "lses must be [T,%lld,%d] (partials, num_heads)", (long long)in[0].dims[1],
+                   h);
+    set_tok(&out[0], in[0].dtype, 2, in[0].dims[2], 0);
+    set_tok(&out[1], REEL_F32, 2, h, 0);
+    return REEL_OK;
+}
+
+static const reel_op_schema schemas[REEL_OP_COUNT] = {
+    [REEL_OP_EMBEDDING] = { "embedding", 2, 1, -1, infer_embedding, { "table", "ids" } },
+    [REEL_OP_MATMUL] = { "matmul", 2, 1, -1, infer_matmul, { "x", "w" } },
+    [REEL_OP_ADD] = { "add", 2, 1, 0, infer_binary, { "a", "b" } },
+    [REEL_OP_MUL] = { "mul", 2, 1, 0, infer_binary, { "a", "b" } },
+    /* rmsnorm reads its row twice (sum of squares, then scale): not in place. */
+    [REEL_OP_RMSNORM] = { "rmsnorm", 2, 1, -1, infer_rmsnorm, { "x", "w" } },
+    /* The output is half as wide as the input: not in place. */
+    [REEL_OP_SILU_AND_MUL] = { "silu_and_mul", 1, 1, -1, infer_silu_and_mul, { "x" } },
+    [REEL_OP_ROPE] = { "rope", 2, 1, 0, infer_rope, { "x", "positions" } },
+    [REEL_OP_SOFTMAX] = { "softmax", 1, 1, 0, infer_softmax, { "x" } },
+    [REEL_OP_ARGMAX] = { "argmax", 1, 1, -1, infer_argmax, { "x" } },
+    [REEL_OP_PAGED_ATTENTION] = { "paged_attention", 5, 1, -1, infer_paged_attention,
+                                  { "q", "k", "v", "k_cache", "v_cache" } },
+    [REEL_OP_TOPK] = { "topk", 3, 1, -1, infer_topk, { "scores", "lengths", "page_table" } },
+    [REEL_OP_LSE_COMBINE] = { "lse_combine", 2, 2, -1, infer_lse_combine, { "outs", "lses" } },
+};
+
+const reel_op_schema *reel_op_schema_get(reel_op_kind k)
+{
+    if ((int)k < 0 || k >= REEL_OP_COUNT)
+        return NULL;
+    return &schemas[k];
+}
