@@ -15,9 +15,11 @@ reel_status name_err(reel_backend *be, reel_status st, const char *what)
     return reel_seterr(be->ctx, st, "%s: %s", what, msg);
 }
 
-reel_status launched(reel_backend *be, const char *impl, const char *file, int line)
+reel_status launched(reel_backend *be, const char *impl, cudaError_t e, const char *file, int line)
 {
-    return name_err(be, reel_cuda_check_(be->ctx, cudaGetLastError(), file, line, "kernel launch"), impl);
+    if (e == cudaSuccess)
+        e = cudaGetLastError();
+    return name_err(be, reel_cuda_check_(be->ctx, e, file, line, "kernel launch"), impl);
 }
 
 bool same_float_dtype(const reel_shape *in, int nin, const reel_shape *out, int nout)

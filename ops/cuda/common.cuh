@@ -116,12 +116,55 @@ __host__ __forceinline__ unsigned grid_for(int64_t n, int threads)
     return (unsigned)(b > 0 ? b : 1);
 }
 
+/* Programmatic dependent launch: a kernel launched with it may start
+ * before its same-stream predecessor ends, so it waits for that grid before
+ * touching memory, and lets its own successor start once its writes are
+ * done. Both are no-ops for a kernel launched without the attribute. */
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
+/* Launches kernel, with the programmatic-stream-serialization attribute
+ * when pdl (the kernel must call pdl_wait first). */
+template <typename... KArgs, typename... Args>
+cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
+                   Args... args)
+{
+    if (!pdl) {
+        kernel<<<grid, block, smem, st>>>(args...);
+        return cudaSuccess; /* a failed launch shows in cudaGetLastError */
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 /* Prefixes the context's message with what (the impl and its shapes) when
  * st is an error; returns st. */
 reel_status name_err(reel_backend *be, reel_status st, const char *what);
-/* Checks the launch that was just issued; on failure names the impl. */
-reel_status launched(reel_backend *be, const char *impl, const char *file, int line);
-#define REEL_CU_LAUNCHED(be, impl) reel_cu::launched((be), (impl), __FILE__, __LINE__)
+/* Checks the launch that was just issued (e: what the launch call
+ * returned, or cudaSuccess); on failure names the impl. */
+reel_status launched(reel_backend *be, const char *impl, cudaError_t e, const char *file, int line);
+#define REEL_CU_LAUNCHED(be, impl) reel_cu::launched((be), (impl), cudaSuccess, __FILE__, __LINE__)
+#define REEL_CU_LAUNCHED_E(be, impl, e) reel_cu::launched((be), (impl), (e), __FILE__, __LINE__)
 
 /* All float operands of a node have one dtype (the schema says so); the
  * predicates check it anyway, so a kernel never sees a mix. */

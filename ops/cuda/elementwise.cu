@@ -1,7 +1,8 @@
 /* CUDA kernels: add and mul (b of a's shape, or a row of a's last dim
  * broadcast), silu_and_mul, embedding. Element i of an output depends only
  * on element i of its input (add, mul: out may alias a). 16-byte loads and
- * stores where pointers and widths allow; these ops are bandwidth-bound. */
+ * stores where pointers and widths allow; these ops are bandwidth-bound.
+ * All honour programmatic dependent launch (pdl_wait before any access). */
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/impls.h"
 
@@ -18,9 +19,11 @@ struct mul_op {
 template <typename T, typename F>
 __global__ void binary_kernel(const T *a, const T *b, T *out, int64_t n, int64_t nb, F f)
 {
+    pdl_wait();
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         out[i] = from_f<T>(f(to_f(a[i]), to_f(b[nb == n ? i : i % nb])));
+    pdl_trigger();
 }
 
 /* The same over packs of 16 bytes: n and nb are multiples of the pack. */
@@ -28,6 +31,7 @@ template <typename T, typename F>
 __global__ void binary_kernel_vec(const pack<T> *a, const pack<T> *b, pack<T> *out, int64_t npk, int64_t nbpk,
                                   F f)
 {
+    pdl_wait();
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < npk; i += stride) {
         pack<T> x = a[i], y = b[nbpk == npk ? i : i % nbpk], r;
@@ -36,20 +40,21 @@ __global__ void binary_kernel_vec(const pack<T> *a, const pack<T> *b, pack<T> *o
             r.v[j] = from_f<T>(f(to_f(x.v[j]), to_f(y.v[j])));
         out[i] = r;
     }
+    pdl_trigger();
 }
 
 template <typename T, typename F>
-static void binary_launch(const reel_launch *l, cudaStream_t st, int64_t n, int64_t nb, F f)
+static cudaError_t binary_launch(const reel_launch *l, cudaStream_t st, int64_t n, int64_t nb, F f)
 {
     const int threads = 256;
     const int pk = pack<T>::n;
     bool vec = aligned16(l->in[0]) && aligned16(l->in[1]) && aligned16(l->out[0]) && n % pk == 0 && nb % pk == 0;
     if (vec)
-        binary_kernel_vec<T><<<grid_for(n / pk, threads), threads, 0, st>>>(
-            (const pack<T> *)l->in[0], (const pack<T> *)l->in[1], (pack<T> *)l->out[0], n / pk, nb / pk, f);
-    else
-        binary_kernel<T><<<grid_for(n, threads), threads, 0, st>>>((const T *)l->in[0], (const T *)l->in[1],
-                                                                   (T *)l->out[0], n, nb, f);
+        return launch(binary_kernel_vec<T, F>, grid_for(n / pk, threads), threads, 0, st, l->pdl,
+                      (const pack<T> *)l->in[0], (const pack<T> *)l->in[1], (pack<T> *)l->out[0], n / pk,
+                      nb / pk, f);
+    return launch(binary_kernel<T, F>, grid_for(n, threads), threads, 0, st, l->pdl, (const T *)l->in[0],
+                  (const T *)l->in[1], (T *)l->out[0], n, nb, f);
 }
 
 template <typename F> static reel_status binary(reel_backend *be, const reel_launch *l, F f, const char *name)
@@ -59,8 +64,9 @@ template <typename F> static reel_status binary(reel_backend *be, const reel_lau
     if (n <= 0 || nb <= 0)
         return REEL_OK;
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
-    REEL_CU_DISPATCH(l->in_shape[0].dtype, binary_launch<T>(l, st, n, nb, f));
-    return REEL_CU_LAUNCHED(be, name);
+    cudaError_t e = cudaSuccess;
+    REEL_CU_DISPATCH(l->in_shape[0].dtype, e = binary_launch<T>(l, st, n, nb, f));
+    return REEL_CU_LAUNCHED_E(be, name, e);
 }
 
 static reel_status add_launch(reel_backend *be, const reel_launch *l)
@@ -79,17 +85,20 @@ static bool use_binary(REEL_CU_USE_ARGS) { return nin >= 2 && same_float_dtype(i
 template <typename T>
 __global__ void silu_and_mul_kernel(const T *x, T *out, int64_t rows, int64_t f)
 {
+    pdl_wait();
     int64_t n = rows * f, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         int64_t t = i / f, c = i - t * f;
         float a = to_f(x[t * 2 * f + c]), b = to_f(x[t * 2 * f + f + c]);
         out[i] = from_f<T>(a / (1.0f + expf(-a)) * b);
     }
+    pdl_trigger();
 }
 
 template <typename T>
 __global__ void silu_and_mul_kernel_vec(const pack<T> *x, pack<T> *out, int64_t rows, int64_t fpk)
 {
+    pdl_wait();
     int64_t n = rows * fpk, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         int64_t t = i / fpk, c = i - t * fpk;
@@ -101,18 +110,19 @@ __global__ void silu_and_mul_kernel_vec(const pack<T> *x, pack<T> *out, int64_t 
         }
         out[i] = r;
     }
+    pdl_trigger();
 }
 
-template <typename T> static void silu_and_mul_run(const reel_launch *l, cudaStream_t st, int64_t rows, int64_t f)
+template <typename T>
+static cudaError_t silu_and_mul_run(const reel_launch *l, cudaStream_t st, int64_t rows, int64_t f)
 {
     const int threads = 256;
     const int pk = pack<T>::n;
     if (aligned16(l->in[0]) && aligned16(l->out[0]) && f % pk == 0)
-        silu_and_mul_kernel_vec<T><<<grid_for(rows * f / pk, threads), threads, 0, st>>>(
-            (const pack<T> *)l->in[0], (pack<T> *)l->out[0], rows, f / pk);
-    else
-        silu_and_mul_kernel<T><<<grid_for(rows * f, threads), threads, 0, st>>>((const T *)l->in[0],
-                                                                                (T *)l->out[0], rows, f);
+        return launch(silu_and_mul_kernel_vec<T>, grid_for(rows * f / pk, threads), threads, 0, st, l->pdl,
+                      (const pack<T> *)l->in[0], (pack<T> *)l->out[0], rows, f / pk);
+    return launch(silu_and_mul_kernel<T>, grid_for(rows * f, threads), threads, 0, st, l->pdl,
+                  (const T *)l->in[0], (T *)l->out[0], rows, f);
 }
 
 static reel_status silu_and_mul_launch(reel_backend *be, const reel_launch *l)
@@ -123,8 +133,9 @@ static reel_status silu_and_mul_launch(reel_backend *be, const reel_launch *l)
     if (rows <= 0 || f <= 0)
         return REEL_OK;
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
-    REEL_CU_DISPATCH(xs->dtype, silu_and_mul_run<T>(l, st, rows, f));
-    return REEL_CU_LAUNCHED(be, "cuda.silu_and_mul");
+    cudaError_t e = cudaSuccess;
+    REEL_CU_DISPATCH(xs->dtype, e = silu_and_mul_run<T>(l, st, rows, f));
+    return REEL_CU_LAUNCHED_E(be, "cuda.silu_and_mul", e);
 }
 
 static bool use_unary(REEL_CU_USE_ARGS) { return nin >= 1 && same_float_dtype(in, 1, out, 1); }
@@ -134,6 +145,7 @@ static bool use_unary(REEL_CU_USE_ARGS) { return nin >= 1 && same_float_dtype(in
 template <typename W>
 __global__ void embedding_kernel(const W *table, const int32_t *ids, W *out, int64_t v, int64_t words)
 {
+    pdl_wait();
     int64_t t = blockIdx.x;
     int64_t id = ids[t];
     bool ok = id >= 0 && id < v;
@@ -148,6 +160,7 @@ __global__ void embedding_kernel(const W *table, const int32_t *ids, W *out, int
             o[i] = z;
         }
     }
+    pdl_trigger();
 }
 
 static reel_status embedding_launch(reel_backend *be, const reel_launch *l)
@@ -164,20 +177,21 @@ static reel_status embedding_launch(reel_backend *be, const reel_launch *l)
     bool a4 = ((uintptr_t)l->in[0] % 4 == 0) && ((uintptr_t)l->out[0] % 4 == 0) && row_bytes % 4 == 0;
     if (n > 0x7fffffffLL)
         return reel_seterr(be->ctx, REEL_E_LIMIT, "cuda.embedding: %lld tokens exceed one grid", (long long)n);
+    cudaError_t e;
     if (a16) {
         int64_t w = (int64_t)(row_bytes / 16);
-        embedding_kernel<uint4><<<(unsigned)n, row_threads(w, 256), 0, st>>>((const uint4 *)l->in[0], ids,
-                                                                             (uint4 *)l->out[0], v, w);
+        e = launch(embedding_kernel<uint4>, (unsigned)n, row_threads(w, 256), 0, st, l->pdl,
+                   (const uint4 *)l->in[0], ids, (uint4 *)l->out[0], v, w);
     } else if (a4) {
         int64_t w = (int64_t)(row_bytes / 4);
-        embedding_kernel<uint32_t><<<(unsigned)n, row_threads(w, 256), 0, st>>>((const uint32_t *)l->in[0], ids,
-                                                                                (uint32_t *)l->out[0], v, w);
+        e = launch(embedding_kernel<uint32_t>, (unsigned)n, row_threads(w, 256), 0, st, l->pdl,
+                   (const uint32_t *)l->in[0], ids, (uint32_t *)l->out[0], v, w);
     } else {
         int64_t w = (int64_t)(row_bytes / 2);
-        embedding_kernel<uint16_t><<<(unsigned)n, row_threads(w, 256), 0, st>>>((const uint16_t *)l->in[0], ids,
-                                                                                (uint16_t *)l->out[0], v, w);
+        e = launch(embedding_kernel<uint16_t>, (unsigned)n, row_threads(w, 256), 0, st, l->pdl,
+                   (const uint16_t *)l->in[0], ids, (uint16_t *)l->out[0], v, w);
     }
-    return REEL_CU_LAUNCHED(be, "cuda.embedding");
+    return REEL_CU_LAUNCHED_E(be, "cuda.embedding", e);
 }
 
 static bool use_embedding(REEL_CU_USE_ARGS)
@@ -187,9 +201,9 @@ static bool use_embedding(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_add_impl, "cuda.add", REEL_OP_ADD, 10, reel_cu::use_binary, reel_cu::add_launch);
-REEL_CU_IMPL(reel_cu_mul_impl, "cuda.mul", REEL_OP_MUL, 10, reel_cu::use_binary, reel_cu::mul_launch);
-REEL_CU_IMPL(reel_cu_silu_and_mul_impl, "cuda.silu_and_mul", REEL_OP_SILU_AND_MUL, 10, reel_cu::use_unary,
+REEL_CU_IMPL(reel_cu_add_impl, "cuda.add", REEL_OP_ADD, 10, true, reel_cu::use_binary, reel_cu::add_launch);
+REEL_CU_IMPL(reel_cu_mul_impl, "cuda.mul", REEL_OP_MUL, 10, true, reel_cu::use_binary, reel_cu::mul_launch);
+REEL_CU_IMPL(reel_cu_silu_and_mul_impl, "cuda.silu_and_mul", REEL_OP_SILU_AND_MUL, 10, true, reel_cu::use_unary,
              reel_cu::silu_and_mul_launch);
-REEL_CU_IMPL(reel_cu_embedding_impl, "cuda.embedding", REEL_OP_EMBEDDING, 10, reel_cu::use_embedding,
+REEL_CU_IMPL(reel_cu_embedding_impl, "cuda.embedding", REEL_OP_EMBEDDING, 10, true, reel_cu::use_embedding,
              reel_cu::embedding_launch);

@@ -26,8 +26,9 @@ extern const reel_op_impl reel_cu_lse_combine_impl;
 }
 #endif
 
-/* Defines an impl (C++17 has no designated initializers: fields in order). */
-#define REEL_CU_IMPL(var, name, kind, prio, use, launch_fn) \
-    extern "C" const reel_op_impl var = { name, kind, REEL_BACKEND_CUDA, prio, true, true, use, launch_fn }
+/* Defines an impl (C++17 has no designated initializers: fields in order):
+ * capturable, honours the fixed-context limits, and pdl_ok as given. */
+#define REEL_CU_IMPL(var, name, kind, prio, pdl_ok, use, launch_fn) \
+    extern "C" const reel_op_impl var = { name, kind, REEL_BACKEND_CUDA, prio, true, true, pdl_ok, use, launch_fn }
 
 #endif

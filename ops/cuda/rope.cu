@@ -3,7 +3,7 @@
  * from rot_dim on pass through. As on the host, the angle and its sine and
  * cosine are computed in double (float angles lose ~1e-4 rad at positions in
  * the thousands). One thread owns both elements of a pair and reads them
- * before writing, so out may alias x. */
+ * before writing, so out may alias x. Honours programmatic dependent launch. */
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/impls.h"
 
@@ -15,6 +15,7 @@ template <typename T>
 __global__ void rope_kernel(const T *x, const int32_t *pos, T *out, int64_t nrows, int64_t nheads, int64_t hd,
                             int64_t half, double theta)
 {
+    pdl_wait();
     int64_t per_head = hd - half;
     int64_t n = nrows * nheads * per_head, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -32,6 +33,7 @@ __global__ void rope_kernel(const T *x, const int32_t *pos, T *out, int64_t nrow
             out[at + d] = x[at + d];
         }
     }
+    pdl_trigger();
 }
 
 static reel_status rope_launch(reel_backend *be, const reel_launch *l)
@@ -48,10 +50,11 @@ static reel_status rope_launch(reel_backend *be, const reel_launch *l)
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
     const int threads = 256;
     double theta = l->attrs->rope.theta;
-    REEL_CU_DISPATCH(xs->dtype, (rope_kernel<T><<<grid_for(n, threads), threads, 0, st>>>(
-                                    (const T *)l->in[0], (const int32_t *)l->in[1], (T *)l->out[0], nrows,
-                                    nheads, hd, half, theta)));
-    return REEL_CU_LAUNCHED(be, "cuda.rope");
+    cudaError_t e = cudaSuccess;
+    REEL_CU_DISPATCH(xs->dtype, e = launch(rope_kernel<T>, grid_for(n, threads), threads, 0, st, l->pdl,
+                                           (const T *)l->in[0], (const int32_t *)l->in[1], (T *)l->out[0],
+                                           nrows, nheads, hd, half, theta));
+    return REEL_CU_LAUNCHED_E(be, "cuda.rope", e);
 }
 
 static bool use_rope(REEL_CU_USE_ARGS)
@@ -62,4 +65,4 @@ static bool use_rope(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_rope_impl, "cuda.rope", REEL_OP_ROPE, 10, reel_cu::use_rope, reel_cu::rope_launch);
+REEL_CU_IMPL(reel_cu_rope_impl, "cuda.rope", REEL_OP_ROPE, 10, true, reel_cu::use_rope, reel_cu::rope_launch);

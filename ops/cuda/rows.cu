@@ -1,7 +1,7 @@
 /* CUDA kernels over the last dim of each row: rmsnorm, softmax, argmax. One
  * block per row; the row is reduced (fixed tree, so the same launch gives
  * the same bits) before any output of the row is written, and each thread
- * writes only elements it read itself, so softmax may run in place. */
+ * writes only elements it read itself, so softmax may run in place. All honour programmatic dependent launch. */
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/impls.h"
 
@@ -10,6 +10,7 @@ namespace reel_cu {
 /* x / sqrt(mean(x^2) + eps) * w, in the host's order: (x * r) * w. */
 template <typename T> __global__ void rmsnorm_kernel(const T *x, const T *w, T *out, int64_t d, float eps)
 {
+    pdl_wait();
     const T *xr = x + (int64_t)blockIdx.x * d;
     T *orow = out + (int64_t)blockIdx.x * d;
     float ss = 0.0f;
@@ -21,6 +22,7 @@ template <typename T> __global__ void rmsnorm_kernel(const T *x, const T *w, T *
     float r = 1.0f / sqrtf(ss / (float)d + eps);
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
         orow[i] = from_f<T>(to_f(xr[i]) * r * to_f(w[i]));
+    pdl_trigger();
 }
 
 /* Rows as the host sees them: the product of the leading extent and the
@@ -39,10 +41,11 @@ static reel_status rmsnorm_launch(reel_backend *be, const reel_launch *l)
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
     int threads = row_threads(d, 1024);
     float eps = l->attrs->rmsnorm.eps;
+    cudaError_t e = cudaSuccess;
     REEL_CU_DISPATCH(l->in_shape[0].dtype,
-                     (rmsnorm_kernel<T><<<(unsigned)nrows, threads, 0, st>>>(
-                         (const T *)l->in[0], (const T *)l->in[1], (T *)l->out[0], d, eps)));
-    return REEL_CU_LAUNCHED(be, "cuda.rmsnorm");
+                     e = launch(rmsnorm_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl, (const T *)l->in[0],
+                                (const T *)l->in[1], (T *)l->out[0], d, eps));
+    return REEL_CU_LAUNCHED_E(be, "cuda.rmsnorm", e);
 }
 
 /* exp(x - max) / sum. NaN never becomes the max (fmaxf drops it) but
@@ -50,6 +53,7 @@ static reel_status rmsnorm_launch(reel_backend *be, const reel_launch *l)
  * the host's (and torch's) answer. */
 template <typename T> __global__ void softmax_kernel(const T *x, T *out, int64_t n)
 {
+    pdl_wait();
     const T *xr = x + (int64_t)blockIdx.x * n;
     T *orow = out + (int64_t)blockIdx.x * n;
     float m = -INFINITY;
@@ -62,6 +66,7 @@ template <typename T> __global__ void softmax_kernel(const T *x, T *out, int64_t
     s = block_reduce<false>(s);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         orow[i] = from_f<T>(expf(to_f(xr[i]) - m) / s);
+    pdl_trigger();
 }
 
 static reel_status softmax_launch(reel_backend *be, const reel_launch *l)
@@ -71,9 +76,10 @@ static reel_status softmax_launch(reel_backend *be, const reel_launch *l)
         return REEL_OK;
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
     int threads = row_threads(n, 1024);
-    REEL_CU_DISPATCH(l->in_shape[0].dtype, (softmax_kernel<T><<<(unsigned)nrows, threads, 0, st>>>(
-                                               (const T *)l->in[0], (T *)l->out[0], n)));
-    return REEL_CU_LAUNCHED(be, "cuda.softmax");
+    cudaError_t e = cudaSuccess;
+    REEL_CU_DISPATCH(l->in_shape[0].dtype, e = launch(softmax_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl,
+                                                      (const T *)l->in[0], (T *)l->out[0], n));
+    return REEL_CU_LAUNCHED_E(be, "cuda.softmax", e);
 }
 
 /* (value, index) candidates: a beats b when larger, or equal with a lower
@@ -92,6 +98,7 @@ template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, in
 {
     __shared__ float sv[32];
     __shared__ int64_t si[32];
+    pdl_wait();
     const T *xr = x + (int64_t)blockIdx.x * n;
     float bv = 0.0f;
     int64_t bi = -1;
@@ -124,6 +131,7 @@ template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, in
             }
         out[blockIdx.x] = bi < 0 ? 0 : (int32_t)bi;
     }
+    pdl_trigger();
 }
 
 static reel_status argmax_launch(reel_backend *be, const reel_launch *l)
@@ -133,9 +141,10 @@ static reel_status argmax_launch(reel_backend *be, const reel_launch *l)
         return REEL_OK;
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
     int threads = row_threads(n, 512);
-    REEL_CU_DISPATCH(l->in_shape[0].dtype, (argmax_kernel<T><<<(unsigned)nrows, threads, 0, st>>>(
-                                               (const T *)l->in[0], (int32_t *)l->out[0], n)));
-    return REEL_CU_LAUNCHED(be, "cuda.argmax");
+    cudaError_t e = cudaSuccess;
+    REEL_CU_DISPATCH(l->in_shape[0].dtype, e = launch(argmax_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl,
+                                                      (const T *)l->in[0], (int32_t *)l->out[0], n));
+    return REEL_CU_LAUNCHED_E(be, "cuda.argmax", e);
 }
 
 static bool use_rows(int64_t nrows_max) { return nrows_max <= 0x7fffffffLL; }
@@ -157,8 +166,8 @@ static bool use_argmax(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_rmsnorm_impl, "cuda.rmsnorm", REEL_OP_RMSNORM, 10, reel_cu::use_rmsnorm,
+REEL_CU_IMPL(reel_cu_rmsnorm_impl, "cuda.rmsnorm", REEL_OP_RMSNORM, 10, true, reel_cu::use_rmsnorm,
              reel_cu::rmsnorm_launch);
-REEL_CU_IMPL(reel_cu_softmax_impl, "cuda.softmax", REEL_OP_SOFTMAX, 10, reel_cu::use_softmax,
+REEL_CU_IMPL(reel_cu_softmax_impl, "cuda.softmax", REEL_OP_SOFTMAX, 10, true, reel_cu::use_softmax,
              reel_cu::softmax_launch);
-REEL_CU_IMPL(reel_cu_argmax_impl, "cuda.argmax", REEL_OP_ARGMAX, 10, reel_cu::use_argmax, reel_cu::argmax_launch);
+REEL_CU_IMPL(reel_cu_argmax_impl, "cuda.argmax", REEL_OP_ARGMAX, 10, true, reel_cu::use_argmax, reel_cu::argmax_launch);
