@@ -1,0 +1,156 @@
+/* Host reference kernel: paged attention over a mixed prefill/decode batch.
+ * Phase 1 writes every token's k/v into its cache slot; phase 2 lets each
+ * token attend causally over its sequence's positions 0 .. its own, read
+ * through the block table. Step metadata is never trusted to stay in range:
+ * a slot outside the cache, or a sequence, position, context or block past
+ * the limits the metadata was sized to, sets REEL_E_LIMIT in err_word; the
+ * write is skipped, and the token's output is zeros (never a truncated
+ * context). Softmax is two-pass in float32 (max, then exp-sum and weighted
+ * values), keys in ascending order, so results are deterministic. */
+#include <math.h>
+#include <string.h>
+
+#include "ops/host/host_ops.h"
+#include "ops/host/kern.h"
+
+/* Output dims accumulated at once; longer heads take several passes. */
+enum { REEL_HK_ATTN_DC = 128 };
+
+typedef struct reel_hk_attn {
+    const reel_launch *l;
+    const reel_meta_view *m;
+    reel_dtype qd, kd, vd, kcd, vcd, od;
+    int64_t h, hkv, dh, bs, nblocks, kvrow;
+    float scale;
+} reel_hk_attn;
+
+static reel_hk_attn reel_hk_attn_of(const reel_launch *l)
+{
+    const reel_attn_params *p = &l->attrs->attn.p;
+    reel_hk_attn a = {
+        .l = l, .m = l->meta,
+        .qd = l->in_shape[0].dtype, .kd = l->in_shape[1].dtype, .vd = l->in_shape[2].dtype,
+        .kcd = l->in_shape[3].dtype, .vcd = l->in_shape[4].dtype, .od = l->out_shape[0].dtype,
+        .h = p->num_heads, .hkv = p->num_kv_heads, .dh = p->head_dim, .bs = p->block_size,
+        .nblocks = reel_hk_lead(&l->in_shape[3], l->rows),
+    };
+    a.kvrow = a.hkv * a.dh;
+    a.scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)a.dh);
+    return a;
+}
+
+static void reel_hk_copy(void *dst, reel_dtype dd, int64_t dat, const void *src, reel_dtype sd, int64_t sat,
+                         int64_t n)
+{
+    if (dd == sd) {
+        size_t es = reel_storage_size(dd);
+        memcpy((char *)dst + (size_t)dat * es, (const char *)src + (size_t)sat * es, (size_t)n * es);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        reel_store(dst, dd, dat + i, reel_load(src, sd, sat + i));
+}
+
+static void reel_hk_attn_write_kv(const reel_hk_attn *a)
+{
+    const reel_launch *l = a->l;
+    int64_t nslots = a->nblocks * a->bs;
+    for (int64_t t = 0; t < l->rows; t++) {
+        int64_t slot = a->m->slot_mapping[t];
+        if (slot == -1)
+            continue;
+        if (slot < 0 || slot >= nslots) {
+            reel_hk_report(a->m, REEL_E_LIMIT);
+            continue;
+        }
+        reel_hk_copy(l->in[3], a->kcd, slot * a->kvrow, l->in[1], a->kd, t * a->kvrow, a->kvrow);
+        reel_hk_copy(l->in[4], a->vcd, slot * a->kvrow, l->in[2], a->vd, t * a->kvrow, a->kvrow);
+    }
+}
+
+/* Checks token t's sequence, position and blocks against every limit.
+ * False: the token gets zeros (reported unless it is padding). */
+static bool reel_hk_attn_check(const reel_hk_attn *a, int64_t t, int32_t *seq, int32_t *pos)
+{
+    const reel_meta_view *m = a->m;
+    int32_t s = m->token_seq[t];
+    if (s == -1)
+        return false;
+    bool ok = s >= 0 && s < m->max_seqs;
+    int32_t p = m->positions[t];
+    if (ok) {
+        int32_t ctx = m->context_lens[s];
+        ok = ctx <= m->max_context && p >= 0 && p < ctx && p / a->bs < m->max_blocks;
+    }
+    for (int64_t b = 0; ok && b <= p / a->bs; b++) {
+        int32_t blk = m->block_tables[(int64_t)s * m->max_blocks + b];
+        ok = blk >= 0 && blk < a->nblocks;
+    }
+    if (!ok)
+        reel_hk_report(m, REEL_E_LIMIT);
+    *seq = s;
+    *pos = p;
+    return ok;
+}
+
+/* Element offset of key position j of sequence s, kv head g, in the cache. */
+static int64_t reel_hk_attn_key(const reel_hk_attn *a, int32_t s, int64_t j, int64_t g)
+{
+    int64_t blk = a->m->block_tables[(int64_t)s * a->m->max_blocks + j / a->bs];
+    return (blk * a->bs + j % a->bs) * a->kvrow + g * a->dh;
+}
+
+static float reel_hk_attn_score(const reel_hk_attn *a, int64_t qat, int64_t kat)
+{
+    float acc = 0.0f;
+    for (int64_t d = 0; d < a->dh; d++)
+        acc += reel_load(a->l->in[0], a->qd, qat + d) * reel_load(a->l->in[3], a->kcd, kat + d);
+    return acc * a->scale;
+}
+
+/* One (token, head): out[oat .. oat+dh) = softmax(q k^T * scale) v. */
+static void reel_hk_attn_head(const reel_hk_attn *a, int32_t s, int32_t p, int64_t qat, int64_t g, int64_t oat)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j <= p; j++) {
+        float sc = reel_hk_attn_score(a, qat, reel_hk_attn_key(a, s, j, g));
+        if (sc > mx)
+            mx = sc;
+    }
+    for (int64_t d0 = 0; d0 < a->dh; d0 += REEL_HK_ATTN_DC) {
+        int64_t nd = a->dh - d0 < REEL_HK_ATTN_DC ? a->dh - d0 : REEL_HK_ATTN_DC;
+        float acc[REEL_HK_ATTN_DC] = {0};
+        float sum = 0.0f;
+        for (int64_t j = 0; j <= p; j++) {
+            int64_t kat = reel_hk_attn_key(a, s, j, g);
+            float e = expf(reel_hk_attn_score(a, qat, kat) - mx);
+            sum += e;
+            for (int64_t d = 0; d < nd; d++)
+                acc[d] += e * reel_load(a->l->in[4], a->vcd, kat + d0 + d);
+        }
+        for (int64_t d = 0; d < nd; d++)
+            reel_store(a->l->out[0], a->od, oat + d0 + d, acc[d] / sum);
+    }
+}
+
+void reel_host_paged_attention(const void *args)
+{
+    const reel_launch *l = args;
+    reel_hk_attn a = reel_hk_attn_of(l);
+    int64_t qrow = a.h * a.dh;
+    if (!a.m) { /* no metadata: nothing can be attended; keep the output defined */
+        reel_hk_zero(l->out[0], a.od, 0, l->rows * qrow);
+        return;
+    }
+    reel_hk_attn_write_kv(&a);
+    int64_t group = a.hkv > 0 ? a.h / a.hkv : 1;
+    for (int64_t t = 0; t < l->rows; t++) {
+        int32_t s, p;
+        if (!reel_hk_attn_check(&a, t, &s, &p)) {
+            reel_hk_zero(l->out[0], a.od, t * qrow, qrow);
+            continue;
+        }
+        for (int64_t hh = 0; hh < a.h; hh++)
+            reel_hk_attn_head(&a, s, p, t * qrow + hh * a.dh, hh / group, t * qrow + hh * a.dh);
+    }
+}

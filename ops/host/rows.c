@@ -1,0 +1,85 @@
+/* Host reference kernels over the last dim of each row: rmsnorm, softmax and
+ * argmax. Each row is reduced in float32 in ascending index order (so the
+ * result is deterministic) before any output of that row is written, so out
+ * may alias x. */
+#include <math.h>
+
+#include "ops/host/host_ops.h"
+#include "ops/host/kern.h"
+
+void reel_host_rmsnorm(const void *args)
+{
+    const reel_launch *l = args;
+    const reel_shape *xs = &l->in_shape[0];
+    reel_dtype xd = xs->dtype, wd = l->in_shape[1].dtype, od = l->out_shape[0].dtype;
+    int64_t d = reel_hk_last(xs);
+    if (d <= 0)
+        return;
+    int64_t nrows = reel_hk_numel(xs, l->rows) / d;
+    for (int64_t t = 0; t < nrows; t++) {
+        float ss = 0.0f;
+        for (int64_t i = 0; i < d; i++) {
+            float v = reel_load(l->in[0], xd, t * d + i);
+            ss += v * v;
+        }
+        float r = 1.0f / sqrtf(ss / (float)d + l->attrs->rmsnorm.eps);
+        for (int64_t i = 0; i < d; i++) {
+            float v = reel_load(l->in[0], xd, t * d + i);
+            reel_store(l->out[0], od, t * d + i, v * r * reel_load(l->in[1], wd, i));
+        }
+    }
+}
+
+/* Subtracting the row max keeps exp() in range. A row holding NaN or +inf,
+ * or only -inf, has no defined softmax and gives NaN (as torch does). */
+void reel_host_softmax(const void *args)
+{
+    const reel_launch *l = args;
+    const reel_shape *xs = &l->in_shape[0];
+    reel_dtype xd = xs->dtype, od = l->out_shape[0].dtype;
+    int64_t n = reel_hk_last(xs);
+    if (n <= 0)
+        return;
+    int64_t nrows = reel_hk_numel(xs, l->rows) / n;
+    for (int64_t t = 0; t < nrows; t++) {
+        const int64_t at = t * n;
+        float m = -INFINITY;
+        for (int64_t i = 0; i < n; i++) {
+            float v = reel_load(l->in[0], xd, at + i);
+            if (v > m) /* NaN propagates through the sum below */
+                m = v;
+        }
+        float s = 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            s += expf(reel_load(l->in[0], xd, at + i) - m);
+        for (int64_t i = 0; i < n; i++)
+            reel_store(l->out[0], od, at + i, expf(reel_load(l->in[0], xd, at + i) - m) / s);
+    }
+}
+
+/* Lowest index of the row's maximum; NaN never wins; an all-NaN row gives 0. */
+void reel_host_argmax(const void *args)
+{
+    const reel_launch *l = args;
+    const reel_shape *xs = &l->in_shape[0];
+    reel_dtype xd = xs->dtype;
+    int64_t n = reel_hk_last(xs);
+    int32_t *out = l->out[0];
+    if (n <= 0)
+        return;
+    int64_t nrows = reel_hk_numel(xs, l->rows) / n;
+    for (int64_t t = 0; t < nrows; t++) {
+        int64_t best = -1;
+        float bv = 0.0f;
+        for (int64_t i = 0; i < n; i++) {
+            float v = reel_load(l->in[0], xd, t * n + i);
+            if (isnan(v))
+                continue;
+            if (best < 0 || v > bv) {
+                best = i;
+                bv = v;
+            }
+        }
+        out[t] = best < 0 ? 0 : (int32_t)best;
+    }
+}
