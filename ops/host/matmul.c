@@ -4,6 +4,7 @@
  * (reel builds with -std=c11, which keeps a*b+c unfused). */
 #include "ops/host/host_ops.h"
 #include "ops/host/kern.h"
+#include "memory/halloc.h"
 
 typedef struct reel_hk_mm {
     const void *x, *w;
@@ -46,33 +47,62 @@ void reel_host_matmul(const void *args)
 
 enum { REEL_HK_MR = 4, REEL_HK_NT = 64 };
 
-/* One tile: rows i0 .. i0+mr-1, columns j0 .. j0+nt-1. */
-static void reel_hk_mm_tile(const reel_hk_mm *g, int64_t i0, int mr, int64_t j0, int nt)
+/* Operands converted to float32 once per call, padded to whole tiles with
+ * zeros, so the inner loops have constant trip counts and vectorize. Padding
+ * only adds columns/rows that are never stored. */
+typedef struct reel_hk_mm_f32 {
+    float *x;      /* [mp][k] */
+    float *w;      /* [k][np], w [K, N] layout whatever the storage */
+    int64_t mp, np;
+} reel_hk_mm_f32;
+
+static bool reel_hk_mm_convert(const reel_hk_mm *g, reel_hk_mm_f32 *f)
+{
+    f->mp = (g->m + REEL_HK_MR - 1) / REEL_HK_MR * REEL_HK_MR;
+    f->np = (g->n + REEL_HK_NT - 1) / REEL_HK_NT * REEL_HK_NT;
+    f->x = reel_hcalloc((size_t)(f->mp * g->k), sizeof(float));
+    f->w = reel_hcalloc((size_t)(g->k * f->np), sizeof(float));
+    if (!f->x || !f->w) {
+        reel_hfree(f->x);
+        reel_hfree(f->w);
+        return false;
+    }
+    for (int64_t i = 0; i < g->m * g->k; i++)
+        f->x[i] = reel_load(g->x, g->xd, i);
+    for (int64_t kk = 0; kk < g->k; kk++)
+        for (int64_t j = 0; j < g->n; j++)
+            f->w[kk * f->np + j] = reel_hk_mm_w(g, kk, j);
+    return true;
+}
+
+/* One tile: rows i0 .. i0+MR-1, columns j0 .. j0+NT-1 of the padded operands. */
+static void reel_hk_mm_tile(const reel_hk_mm *g, const reel_hk_mm_f32 *f, int64_t i0, int64_t j0)
 {
     float acc[REEL_HK_MR][REEL_HK_NT] = {{0}};
-    float xv[REEL_HK_MR];
     for (int64_t kk = 0; kk < g->k; kk++) {
-        for (int r = 0; r < mr; r++)
-            xv[r] = reel_load(g->x, g->xd, (i0 + r) * g->k + kk);
-        for (int c = 0; c < nt; c++) {
-            float wv = reel_hk_mm_w(g, kk, j0 + c);
-            for (int r = 0; r < mr; r++)
-                acc[r][c] += xv[r] * wv;
+        const float *wr = f->w + kk * f->np + j0;
+        for (int r = 0; r < REEL_HK_MR; r++) {
+            float xv = f->x[(i0 + r) * g->k + kk];
+            for (int c = 0; c < REEL_HK_NT; c++)
+                acc[r][c] += xv * wr[c];
         }
     }
-    for (int r = 0; r < mr; r++)
-        for (int c = 0; c < nt; c++)
+    for (int r = 0; r < REEL_HK_MR && i0 + r < g->m; r++)
+        for (int c = 0; c < REEL_HK_NT && j0 + c < g->n; c++)
             reel_store(g->out, g->od, (i0 + r) * g->n + j0 + c, acc[r][c]);
 }
 
 void reel_host_matmul_tiled(const void *args)
 {
     reel_hk_mm g = reel_hk_mm_of(args);
-    for (int64_t i = 0; i < g.m; i += REEL_HK_MR) {
-        int mr = (int)(g.m - i < REEL_HK_MR ? g.m - i : REEL_HK_MR);
-        for (int64_t j = 0; j < g.n; j += REEL_HK_NT) {
-            int nt = (int)(g.n - j < REEL_HK_NT ? g.n - j : REEL_HK_NT);
-            reel_hk_mm_tile(&g, i, mr, j, nt);
-        }
+    reel_hk_mm_f32 f;
+    if (!reel_hk_mm_convert(&g, &f)) {
+        reel_host_matmul(args); /* same bits, no scratch needed */
+        return;
     }
+    for (int64_t i = 0; i < f.mp; i += REEL_HK_MR)
+        for (int64_t j = 0; j < f.np; j += REEL_HK_NT)
+            reel_hk_mm_tile(&g, &f, i, j);
+    reel_hfree(f.x);
+    reel_hfree(f.w);
 }
