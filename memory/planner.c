@@ -44,6 +44,11 @@ typedef struct reel_pl_iv {
 } reel_pl_iv;
 
 typedef struct reel_pl_run {
+    int *order;         /* placement order */
+    int n, mode;        /* buffers placed; mode % 3: 0 no edges, 1 edges to
+                           stay low, 2 edges freely; mode >= 3: pull in-place
+                           partners */
+    int crit;           /* position in order whose placement reached the arena */
     size_t *off;
     size_t arena;
     int ne, cap;
@@ -55,10 +60,13 @@ typedef struct reel_pl {
     reel_hb hb;
     reel_pl_buf *b;
     reel_pl_nb *nb;         /* CSR over buffers */
-    int *order;
     bool *placed;
     reel_pl_iv *ivs;        /* scratch, one per neighbour */
     bool edges;             /* this run may add edges */
+    bool eager_edges;       /* ...wherever they let bytes be shared, not
+                               only where they keep the arena from growing */
+    bool pull_inplace;      /* place in-place partners right after a buffer */
+    int *work;              /* scratch worklist of buffers */
     reel_pl_run *run;       /* offsets and edges of the run in progress */
     size_t top;
 } reel_pl;
@@ -237,6 +245,16 @@ static reel_status reel_pl_graph(reel_pl *pl)
 /* ---- orderings ------------------------------------------------------------ */
 
 enum { ORD_SIZE, ORD_LIFE, ORD_FIRST, ORD_AREA, ORD_CONFLICT, ORD_SIZE_FIRST, ORD_COUNT };
+#ifndef REEL_PL_RANDOM_ORDERS
+#define REEL_PL_RANDOM_ORDERS 16
+#endif
+/* Refinement budget: placements times (buffers + conflicts), and a cap. */
+#ifndef REEL_PL_REFINE_WORK
+#define REEL_PL_REFINE_WORK ((size_t)1 << 24)
+#endif
+#ifndef REEL_PL_REFINE_MAX
+#define REEL_PL_REFINE_MAX 256
+#endif
 
 typedef struct reel_pl_key {
     double k1, k2;
@@ -275,11 +293,21 @@ static void reel_pl_key_of(const reel_pl *pl, int ord, int i, reel_pl_key *k)
     case ORD_FIRST: k->k1 = -(double)b->first; k->k2 = size; break;
     case ORD_AREA: k->k1 = size * life; k->k2 = size; break;
     case ORD_CONFLICT: k->k1 = reel_pl_conflict_weight(pl, i); k->k2 = size; break;
-    default: k->k1 = size; k->k2 = -(double)b->first; break;
+    case ORD_SIZE_FIRST: k->k1 = size; k->k2 = -(double)b->first; break;
+    default: {
+        /* perturbed size order: a deterministic hash of (ordering, buffer)
+         * scales each size by up to +-25% to escape ties and bad luck */
+        uint64_t z = ((uint64_t)ord << 32 | (uint32_t)i) * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 29)) * 0xbf58476d1ce4e5b9ull;
+        z ^= z >> 32;
+        k->k1 = size * (0.75 + 0.5 * (double)(z & 0xffff) / 65536.0);
+        k->k2 = life;
+        break;
+    }
     }
 }
 
-static reel_status reel_pl_order(reel_pl *pl, int ord, int *n_out)
+static reel_status reel_pl_order(reel_pl *pl, int ord, int *order, int *n_out)
 {
     int nb = pl->p->nbufs, n = 0;
     reel_pl_key *keys = reel_halloc(((size_t)nb + 1) * sizeof *keys);
@@ -290,7 +318,7 @@ static reel_status reel_pl_order(reel_pl *pl, int ord, int *n_out)
             reel_pl_key_of(pl, ord, i, &keys[n++]);
     qsort(keys, (size_t)n, sizeof *keys, reel_pl_key_cmp);
     for (int k = 0; k < n; k++)
-        pl->order[k] = keys[k].idx;
+        order[k] = keys[k].idx;
     *n_out = n;
     reel_hfree(keys);
     return REEL_OK;
@@ -451,12 +479,49 @@ static reel_status reel_pl_edges_for(reel_pl *pl, int x)
     return REEL_OK;
 }
 
+static reel_status reel_pl_set(reel_pl *pl, int x, size_t o, size_t top, bool soft)
+{
+    pl->run->off[x] = o;
+    pl->placed[x] = true;
+    pl->top = top;
+    return soft ? reel_pl_edges_for(pl, x) : REEL_OK;
+}
+
+/* Places the unplaced in-place partners of x (and theirs) at x's offset
+ * while they fit without raising the arena: a chain of in-place ops then
+ * shares its bytes before larger buffers take the space around it. */
+static reel_status reel_pl_pull(reel_pl *pl, int x)
+{
+    int n = 0;
+    pl->work[n++] = x;
+    while (n > 0) {
+        int y = pl->work[--n];
+        const reel_pl_buf *by = &pl->b[y];
+        for (int k = 0; k < by->nnb; k++) {
+            const reel_pl_nb *nb = &pl->nb[by->nb0 + k];
+            int z = nb->other;
+            bool soft = nb->rel == REL_INPLACE_SOFT;
+            if (pl->placed[z] || (nb->rel != REL_INPLACE && !(soft && pl->edges)))
+                continue;
+            size_t o = pl->run->off[y];
+            if (o + pl->b[z].size > pl->top || !reel_pl_fits(pl, z, o, soft))
+                continue;
+            REEL_TRY(reel_pl_set(pl, z, o, pl->top, soft));
+            pl->work[n++] = z;
+        }
+    }
+    return REEL_OK;
+}
+
 static reel_status reel_pl_place(reel_pl *pl, int x)
 {
     size_t o1, o2;
     size_t top1 = reel_pl_choose(pl, x, false, &o1);
     bool soft = false;
-    if (pl->edges && top1 > pl->top) {
+    if (pl->eager_edges) {
+        top1 = reel_pl_choose(pl, x, true, &o1);
+        soft = true;
+    } else if (pl->edges && top1 > pl->top) {
         size_t top2 = reel_pl_choose(pl, x, true, &o2);
         if (top2 < top1) {
             o1 = o2;
@@ -464,34 +529,50 @@ static reel_status reel_pl_place(reel_pl *pl, int x)
             soft = true;
         }
     }
-    pl->run->off[x] = o1;
-    pl->placed[x] = true;
-    pl->top = top1;
-    return soft ? reel_pl_edges_for(pl, x) : REEL_OK;
+    REEL_TRY(reel_pl_set(pl, x, o1, top1, soft));
+    return pl->pull_inplace ? reel_pl_pull(pl, x) : REEL_OK;
 }
 
 /* ---- runs ----------------------------------------------------------------- */
 
 static void reel_pl_run_free(reel_pl_run *r)
 {
+    reel_hfree(r->order);
     reel_hfree(r->off);
     reel_hfree(r->from);
     reel_hfree(r->to);
     memset(r, 0, sizeof *r);
 }
 
-static reel_status reel_pl_do_run(reel_pl *pl, int ord, bool edges, reel_pl_run *r)
+static reel_status reel_pl_run_alloc(const reel_pl *pl, reel_pl_run *r)
 {
-    int nb = pl->p->nbufs, n = 0;
-    pl->edges = edges;
+    size_t nb1 = (size_t)pl->p->nbufs + 1;
+    r->order = reel_hcalloc(nb1, sizeof *r->order);
+    r->off = reel_hcalloc(nb1, sizeof *r->off);
+    return r->order && r->off ? REEL_OK : REEL_E_OOM;
+}
+
+/* Places r->order[0..n) in r->mode. */
+static reel_status reel_pl_do_run(reel_pl *pl, reel_pl_run *r)
+{
+    size_t nb1 = (size_t)pl->p->nbufs + 1;
+    pl->edges = r->mode % 3 > 0;
+    pl->eager_edges = r->mode % 3 > 1;
+    pl->pull_inplace = r->mode >= 3;
     pl->run = r;
     pl->top = 0;
     r->ne = 0;
-    memset(r->off, 0, ((size_t)nb + 1) * sizeof *r->off);
-    memset(pl->placed, 0, ((size_t)nb + 1) * sizeof *pl->placed);
-    REEL_TRY(reel_pl_order(pl, ord, &n));
-    for (int k = 0; k < n; k++)
-        REEL_TRY(reel_pl_place(pl, pl->order[k]));
+    r->crit = 0;
+    memset(r->off, 0, nb1 * sizeof *r->off);
+    memset(pl->placed, 0, nb1 * sizeof *pl->placed);
+    for (int k = 0; k < r->n; k++) {
+        size_t before = pl->top;
+        if (pl->placed[r->order[k]])
+            continue;
+        REEL_TRY(reel_pl_place(pl, r->order[k]));
+        if (pl->top > before)
+            r->crit = k;
+    }
     r->arena = pl->top;
     return REEL_OK;
 }
@@ -501,32 +582,79 @@ static bool reel_pl_better(const reel_pl_run *a, const reel_pl_run *b)
     return a->arena < b->arena || (a->arena == b->arena && a->ne < b->ne);
 }
 
-/* Runs every ordering, without and (when allowed) with new edges; the best
- * run ends in *best. */
-static reel_status reel_pl_search(reel_pl *pl, size_t lower_bound, reel_pl_run *best)
+static void reel_pl_swap(reel_pl_run *a, reel_pl_run *b)
 {
-    size_t nb1 = (size_t)pl->p->nbufs + 1;
+    reel_pl_run t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Iterated greedy: the buffer whose placement set the arena moves to a
+ * random earlier place in the order, and the order is placed again; equal
+ * arenas are accepted too so the search can drift off a plateau. Bounded by
+ * work, not time, so plans are deterministic. */
+static reel_status reel_pl_refine(reel_pl *pl, size_t bound, reel_pl_run *best, reel_pl_run *cur)
+{
+    size_t work = (size_t)pl->p->nbufs + 1;
+    for (int i = 0; i < pl->p->nbufs; i++)
+        work += (size_t)pl->b[i].nnb;
+    size_t iters = REEL_PL_REFINE_WORK / work;
+    uint64_t rng = 0x2545f4914f6cdd1dull;
+    iters = iters > REEL_PL_REFINE_MAX ? REEL_PL_REFINE_MAX : iters;
+    for (size_t it = 0; it < iters && best->arena > bound && best->crit > 0; it++) {
+        memcpy(cur->order, best->order, (size_t)best->n * sizeof *cur->order);
+        cur->n = best->n;
+        cur->mode = best->mode;
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        int c = best->crit, j = (int)((rng >> 8) % (uint64_t)c);
+        if (rng & 1) {
+            int x = cur->order[c];      /* the buffer that set the arena goes earlier */
+            memmove(cur->order + j + 1, cur->order + j, (size_t)(c - j) * sizeof *cur->order);
+            cur->order[j] = x;
+        } else {
+            int t = cur->order[j];      /* or two buffers before it trade places */
+            int m = (int)((rng >> 40) % (uint64_t)c);
+            cur->order[j] = cur->order[m];
+            cur->order[m] = t;
+        }
+        REEL_TRY(reel_pl_do_run(pl, cur));
+        if (cur->arena < best->arena || (cur->arena == best->arena && cur->ne <= best->ne))
+            reel_pl_swap(best, cur);
+    }
+    return REEL_OK;
+}
+
+/* Runs every ordering, without and (when allowed) with new edges, then
+ * refines the best; the best run ends in *best. bound: a lower bound, to
+ * stop early. */
+static reel_status reel_pl_search(reel_pl *pl, size_t bound, reel_pl_run *best)
+{
     reel_pl_run cur = { 0 };
-    reel_status st = REEL_E_OOM;
-    best->off = reel_hcalloc(nb1, sizeof *best->off);
-    cur.off = reel_hcalloc(nb1, sizeof *cur.off);
-    if (!best->off || !cur.off)
+    reel_status st = reel_pl_run_alloc(pl, best);
+    if (st == REEL_OK)
+        st = reel_pl_run_alloc(pl, &cur);
+    if (st != REEL_OK)
         goto fail;
     best->arena = SIZE_MAX;
-    for (int mode = 0; mode < (pl->p->allow_new_edges ? 2 : 1); mode++) {
-        for (int ord = 0; ord < ORD_COUNT; ord++) {
-            st = reel_pl_do_run(pl, ord, mode == 1, &cur);
+    for (int mode = 0; mode < 6; mode++) {
+        if (mode % 3 && !pl->p->allow_new_edges)
+            continue;
+        for (int ord = 0; ord < ORD_COUNT + REEL_PL_RANDOM_ORDERS; ord++) {
+            cur.mode = mode;
+            st = reel_pl_order(pl, ord, cur.order, &cur.n);
+            if (st == REEL_OK)
+                st = reel_pl_do_run(pl, &cur);
             if (st != REEL_OK)
                 goto fail;
-            if (reel_pl_better(&cur, best)) {
-                reel_pl_run t = *best;
-                *best = cur;
-                cur = t;
-            }
-            if (best->arena <= lower_bound && best->ne == 0)
+            if (reel_pl_better(&cur, best))
+                reel_pl_swap(best, &cur);
+            if (best->arena <= bound && best->ne == 0)
                 goto done;
         }
     }
+    st = reel_pl_refine(pl, bound, best, &cur);
+    if (st != REEL_OK)
+        goto fail;
 done:
     reel_pl_run_free(&cur);
     return REEL_OK;
@@ -621,9 +749,9 @@ static reel_status reel_pl_init(reel_pl *pl, const reel_mem_problem *p)
                            0, NULL, NULL));
     size_t nb1 = (size_t)p->nbufs + 1;
     pl->b = reel_hcalloc(nb1, sizeof *pl->b);
-    pl->order = reel_hcalloc(nb1, sizeof *pl->order);
     pl->placed = reel_hcalloc(nb1, sizeof *pl->placed);
-    if (!pl->b || !pl->order || !pl->placed)
+    pl->work = reel_hcalloc(nb1, sizeof *pl->work);
+    if (!pl->b || !pl->placed || !pl->work)
         return REEL_E_OOM;
     for (int i = 0; i < p->nbufs; i++) {
         const reel_mem_buf *b = &p->bufs[i];
@@ -643,8 +771,8 @@ static void reel_pl_fini(reel_pl *pl)
     reel_hb_free(&pl->hb);
     reel_hfree(pl->b);
     reel_hfree(pl->nb);
-    reel_hfree(pl->order);
     reel_hfree(pl->placed);
+    reel_hfree(pl->work);
     reel_hfree(pl->ivs);
 }
 
@@ -658,13 +786,14 @@ reel_status reel_mem_plan_compute(const reel_mem_problem *p, reel_mem_plan *out)
     REEL_TRY(reel_pl_check(p));
     reel_pl pl;
     reel_pl_run best = { 0 };
-    size_t lb = reel_mem_lower_bound(p);
+    size_t lb = reel_mem_lower_bound(p), nbound = reel_mem_node_bound(p);
     reel_status st = reel_pl_init(&pl, p);
     if (st == REEL_OK)
-        st = reel_pl_search(&pl, lb, &best);
+        st = reel_pl_search(&pl, lb > nbound ? lb : nbound, &best);
     reel_pl_fini(&pl);
     if (st != REEL_OK)
         return st;
+    reel_hfree(best.order);
     out->offsets = best.off;
     out->arena = best.arena;
     out->lower_bound = lb;
