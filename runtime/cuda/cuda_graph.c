@@ -16,13 +16,13 @@ reel_status reel_cuda_capture_begin(reel_backend *be, reel_stream *origin)
 static reel_status end_capture(reel_backend *be, reel_stream *origin, cudaGraph_t *graph)
 {
     *graph = NULL;
-    cudaError_t e = cudaStreamEndCapture(origin->s, graph);
-    if (e == cudaSuccess)
+    reel_status st = REEL_CK(be, cudaStreamEndCapture(origin->s, graph));
+    if (st == REEL_OK)
         return REEL_OK;
     if (*graph)
         (void)REEL_CK_QUIET(cudaGraphDestroy(*graph));
     *graph = NULL;
-    return REEL_CK(be, e);
+    return st;
 }
 
 reel_status reel_cuda_capture_end(reel_backend *be, reel_stream *origin, reel_exec_graph **out)
@@ -101,7 +101,7 @@ reel_status reel_cuda_graph_update(reel_backend *be, reel_exec_graph *exec, reel
         (void)cudaGetLastError();
         return REEL_OK;
     }
-    REEL_TRY(REEL_CK(be, e));
+    REEL_TRY(reel_cuda_status(be->ctx, e, __FILE__, __LINE__, "cudaGraphExecUpdate"));
     *updated = info.result == cudaGraphExecUpdateSuccess;
     return REEL_OK;
 }

@@ -126,7 +126,7 @@ reel_status reel_cuda_event_query(reel_backend *be, reel_event *e, bool *done)
         (void)cudaGetLastError(); /* not an error: keep it out of later launch checks */
         return REEL_OK;
     }
-    return REEL_CK(be, r);
+    return reel_cuda_status(be->ctx, r, __FILE__, __LINE__, "cudaEventQuery");
 }
 
 reel_status reel_cuda_event_sync(reel_backend *be, reel_event *e)
