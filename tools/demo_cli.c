@@ -236,8 +236,10 @@ void demo_print_summary(const demo_opts *o, const demo_result *r, FILE *f)
             s->steps ? 100.0 * (double)s->replays / (double)s->steps : 0.0);
     fprintf(f, "  eager steps        %" PRIu64 "\n", s->eager_steps);
     print_reasons(r, f);
-    fprintf(f, "  step latency       p50 %.3f ms, p99 %.3f ms (replayed p50 %.3f ms, eager p50 %.3f ms)\n",
-            r->p50_ms, r->p99_ms, r->replay_p50_ms, r->eager_p50_ms);
+    fprintf(f, "  step latency       p50 %.3f ms, p99 %.3f ms", r->p50_ms, r->p99_ms);
+    if (s->replays) fprintf(f, "; replayed p50 %.3f ms", r->replay_p50_ms);
+    if (s->eager_steps) fprintf(f, "; eager p50 %.3f ms", r->eager_p50_ms);
+    fputc('\n', f);
     fprintf(f, "  arena bytes        %zu (%s; params %s, state %s)\n", s->arena_bytes,
             human_bytes((double)s->arena_bytes, b1, sizeof b1), human_bytes((double)s->param_bytes, b2, sizeof b2),
             human_bytes((double)s->state_bytes, b3, sizeof b3));
