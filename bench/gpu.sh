@@ -1,0 +1,56 @@
+#!/bin/bash
+# On the GPU machine (see ../shared/device/README.md): builds reel with CUDA
+# in a fresh /tmp build, runs the gpu test suite, the benchmarks and the
+# other suites, and leaves the logs under $OUT (/tmp/reel-gpu-out when unset). Each
+# phase has a time limit so the logs come back even when one hangs.
+#   REEL_GPU_SANITIZE=1  also run the gpu op tests under compute-sanitizer
+#   REEL_GPU_OTHER=0     skip the non-gpu suites
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/reel-gpu-out}
+mkdir -p "$OUT"
+B=/tmp/reel-gpu-build
+[ -f .devdeps/env.sh ] && source .devdeps/env.sh
+jobs=$(nproc)
+
+phase() { echo; echo "=== $* ($(date +%T))"; }
+
+phase device
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee "$OUT/device.txt"
+
+phase build
+rm -rf "$B"
+if ! timeout 240 bash -c "meson setup '$B' -Dcuda=enabled -Dbuildtype=release && ninja -C '$B' -j$jobs" \
+        >"$OUT/build.log" 2>&1; then
+    tail -60 "$OUT/build.log"
+    echo "BUILD FAILED"
+    exit 1
+fi
+tail -3 "$OUT/build.log"
+
+phase gpu tests
+timeout 200 meson test -C "$B" --suite gpu --print-errorlogs --num-processes 4 >"$OUT/test-gpu.log" 2>&1
+echo "meson test --suite gpu: exit $?"
+grep -E "^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped|Timeout):" "$OUT/test-gpu.log"
+# Criterion's own lines name each failing test and assertion.
+grep -E "\[----\]|\[FAIL\]|Synthesis" "$OUT/test-gpu.log" | head -60
+cp "$B/meson-logs/testlog.txt" "$OUT/testlog-gpu.txt" 2>/dev/null
+
+phase bench chain
+timeout 120 "$B/bench/bench_chain" 30 2>&1 | tee "$OUT/bench-chain.md"
+
+if [ "${REEL_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+    phase compute-sanitizer memcheck, gpu op tests
+    timeout 150 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
+        "$B/tests/gpu/test_gpu_ops" --jobs 4 >"$OUT/sanitizer.log" 2>&1
+    echo "compute-sanitizer: exit $?"
+    grep -E "ERROR SUMMARY|Invalid|\[FAIL\]|Synthesis" "$OUT/sanitizer.log" | sort | uniq -c | head -30
+fi
+
+if [ "${REEL_GPU_OTHER:-1}" = 1 ]; then
+    phase other suites
+    timeout 150 meson test -C "$B" --no-suite gpu --num-processes "$jobs" >"$OUT/test-other.log" 2>&1
+    echo "meson test --no-suite gpu: exit $?"
+    grep -E "^(Ok|Fail|Skipped|Timeout):| FAIL | TIMEOUT " "$OUT/test-other.log"
+fi
+phase done
