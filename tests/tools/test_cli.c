@@ -82,3 +82,20 @@ Test(cli, help_lists_every_command)
     cr_expect_eq(rc, 0);
     cr_expect(strstr(out, "demo") && strstr(out, "version") && strstr(out, "help"), "output:\n%s", out);
 }
+
+Test(cli, demo_reports_progress_on_stderr_unless_quiet)
+{
+    int rc = reel_run("demo " SMALL_ARGS, out, sizeof out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+    cr_expect(strstr(out, "done 12/12") != NULL, "no final progress line in:\n%s", out);
+}
+
+Test(cli, help_for_demo_lists_its_options)
+{
+    int rc = reel_run("help demo", out, sizeof out);
+    cr_expect_eq(rc, 0);
+    const char *want[] = {"--layers", "--hidden", "--heads", "--buckets", "--max-tokens", "--max-context",
+                          "--steps", "--seed", "--backend", "--strict"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect(strstr(out, want[i]) != NULL, "no '%s' in:\n%s", want[i], out);
+}
