@@ -39,6 +39,14 @@ cp "$B/meson-logs/testlog.txt" "$OUT/testlog-gpu.txt" 2>/dev/null
 phase bench chain
 timeout 120 "$B/bench/bench_chain" 30 2>&1 | tee "$OUT/bench-chain.md"
 
+phase demo on cuda and host
+for be in cuda host; do
+    echo "--- reel demo --backend $be"
+    timeout 60 "$B/tools/reel" demo --backend "$be" --quiet 2>&1
+    echo "exit $?"
+done >"$OUT/demo.log" 2>&1
+grep -E "^--- |backend|replays|eager steps|step latency|compile|checksum|^exit|rror" "$OUT/demo.log"
+
 if [ "${REEL_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     phase compute-sanitizer memcheck, gpu op tests
     timeout 150 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \

@@ -89,10 +89,12 @@ static void exercise_plan(void)
         reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
         o.max_context = 32;
         cr_assert_eq(reel_compile(og.g, &o, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
-        int32_t ns[3] = {3, 17, 100}; /* replay, replay, eager (over the largest bucket) */
+        /* Two replays, then an eager step: a context past max_context for
+         * attention, more tokens than the largest bucket for matmul. */
+        int32_t ns[3] = {3, 17, k ? 100 : 6}, ctxs[3] = {20, 20, k ? 20 : 40};
         for (int i = 0; i < 3; i++) {
             og_step s;
-            cr_assert_eq(og_make_step(p, kinds[k], REEL_BF16, ns[i], 11 + i, 20, &s), REEL_OK);
+            cr_assert_eq(og_make_step(p, kinds[k], REEL_BF16, ns[i], 11 + i, ctxs[i], &s), REEL_OK);
             cr_assert_eq(reel_step(p, &s.info), REEL_OK, "%s", reel_ctx_last_error(ctx));
         }
         reel_plan_destroy(p);
