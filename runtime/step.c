@@ -292,9 +292,11 @@ static reel_status overflow_layout(reel_plan *p, const reel_step_info *s, const 
     if (p->over_valid && L->rows >= rows && L->max_seqs >= seqs && L->max_blocks >= blocks)
         return REEL_OK;
     if (p->over_valid) {
-        rows = rows > L->rows ? rows : L->rows;
-        seqs = seqs > L->max_seqs ? seqs : L->max_seqs;
-        blocks = blocks > L->max_blocks ? blocks : L->max_blocks;
+        /* Grow geometrically so a context that keeps growing rebuilds the
+         * layout (and runs the planner) a logarithmic number of times. */
+        rows = rows > L->rows ? (rows > 2 * L->rows ? rows : 2 * L->rows) : L->rows;
+        seqs = seqs > L->max_seqs ? (seqs > 2 * L->max_seqs ? seqs : 2 * L->max_seqs) : L->max_seqs;
+        blocks = blocks > L->max_blocks ? (blocks > 2 * L->max_blocks ? blocks : 2 * L->max_blocks) : L->max_blocks;
     }
     reel_layout_free(p, L, true);
     p->over_valid = false;
