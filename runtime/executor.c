@@ -36,6 +36,9 @@ static reel_status check_opts(reel_plan *p, const reel_compile_opts *o)
 {
     reel_compile_opts def = REEL_COMPILE_OPTS_INIT;
     p->opts = o ? *o : def;
+    if (p->opts.header_version == 0)
+        return reel_seterr(p->ctx, REEL_E_VERSION,
+                           "compile options were not initialised with REEL_COMPILE_OPTS_INIT (header_version 0)");
     if (p->opts.header_version / 100 != REEL_VERSION_NUMBER / 100)
         return reel_seterr(p->ctx, REEL_E_VERSION, "compile options from header %d, library is %d",
                            p->opts.header_version, REEL_VERSION_NUMBER);
@@ -704,7 +707,7 @@ static reel_status build_buckets(reel_plan *p)
 
 static reel_status compile_steps(reel_plan *p, reel_graph *g)
 {
-    REEL_TRY(check_opts(p, p->opts.header_version ? &p->opts : NULL));
+    REEL_TRY(check_opts(p, &p->opts));
     REEL_TRY(reel_graph_validate(g));
     REEL_TRY(copy_graph(p, g));
     REEL_TRY(select_kernels(p));

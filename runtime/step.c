@@ -188,6 +188,7 @@ static reel_status check_step(reel_plan *p, const reel_step_info *s, step_need *
     need->max_blocks = 0;
     if (p->has_attention)
         return check_seqs(p, s, need);
+    /* Without paged attention the sequence arrays are not read. */
     if (s->positions)
         for (int32_t t = 0; t < s->num_tokens; t++)
             if (s->positions[t] < 0)
@@ -212,7 +213,7 @@ static reel_fallback decide(const reel_plan *p, const reel_step_info *s, const s
     *bucket = bucket_for(p, s->num_tokens);
     if (*bucket < 0)
         return REEL_FALLBACK_TOKENS_OVER_LIMIT;
-    if (s->num_seqs > p->opts.max_seqs)
+    if (p->has_attention && s->num_seqs > p->opts.max_seqs)
         return REEL_FALLBACK_SEQS_OVER_LIMIT;
     if (need->max_ctx > p->opts.max_context && !p->dbg.skip_dispatch_guard)
         return REEL_FALLBACK_CONTEXT_OVER_LIMIT;
@@ -235,7 +236,7 @@ static void fill_i32(int32_t *dst, int32_t v, int64_t count)
 static size_t build_meta(reel_plan *p, const reel_layout *L, const reel_step_info *s)
 {
     char *h = L->stat_host;
-    int32_t n = s ? s->num_tokens : 0, ns = s ? s->num_seqs : 0;
+    int32_t n = s ? s->num_tokens : 0, ns = s && p->has_attention ? s->num_seqs : 0;
     int64_t rows = L->rows;
     *(int32_t *)(h + L->off_err) = 0;
     for (int t = 1; t < p->ntensors; t++) {
@@ -286,7 +287,8 @@ static reel_status overflow_layout(reel_plan *p, const reel_step_info *s, const 
 {
     int32_t top = p->buckets[p->nbuckets - 1];
     int64_t rows = s->num_tokens > top ? s->num_tokens : top;
-    int32_t seqs = s->num_seqs > p->opts.max_seqs ? s->num_seqs : p->opts.max_seqs;
+    int32_t ns = p->has_attention ? s->num_seqs : 0;
+    int32_t seqs = ns > p->opts.max_seqs ? ns : p->opts.max_seqs;
     int32_t blocks = p->bucket[0].max_blocks > need->max_blocks ? p->bucket[0].max_blocks : need->max_blocks;
     reel_layout *L = &p->over;
     if (p->over_valid && L->rows >= rows && L->max_seqs >= seqs && L->max_blocks >= blocks)
@@ -330,20 +332,25 @@ static reel_status download(reel_plan *p, const reel_layout *L, int32_t n)
     return be->vt->stream_sync(be, s0);
 }
 
+/* The error word says a kernel refused; the kernels that check limits are
+ * paged attention and top-k's page transform: name them. */
 static reel_status kernel_refused(reel_plan *p, int32_t code, const reel_layout *L)
 {
-    const char *op = "a kernel";
-    for (int i = 0; i < p->nnodes; i++)
-        if (p->nodes[i].op == REEL_OP_PAGED_ATTENTION) {
-            op = p->tensors[p->nodes[i].out[0]].name;
-            break;
-        }
+    char ops[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < p->nnodes && len + 80 < sizeof ops; i++) {
+        reel_op_kind k = p->nodes[i].op;
+        if (k != REEL_OP_PAGED_ATTENTION && !(k == REEL_OP_TOPK && p->nodes[i].attrs.topk.has_page_table))
+            continue;
+        len += (size_t)snprintf(ops + len, sizeof ops - len, "%s'%s' ('%s')", len ? " or " : "",
+                                reel_op_schema_get(k)->name, p->tensors[p->nodes[i].out[0]].name);
+    }
     if (code == REEL_E_LIMIT)
         return reel_seterr(p->ctx, REEL_E_LIMIT,
-                           "step refused inside the graph: op 'paged_attention' ('%s') saw a context or slot beyond "
-                           "its limit (max_context %d, %d blocks per sequence); outputs are invalid",
-                           op, L->max_context, L->max_blocks);
-    return reel_seterr(p->ctx, code >= 0 && code < REEL_STATUS_COUNT ? (reel_status)code : REEL_E_INTERNAL,
+                           "step refused inside the graph: op %s saw a context, block or page beyond its limit "
+                           "(max_context %d, %d blocks per sequence); outputs are invalid",
+                           len ? ops : "(unknown)", L->max_context, L->max_blocks);
+    return reel_seterr(p->ctx, code > 0 && code < REEL_STATUS_COUNT ? (reel_status)code : REEL_E_INTERNAL,
                        "step: a kernel reported %s", reel_status_str((reel_status)code));
 }
 
@@ -361,7 +368,7 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
                            "%d sequences, context %d) and the plan is strict",
                            s->num_tokens, s->num_seqs, need.max_ctx, reel_fallback_str(why),
                            p->buckets[p->nbuckets - 1], p->opts.max_seqs, p->opts.max_context);
-    bool fits = b >= 0 && s->num_seqs <= p->opts.max_seqs &&
+    bool fits = b >= 0 && (!p->has_attention || s->num_seqs <= p->opts.max_seqs) &&
                 (need.max_ctx <= p->opts.max_context || p->dbg.skip_dispatch_guard);
     if (!fits)
         REEL_TRY(overflow_layout(p, s, &need));

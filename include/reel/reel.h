@@ -133,9 +133,10 @@ reel_status reel_graph_status(const reel_graph *g);
 /* Inputs are written before each step with reel_plan_set_input. */
 reel_tensor reel_input(reel_graph *g, const char *name, reel_dtype dt, int ndim, const int64_t *dims);
 /* Parameters (weights): no token dimension. Bind data before compile with
- * reel_param_bind (the pointer is borrowed until reel_compile returns; the
- * data is copied there), or mark the parameter deferred and write it into
- * the plan with reel_plan_write_param before the first step. */
+ * reel_param_bind (the pointer is borrowed by the graph: each reel_compile
+ * of it copies the data, so it must stay valid until the graph's last
+ * compile returns), or mark the parameter deferred and write it into the
+ * plan with reel_plan_write_param before the first step. */
 reel_tensor reel_param(reel_graph *g, const char *name, reel_dtype dt, int ndim, const int64_t *dims);
 reel_status reel_param_bind(reel_graph *g, reel_tensor param, const void *data);
 reel_status reel_param_defer(reel_graph *g, reel_tensor param);
@@ -232,9 +233,9 @@ void reel_plan_destroy(reel_plan *p);
 /* ---- step --------------------------------------------------------------- */
 
 /* Per-step metadata. Tokens of a sequence are contiguous:
- * sequence s owns tokens query_start[s] .. query_start[s+1]-1. Graphs without
- * attention may leave the sequence arrays NULL (num_seqs 0); positions
- * default to 0 when NULL. */
+ * sequence s owns tokens query_start[s] .. query_start[s+1]-1. A plan
+ * without paged attention never reads the sequence arrays (they may be NULL
+ * whatever num_seqs says); positions default to 0 when NULL. */
 typedef struct reel_step_info {
     int32_t num_tokens;
     int32_t num_seqs;

@@ -162,3 +162,31 @@ Test(step_errors, state_reads_and_writes_check_name_and_size, .init = setup, .fi
     reel_plan_destroy(p);
     og_free(&og);
 }
+
+Test(step_errors, options_not_made_with_the_initializer_are_refused, .init = setup, .fini = teardown)
+{
+    og_graph og;
+    cr_assert_eq(og_build(ctx, OG_ADD, REEL_F32, 3, &og), REEL_OK);
+    reel_compile_opts o = {.strict = true};
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(og.g, &o, &p), REEL_E_VERSION);
+    HAS("REEL_COMPILE_OPTS_INIT");
+    cr_assert_null(p);
+    og_free(&og);
+}
+
+Test(step_errors, a_plan_without_attention_ignores_sequence_arrays, .init = setup, .fini = teardown)
+{
+    og_graph og;
+    cr_assert_eq(og_build(ctx, OG_ADD, REEL_F32, 3, &og), REEL_OK);
+    reel_plan *p;
+    cr_assert_eq(reel_compile(og.g, NULL, &p), REEL_OK);
+    float x[64] = {1};
+    cr_assert_eq(reel_plan_set_input(p, "x", x, 4), REEL_OK);
+    cr_assert_eq(reel_plan_set_input(p, "b", x, 4), REEL_OK);
+    reel_step_info s = {.num_tokens = 4, .num_seqs = 3}; /* arrays NULL */
+    cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(reel_plan_last_fallback(p), REEL_FALLBACK_NONE);
+    reel_plan_destroy(p);
+    og_free(&og);
+}
