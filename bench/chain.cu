@@ -30,6 +30,10 @@
 #include <vector>
 
 #include "reel/reel.h"
+#include "runtime/cuda/cuda.h" /* reel's kernels by hand (the diagnostic rows) */
+extern "C" {
+#include "ops/op.h"
+}
 
 #define CK(call)                                                                                          \
     do {                                                                                                  \
@@ -74,6 +78,36 @@ __global__ void add1_pdl(float *x, int n)
 #endif
 }
 
+/* Diagnostic kernels: what separates reel's add from add1 in a graph. */
+__global__ void add1_gdc(float *x, int n) /* add1 with the PDL instructions, launched without PDL */
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+#endif
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] += 1.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+
+__global__ void addb(const float *x, const float *b, float *out, int n) /* two inputs, one float a thread */
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = x[i] + b[i];
+}
+
+__global__ void addb_vec(const float4 *x, const float4 *b, float4 *out, long long n4) /* reel's shape */
+{
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+        float4 u = x[i], v = b[i];
+        out[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+    }
+}
+
 static double now_us(void)
 {
     struct timespec ts;
@@ -99,6 +133,7 @@ struct timing {
 struct rig {
     cudaStream_t s;
     float *d, *h_in, *h_out; /* device buffer, pinned input and output */
+    float *ones;             /* device: the second input of the two-input kernels */
     cudaEvent_t e0, e1;
 };
 
@@ -174,14 +209,14 @@ static timing run_raw_eager(const rig &r, int n, int reps)
     return t;
 }
 
-static timing run_raw_graph(const rig &r, int n, int reps, bool pdl)
+template <typename L> static timing run_graph_of(const rig &r, int n, int reps, L chain)
 {
     timing t;
     cudaGraph_t g;
     cudaGraphExec_t x;
     double t0 = now_us();
     CK(cudaStreamBeginCapture(r.s, cudaStreamCaptureModeThreadLocal));
-    launch_chain(r, n, pdl);
+    chain();
     CK(cudaStreamEndCapture(r.s, &g));
     CK(cudaGraphInstantiate(&x, g, 0));
     t.setup_ms = (now_us() - t0) * 1e-3;
@@ -201,6 +236,68 @@ static timing run_raw_graph(const rig &r, int n, int reps, bool pdl)
     t.gpu_us = median(gpu), t.wall_us = median(wall), t.launch_host_us = median(host);
     CK(cudaGraphExecDestroy(x));
     CK(cudaGraphDestroy(g));
+    return t;
+}
+
+static timing run_raw_graph(const rig &r, int n, int reps, bool pdl)
+{
+    return run_graph_of(r, n, reps, [&] { launch_chain(r, n, pdl); });
+}
+
+/* Diagnostic rows: variants of the kernel, each chain hand-captured. */
+static timing run_diag(const rig &r, int n, int reps, int which)
+{
+    dim3 grid16((ELEMS + THREADS - 1) / THREADS), grid4((ELEMS / 4 + THREADS - 1) / THREADS);
+    return run_graph_of(r, n, reps, [&] {
+        for (int k = 0; k < n; k++) {
+            if (which == 0)
+                add1_gdc<<<grid16, THREADS, 0, r.s>>>(r.d, ELEMS);
+            else if (which == 1)
+                addb<<<grid16, THREADS, 0, r.s>>>(r.d, r.ones, r.d, ELEMS);
+            else
+                addb_vec<<<grid4, THREADS, 0, r.s>>>((const float4 *)r.d, (const float4 *)r.ones, (float4 *)r.d,
+                                                     ELEMS / 4);
+        }
+        CK(cudaGetLastError());
+    });
+}
+
+/* reel's own add kernel (the cuda.add impl, in place), hand-captured: the
+ * kernel's cost without the executor. */
+static timing run_reel_kernel(const rig &r0, int n, int reps)
+{
+    reel_backend *be = g_ctx->be;
+    reel_stream *rs;
+    RK(be->vt->stream_create(be, &rs));
+    rig r = r0;
+    r.s = reel_cuda_stream_handle(rs);
+    reel_shape sh[3];
+    memset(sh, 0, sizeof sh);
+    sh[0].dtype = sh[1].dtype = sh[2].dtype = REEL_F32;
+    sh[0].ndim = sh[2].ndim = 2, sh[1].ndim = 1;
+    sh[0].tokens = sh[2].tokens = true;
+    sh[0].dims[0] = sh[2].dims[0] = 1, sh[0].dims[1] = sh[2].dims[1] = ELEMS, sh[1].dims[0] = ELEMS;
+    reel_op_attrs at;
+    memset(&at, 0, sizeof at);
+    const reel_op_impl *impl = reel_registry_select(REEL_BACKEND_CUDA, REEL_OP_ADD, sh, 2, &sh[2], &at, &be->caps);
+    if (!impl) {
+        fprintf(stderr, "no cuda add impl\n");
+        exit(1);
+    }
+    reel_launch l;
+    memset(&l, 0, sizeof l);
+    l.op = REEL_OP_ADD;
+    l.attrs = &at;
+    l.in_shape = sh;
+    l.out_shape = &sh[2];
+    l.in[0] = r.d, l.in[1] = r.ones, l.out[0] = r.d;
+    l.rows = 1;
+    l.stream = rs;
+    timing t = run_graph_of(r, n, reps, [&] {
+        for (int k = 0; k < n; k++)
+            RK(impl->launch(be, &l));
+    });
+    be->vt->stream_destroy(be, rs);
     return t;
 }
 
@@ -275,6 +372,11 @@ int main(int argc, char **argv)
     CK(cudaMalloc(&r.d, ELEMS * sizeof(float)));
     CK(cudaMallocHost(&r.h_in, ELEMS * sizeof(float)));
     CK(cudaMallocHost(&r.h_out, ELEMS * sizeof(float)));
+    CK(cudaMalloc(&r.ones, ELEMS * sizeof(float)));
+    {
+        std::vector<float> one(ELEMS, 1.0f);
+        CK(cudaMemcpy(r.ones, one.data(), ELEMS * sizeof(float), cudaMemcpyHostToDevice));
+    }
     CK(cudaEventCreate(&r.e0));
     CK(cudaEventCreate(&r.e1));
     for (int i = 0; i < ELEMS; i++)
@@ -307,6 +409,19 @@ int main(int argc, char **argv)
         print_row("reel pdl replay", n, reel_pdl, graph, graph);
         print_row("reel eager", n, reel_eager, graph, graph);
         printf("| %5d | reel eager / raw eager (wall) | | | | %.2f | | | |\n", n, reel_eager.wall_us / eager.wall_us);
+    }
+    /* Which part of the kernel costs what, per node in a hand-captured graph. */
+    printf("\ndiagnostic: variants of the add kernel, each chain hand-captured (N = 1000)\n\n");
+    printf("| N | variant | gpu us/node | gpu x graph | wall us/node | wall x graph | setup ms | host us | result |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    {
+        const int n = 1000;
+        timing graph = run_raw_graph(r, n, reps, false);
+        print_row("raw graph add1", n, graph, graph, graph);
+        print_row("add1 + gdc insns", n, run_diag(r, n, reps, 0), graph, graph);
+        print_row("x+b scalar x16", n, run_diag(r, n, reps, 1), graph, graph);
+        print_row("x+b float4 x4", n, run_diag(r, n, reps, 2), graph, graph);
+        print_row("reel add kernel", n, run_reel_kernel(r, n, reps), graph, graph);
     }
     reel_ctx_destroy(g_ctx);
     return 0;

@@ -119,29 +119,33 @@ __host__ __forceinline__ unsigned grid_for(int64_t n, int threads)
 /* Programmatic dependent launch: a kernel launched with it may start
  * before its same-stream predecessor ends, so it waits for that grid before
  * touching memory, and lets its own successor start once its writes are
- * done. Both are no-ops for a kernel launched without the attribute. */
-__device__ __forceinline__ void pdl_wait()
+ * done. Both are skipped (a uniform branch on a kernel argument) for a
+ * launch without the attribute, which then pays no PDL instruction. */
+__device__ __forceinline__ void pdl_wait(bool pdl)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cudaGridDependencySynchronize();
+    if (pdl)
+        cudaGridDependencySynchronize();
 #endif
 }
 
-__device__ __forceinline__ void pdl_trigger()
+__device__ __forceinline__ void pdl_trigger(bool pdl)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cudaTriggerProgrammaticLaunchCompletion();
+    if (pdl)
+        cudaTriggerProgrammaticLaunchCompletion();
 #endif
 }
 
-/* Launches kernel, with the programmatic-stream-serialization attribute
- * when pdl (the kernel must call pdl_wait first). */
+/* Launches kernel(args..., pdl), with the programmatic-stream-serialization
+ * attribute when pdl: the kernel's last parameter is that flag, and it
+ * calls pdl_wait(pdl) before touching memory. */
 template <typename... KArgs, typename... Args>
 cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
                    Args... args)
 {
     if (!pdl) {
-        kernel<<<grid, block, smem, st>>>(args...);
+        kernel<<<grid, block, smem, st>>>(args..., false);
         return cudaSuccess; /* a failed launch shows in cudaGetLastError */
     }
     cudaLaunchConfig_t cfg = {};
@@ -154,7 +158,7 @@ cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kernel, args...);
+    return cudaLaunchKernelEx(&cfg, kernel, args..., true);
 }
 
 /* Prefixes the context's message with what (the impl and its shapes) when

@@ -17,8 +17,6 @@ extern "C" {
 #define REEL_CUDA_TOPK_MAX_K 4096
 /* Largest head_dim of the CUDA paged attention (accumulators in shared memory). */
 #define REEL_CUDA_ATTN_MAX_HEAD_DIM 2048
-/* Most partials the CUDA lse_combine weighs at once (weights in shared memory). */
-#define REEL_CUDA_LSE_MAX_PARTIALS 8192
 
 extern const reel_op_impl *const reel_cuda_impls[];
 extern const int reel_cuda_nimpls;

@@ -17,21 +17,21 @@ struct mul_op {
 
 /* nb == n: b has a's shape; else b is a row of nb elements repeated. */
 template <typename T, typename F>
-__global__ void binary_kernel(const T *a, const T *b, T *out, int64_t n, int64_t nb, F f)
+__global__ void binary_kernel(const T *a, const T *b, T *out, int64_t n, int64_t nb, F f, bool pdl)
 {
-    pdl_wait();
+    pdl_wait(pdl);
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         out[i] = from_f<T>(f(to_f(a[i]), to_f(b[nb == n ? i : i % nb])));
-    pdl_trigger();
+    pdl_trigger(pdl);
 }
 
 /* The same over packs of 16 bytes: n and nb are multiples of the pack. */
 template <typename T, typename F>
 __global__ void binary_kernel_vec(const pack<T> *a, const pack<T> *b, pack<T> *out, int64_t npk, int64_t nbpk,
-                                  F f)
+                                  F f, bool pdl)
 {
-    pdl_wait();
+    pdl_wait(pdl);
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < npk; i += stride) {
         pack<T> x = a[i], y = b[nbpk == npk ? i : i % nbpk], r;
@@ -40,7 +40,7 @@ __global__ void binary_kernel_vec(const pack<T> *a, const pack<T> *b, pack<T> *o
             r.v[j] = from_f<T>(f(to_f(x.v[j]), to_f(y.v[j])));
         out[i] = r;
     }
-    pdl_trigger();
+    pdl_trigger(pdl);
 }
 
 template <typename T, typename F>
@@ -83,22 +83,23 @@ static bool use_binary(REEL_CU_USE_ARGS) { return nin >= 2 && same_float_dtype(i
 
 /* silu(x[t, i]) * x[t, F + i], the host's formula: a / (1 + exp(-a)) * b. */
 template <typename T>
-__global__ void silu_and_mul_kernel(const T *x, T *out, int64_t rows, int64_t f)
+__global__ void silu_and_mul_kernel(const T *x, T *out, int64_t rows, int64_t f, bool pdl)
 {
-    pdl_wait();
+    pdl_wait(pdl);
     int64_t n = rows * f, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         int64_t t = i / f, c = i - t * f;
         float a = to_f(x[t * 2 * f + c]), b = to_f(x[t * 2 * f + f + c]);
         out[i] = from_f<T>(a / (1.0f + expf(-a)) * b);
     }
-    pdl_trigger();
+    pdl_trigger(pdl);
 }
 
 template <typename T>
-__global__ void silu_and_mul_kernel_vec(const pack<T> *x, pack<T> *out, int64_t rows, int64_t fpk)
+__global__ void silu_and_mul_kernel_vec(const pack<T> *x, pack<T> *out, int64_t rows, int64_t fpk,
+                                        bool pdl)
 {
-    pdl_wait();
+    pdl_wait(pdl);
     int64_t n = rows * fpk, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         int64_t t = i / fpk, c = i - t * fpk;
@@ -110,7 +111,7 @@ __global__ void silu_and_mul_kernel_vec(const pack<T> *x, pack<T> *out, int64_t 
         }
         out[i] = r;
     }
-    pdl_trigger();
+    pdl_trigger(pdl);
 }
 
 template <typename T>
@@ -143,9 +144,10 @@ static bool use_unary(REEL_CU_USE_ARGS) { return nin >= 1 && same_float_dtype(in
 /* One block per token: the row of the table, copied bit for bit as words W
  * (the table and output share a dtype), or zeros for an id outside [0, V). */
 template <typename W>
-__global__ void embedding_kernel(const W *table, const int32_t *ids, W *out, int64_t v, int64_t words)
+__global__ void embedding_kernel(const W *table, const int32_t *ids, W *out, int64_t v, int64_t words,
+                                 bool pdl)
 {
-    pdl_wait();
+    pdl_wait(pdl);
     int64_t t = blockIdx.x;
     int64_t id = ids[t];
     bool ok = id >= 0 && id < v;
@@ -160,7 +162,7 @@ __global__ void embedding_kernel(const W *table, const int32_t *ids, W *out, int
             o[i] = z;
         }
     }
-    pdl_trigger();
+    pdl_trigger(pdl);
 }
 
 static reel_status embedding_launch(reel_backend *be, const reel_launch *l)

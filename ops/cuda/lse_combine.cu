@@ -5,8 +5,7 @@
  * lse = m + log(sum w); a partial of weight exactly 0 is skipped, not
  * multiplied, so a NaN in an empty partial's output cannot leak; a row with
  * every partial empty gives (0, -inf) explicitly.
- * One block per (token, head): the weights go to shared memory once, their
- * sum is taken in partial order (as on the host), each thread owns dims. */
+ * One block per (token, head); each thread owns dims. */
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/impls.h"
 
@@ -14,12 +13,14 @@ namespace reel_cu {
 
 __device__ __forceinline__ float lse_norm(float v) { return (isnan(v) || v == INFINITY) ? -INFINITY : v; }
 
+/* Every thread computes the max and the weights itself (the lses of one
+ * (token, head) are a few broadcast loads), so no shared memory and no
+ * barrier; each sums the weights in partial order, as the host does, so
+ * all threads hold the same sum. */
 template <typename T>
 __global__ void lse_combine_kernel(const T *outs, const float *lses, T *out, float *lse_out, int64_t np,
                                    int64_t h, int64_t dh)
 {
-    extern __shared__ float w[]; /* [np] */
-    __shared__ float s_sum;
     int64_t t = blockIdx.x, hh = blockIdx.y;
     const float *lrow = lses + t * np * h + hh;
     T *orow = out + (t * h + hh) * dh;
@@ -33,24 +34,18 @@ __global__ void lse_combine_kernel(const T *outs, const float *lses, T *out, flo
             lse_out[t * h + hh] = -INFINITY;
         return;
     }
-    for (int64_t p = threadIdx.x; p < np; p += blockDim.x)
-        w[p] = expf(lse_norm(lrow[p * h]) - mx);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float sum = 0.0f;
-        for (int64_t p = 0; p < np; p++)
-            sum += w[p];
-        s_sum = sum;
+    float sum = 0.0f;
+    for (int64_t p = 0; p < np; p++)
+        sum += expf(lse_norm(lrow[p * h]) - mx);
+    if (threadIdx.x == 0)
         lse_out[t * h + hh] = mx + logf(sum);
-    }
-    __syncthreads();
-    float sum = s_sum;
     for (int64_t d = threadIdx.x; d < dh; d += blockDim.x) {
         float acc = 0.0f;
         for (int64_t p = 0; p < np; p++) {
-            if (w[p] == 0.0f)
+            float w = expf(lse_norm(lrow[p * h]) - mx);
+            if (w == 0.0f)
                 continue;
-            acc += w[p] * to_f(outs[((t * np + p) * h + hh) * dh + d]);
+            acc += w * to_f(outs[((t * np + p) * h + hh) * dh + d]);
         }
         orow[d] = from_f<T>(acc / sum);
     }
@@ -67,8 +62,7 @@ static reel_status lse_combine_launch(reel_backend *be, const reel_launch *l)
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
     dim3 grid((unsigned)nrows, (unsigned)h);
     int threads = row_threads(dh, 256);
-    size_t smem = (size_t)np * sizeof(float);
-    REEL_CU_DISPATCH(os->dtype, (lse_combine_kernel<T><<<grid, threads, smem, st>>>(
+    REEL_CU_DISPATCH(os->dtype, (lse_combine_kernel<T><<<grid, threads, 0, st>>>(
                                     (const T *)l->in[0], (const float *)l->in[1], (T *)l->out[0],
                                     (float *)l->out[1], np, h, dh)));
     return REEL_CU_LAUNCHED(be, "cuda.lse_combine");
@@ -78,7 +72,7 @@ static bool use_lse(REEL_CU_USE_ARGS)
 {
     return nin >= 2 && same_float_dtype(in, 1, out, 1) && in[1].dtype == REEL_F32 && out[1].dtype == REEL_F32 &&
            a->lse.num_heads > 0 && a->lse.num_heads <= 65535 && in[0].ndim == 3 &&
-           in[0].dims[1] <= REEL_CUDA_LSE_MAX_PARTIALS && in[0].dims[0] <= 0x7fffffffLL;
+           in[0].dims[0] <= 0x7fffffffLL;
 }
 
 } /* namespace reel_cu */

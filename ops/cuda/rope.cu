@@ -13,9 +13,9 @@ namespace reel_cu {
  * copy the pass-through dims rot_dim .. head_dim-1. */
 template <typename T>
 __global__ void rope_kernel(const T *x, const int32_t *pos, T *out, int64_t nrows, int64_t nheads, int64_t hd,
-                            int64_t half, double theta)
+                            int64_t half, double theta, bool pdl)
 {
-    pdl_wait();
+    pdl_wait(pdl);
     int64_t per_head = hd - half;
     int64_t n = nrows * nheads * per_head, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -33,7 +33,7 @@ __global__ void rope_kernel(const T *x, const int32_t *pos, T *out, int64_t nrow
             out[at + d] = x[at + d];
         }
     }
-    pdl_trigger();
+    pdl_trigger(pdl);
 }
 
 static reel_status rope_launch(reel_backend *be, const reel_launch *l)

@@ -8,9 +8,10 @@
 namespace reel_cu {
 
 /* x / sqrt(mean(x^2) + eps) * w, in the host's order: (x * r) * w. */
-template <typename T> __global__ void rmsnorm_kernel(const T *x, const T *w, T *out, int64_t d, float eps)
+template <typename T>
+__global__ void rmsnorm_kernel(const T *x, const T *w, T *out, int64_t d, float eps, bool pdl)
 {
-    pdl_wait();
+    pdl_wait(pdl);
     const T *xr = x + (int64_t)blockIdx.x * d;
     T *orow = out + (int64_t)blockIdx.x * d;
     float ss = 0.0f;
@@ -22,7 +23,7 @@ template <typename T> __global__ void rmsnorm_kernel(const T *x, const T *w, T *
     float r = 1.0f / sqrtf(ss / (float)d + eps);
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
         orow[i] = from_f<T>(to_f(xr[i]) * r * to_f(w[i]));
-    pdl_trigger();
+    pdl_trigger(pdl);
 }
 
 /* Rows as the host sees them: the product of the leading extent and the
@@ -51,9 +52,9 @@ static reel_status rmsnorm_launch(reel_backend *be, const reel_launch *l)
 /* exp(x - max) / sum. NaN never becomes the max (fmaxf drops it) but
  * propagates through the sum; a row of only -inf, or with +inf, gives NaN:
  * the host's (and torch's) answer. */
-template <typename T> __global__ void softmax_kernel(const T *x, T *out, int64_t n)
+template <typename T> __global__ void softmax_kernel(const T *x, T *out, int64_t n, bool pdl)
 {
-    pdl_wait();
+    pdl_wait(pdl);
     const T *xr = x + (int64_t)blockIdx.x * n;
     T *orow = out + (int64_t)blockIdx.x * n;
     float m = -INFINITY;
@@ -66,7 +67,7 @@ template <typename T> __global__ void softmax_kernel(const T *x, T *out, int64_t
     s = block_reduce<false>(s);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         orow[i] = from_f<T>(expf(to_f(xr[i]) - m) / s);
-    pdl_trigger();
+    pdl_trigger(pdl);
 }
 
 static reel_status softmax_launch(reel_backend *be, const reel_launch *l)
@@ -94,11 +95,11 @@ __device__ __forceinline__ bool arg_better(float va, int64_t ia, float vb, int64
 }
 
 /* Lowest index of the row's maximum; NaN never wins; an all-NaN row gives 0. */
-template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, int64_t n)
+template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, int64_t n, bool pdl)
 {
     __shared__ float sv[32];
     __shared__ int64_t si[32];
-    pdl_wait();
+    pdl_wait(pdl);
     const T *xr = x + (int64_t)blockIdx.x * n;
     float bv = 0.0f;
     int64_t bi = -1;
@@ -131,7 +132,7 @@ template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, in
             }
         out[blockIdx.x] = bi < 0 ? 0 : (int32_t)bi;
     }
-    pdl_trigger();
+    pdl_trigger(pdl);
 }
 
 static reel_status argmax_launch(reel_backend *be, const reel_launch *l)
