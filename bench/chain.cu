@@ -5,6 +5,9 @@
  *   raw pdl graph  captured with programmatic dependent launch (each kernel
  *                  waits on its producer's grid first, triggers its
  *                  successor last)
+ *   the same three with reel's own add kernel (the cuda.add impl launched
+ *                  by hand): "the raw graph of the same kernels" that the
+ *                  targets compare reel against
  *   reel replay    the chain declared through reel (add of a ones row),
  *                  one bucket, replayed by reel_step
  *   reel pdl       the same plan compiled with pdl
@@ -189,11 +192,10 @@ template <typename F> static double gpu_step(const rig &r, F run)
     return ms * 1e3;
 }
 
-static timing run_raw_eager(const rig &r, int n, int reps)
+template <typename L> static timing run_eager_of(const rig &r, int n, int reps, L run)
 {
     timing t;
     std::vector<double> gpu, wall, host;
-    auto run = [&] { launch_chain(r, n, false); };
     for (int i = 0; i < 3; i++)
         io_step(r, run);
     t.ok = check(r.h_out, r.h_in, n);
@@ -239,6 +241,11 @@ template <typename L> static timing run_graph_of(const rig &r, int n, int reps, 
     return t;
 }
 
+static timing run_raw_eager(const rig &r, int n, int reps)
+{
+    return run_eager_of(r, n, reps, [&] { launch_chain(r, n, false); });
+}
+
 static timing run_raw_graph(const rig &r, int n, int reps, bool pdl)
 {
     return run_graph_of(r, n, reps, [&] { launch_chain(r, n, pdl); });
@@ -262,43 +269,57 @@ static timing run_diag(const rig &r, int n, int reps, int which)
     });
 }
 
-/* reel's own add kernel (the cuda.add impl, in place), hand-captured: the
- * kernel's cost without the executor. */
-static timing run_reel_kernel(const rig &r0, int n, int reps)
-{
-    reel_backend *be = g_ctx->be;
+/* reel's own add kernel (the cuda.add impl, in place on the chain's buffer),
+ * launched by hand: "the same kernels" that reel's plan runs, without the
+ * executor, eagerly or hand-captured (with PDL: every launch but the first). */
+struct reel_kernel {
+    reel_backend *be;
     reel_stream *rs;
-    RK(be->vt->stream_create(be, &rs));
-    rig r = r0;
-    r.s = reel_cuda_stream_handle(rs);
+    const reel_op_impl *impl;
     reel_shape sh[3];
-    memset(sh, 0, sizeof sh);
-    sh[0].dtype = sh[1].dtype = sh[2].dtype = REEL_F32;
-    sh[0].ndim = sh[2].ndim = 2, sh[1].ndim = 1;
-    sh[0].tokens = sh[2].tokens = true;
-    sh[0].dims[0] = sh[2].dims[0] = 1, sh[0].dims[1] = sh[2].dims[1] = ELEMS, sh[1].dims[0] = ELEMS;
     reel_op_attrs at;
-    memset(&at, 0, sizeof at);
-    const reel_op_impl *impl = reel_registry_select(REEL_BACKEND_CUDA, REEL_OP_ADD, sh, 2, &sh[2], &at, &be->caps);
-    if (!impl) {
+    reel_launch l;
+    rig r;
+};
+
+static void reel_kernel_init(reel_kernel &k, const rig &r0)
+{
+    memset(&k, 0, sizeof k);
+    k.be = g_ctx->be;
+    RK(k.be->vt->stream_create(k.be, &k.rs));
+    k.r = r0;
+    k.r.s = reel_cuda_stream_handle(k.rs);
+    for (int i = 0; i < 3; i++)
+        k.sh[i].dtype = REEL_F32;
+    k.sh[0].ndim = k.sh[2].ndim = 2, k.sh[1].ndim = 1;
+    k.sh[0].tokens = k.sh[2].tokens = true;
+    k.sh[0].dims[0] = k.sh[2].dims[0] = 1, k.sh[0].dims[1] = k.sh[2].dims[1] = ELEMS, k.sh[1].dims[0] = ELEMS;
+    k.impl = reel_registry_select(REEL_BACKEND_CUDA, REEL_OP_ADD, k.sh, 2, &k.sh[2], &k.at, &k.be->caps);
+    if (!k.impl) {
         fprintf(stderr, "no cuda add impl\n");
         exit(1);
     }
-    reel_launch l;
-    memset(&l, 0, sizeof l);
-    l.op = REEL_OP_ADD;
-    l.attrs = &at;
-    l.in_shape = sh;
-    l.out_shape = &sh[2];
-    l.in[0] = r.d, l.in[1] = r.ones, l.out[0] = r.d;
-    l.rows = 1;
-    l.stream = rs;
-    timing t = run_graph_of(r, n, reps, [&] {
-        for (int k = 0; k < n; k++)
-            RK(impl->launch(be, &l));
-    });
-    be->vt->stream_destroy(be, rs);
-    return t;
+    k.l.op = REEL_OP_ADD;
+    k.l.attrs = &k.at;
+    k.l.in_shape = k.sh;
+    k.l.out_shape = &k.sh[2];
+    k.l.in[0] = r0.d, k.l.in[1] = r0.ones, k.l.out[0] = r0.d;
+    k.l.rows = 1;
+    k.l.stream = k.rs;
+}
+
+static void reel_kernel_chain(reel_kernel &k, int n, bool pdl)
+{
+    for (int i = 0; i < n; i++) {
+        k.l.pdl = pdl && i > 0;
+        RK(k.impl->launch(k.be, &k.l));
+    }
+}
+
+static timing run_reel_kernel(reel_kernel &k, int n, int reps, bool graph, bool pdl)
+{
+    auto chain = [&] { reel_kernel_chain(k, n, pdl); };
+    return graph ? run_graph_of(k.r, n, reps, chain) : run_eager_of(k.r, n, reps, chain);
 }
 
 /* The chain through reel: x [T, 4096] f32 input, n adds of a ones row. */
@@ -359,7 +380,7 @@ static void print_row(const char *name, int n, const timing &t, const timing &ba
         snprintf(setup, sizeof setup, "%.2f", t.setup_ms);
     if (t.launch_host_us >= 0)
         snprintf(host, sizeof host, "%.1f", t.launch_host_us);
-    printf("| %5d | %-15s | %9s | %9s | %10.3f | %10.2f | %9s | %9s | %s |\n", n, name, gpu, ratio_gpu,
+    printf("| %5d | %-26s | %9s | %9s | %10.3f | %10.2f | %9s | %9s | %s |\n", n, name, gpu, ratio_gpu,
            t.wall_us / n, t.wall_us / base_wall.wall_us, setup, host, t.ok ? "ok" : "WRONG");
 }
 
@@ -395,23 +416,34 @@ int main(int argc, char **argv)
     printf("setup: capture + instantiate (raw) or reel_compile; host: submitting one step\n\n");
     printf("| N | variant | gpu us/node | gpu x graph | wall us/node | wall x graph | setup ms | host us | result |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    reel_kernel rk;
+    reel_kernel_init(rk, r);
     const int ns[3] = {10, 100, 1000};
     for (int i = 0; i < 3; i++) {
         int n = ns[i];
         timing eager = run_raw_eager(r, n, reps), graph = run_raw_graph(r, n, reps, false);
         timing pdl = run_raw_graph(r, n, reps, true);
+        timing k_eager = run_reel_kernel(rk, n, reps, false, false);
+        timing k_graph = run_reel_kernel(rk, n, reps, true, false);
+        timing k_pdl = run_reel_kernel(rk, n, reps, true, true);
         timing reel = run_reel(r, n, reps, false, false), reel_pdl = run_reel(r, n, reps, true, false);
         timing reel_eager = run_reel(r, n, reps, false, true);
         print_row("raw eager", n, eager, graph, graph);
         print_row("raw graph", n, graph, graph, graph);
         print_row("raw pdl graph", n, pdl, graph, graph);
+        print_row("raw eager, reel kernel", n, k_eager, graph, graph);
+        print_row("raw graph, reel kernel", n, k_graph, graph, graph);
+        print_row("raw pdl graph, reel kernel", n, k_pdl, graph, graph);
         print_row("reel replay", n, reel, graph, graph);
         print_row("reel pdl replay", n, reel_pdl, graph, graph);
         print_row("reel eager", n, reel_eager, graph, graph);
-        printf("| %5d | reel eager / raw eager (wall) | | | | %.2f | | | |\n", n, reel_eager.wall_us / eager.wall_us);
+        printf("| %5d | targets (wall): reel replay / raw graph of reel's kernel %.2f; reel pdl / that graph %.2f; "
+               "reel eager / raw eager of reel's kernel %.2f | | | | | | | |\n",
+               n, reel.wall_us / k_graph.wall_us, reel_pdl.wall_us / k_graph.wall_us,
+               reel_eager.wall_us / k_eager.wall_us);
     }
     /* Which part of the kernel costs what, per node in a hand-captured graph. */
-    printf("\ndiagnostic: variants of the add kernel, each chain hand-captured (N = 1000)\n\n");
+    printf("\ndiagnostic: variants of the add kernel, each chain hand-captured\n\n");
     printf("| N | variant | gpu us/node | gpu x graph | wall us/node | wall x graph | setup ms | host us | result |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     {
@@ -421,8 +453,9 @@ int main(int argc, char **argv)
         print_row("add1 + gdc insns", n, run_diag(r, n, reps, 0), graph, graph);
         print_row("x+b scalar x16", n, run_diag(r, n, reps, 1), graph, graph);
         print_row("x+b float4 x4", n, run_diag(r, n, reps, 2), graph, graph);
-        print_row("reel add kernel", n, run_reel_kernel(r, n, reps), graph, graph);
+        print_row("reel add kernel", n, run_reel_kernel(rk, n, reps, true, false), graph, graph);
     }
+    rk.be->vt->stream_destroy(rk.be, rk.rs);
     reel_ctx_destroy(g_ctx);
     return 0;
 }
