@@ -48,11 +48,17 @@ done >"$OUT/demo.log" 2>&1
 grep -E "^--- |backend|replays|eager steps|step latency|compile|checksum|^exit|rror" "$OUT/demo.log"
 
 if [ "${REEL_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-    phase compute-sanitizer memcheck, gpu op tests
-    timeout 150 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
-        "$B/tests/gpu/test_gpu_ops" --jobs 4 >"$OUT/sanitizer.log" 2>&1
-    echo "compute-sanitizer: exit $?"
-    grep -E "ERROR SUMMARY|Invalid|\[FAIL\]|Synthesis" "$OUT/sanitizer.log" | sort | uniq -c | head -30
+    # memcheck: out-of-bounds and misaligned accesses; racecheck: shared
+    # memory races (top-k, attention). Criterion forks each test: follow them.
+    for run in "memcheck test_gpu_ops" "memcheck test_gpu_plan" "racecheck test_gpu_ops"; do
+        set -- $run
+        phase "compute-sanitizer $1, $2"
+        timeout 120 compute-sanitizer --tool "$1" --target-processes all --error-exitcode 3 \
+            "$B/tests/gpu/$2" --jobs 8 >>"$OUT/sanitizer.log" 2>&1
+        echo "compute-sanitizer $1 $2: exit $?"
+    done
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|\[FAIL\]|Synthesis" "$OUT/sanitizer.log" |
+        sort | uniq -c | head -40
 fi
 
 if [ "${REEL_GPU_OTHER:-1}" = 1 ]; then
