@@ -358,7 +358,7 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
         L->new_wait_start[i] = w;
         for (int e = 0; e < ne + plan.nnew_edges; e++) {
             int f = e < ne ? from[e] : plan.new_from[e - ne], d = e < ne ? to[e] : plan.new_to[e - ne];
-            if (d != i || p->nodes[f].stream == p->nodes[i].stream)
+            if (d != i || p->nodes[f].stream == p->nodes[i].stream || p->dbg.drop_waits_of == i + 1)
                 continue;
             bool dup = false;
             for (int k = L->new_wait_start[i]; k < w; k++)
@@ -518,40 +518,58 @@ reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L)
     return REEL_OK;
 }
 
-reel_status reel_plan_issue(reel_plan *p, const reel_layout *L)
+/* Event record and wait, told to the hazard checker when it listens. */
+static reel_status ev_record(reel_plan *p, reel_event *e, int s, bool launch, bool feed)
 {
-    reel_backend *be = p->be;
-    const reel_backend_vt *vt = be->vt;
-    reel_stream *s0 = p->streams[0];
+    if (feed)
+        REEL_TRY(reel_plan_check_record(p, e, s));
+    return launch ? p->be->vt->event_record(p->be, e, p->streams[s]) : REEL_OK;
+}
+
+static reel_status ev_wait(reel_plan *p, int s, reel_event *e, bool launch, bool feed)
+{
+    if (feed)
+        REEL_TRY(reel_plan_check_wait(p, s, e));
+    return launch ? p->be->vt->stream_wait(p->be, p->streams[s], e) : REEL_OK;
+}
+
+reel_status reel_plan_issue_ex(reel_plan *p, const reel_layout *L, bool launch, bool feed)
+{
     char buf[160];
     if (p->nstreams > 1) {
-        REEL_TRY(vt->event_record(be, p->fork_ev, s0));
+        REEL_TRY(ev_record(p, p->fork_ev, 0, launch, feed));
         for (int s = 1; s < p->nstreams; s++)
             if (p->first_on_stream[s] >= 0)
-                REEL_TRY(vt->stream_wait(be, p->streams[s], p->fork_ev));
+                REEL_TRY(ev_wait(p, s, p->fork_ev, launch, feed));
     }
     for (int i = 0; i < p->nnodes; i++) {
-        reel_stream *st = p->streams[p->nodes[i].stream];
+        int st = p->nodes[i].stream;
         for (int k = L->new_wait_start[i]; k < L->new_wait_start[i + 1]; k++)
-            REEL_TRY(vt->stream_wait(be, st, p->node_ev[L->new_wait_from[k]]));
-        reel_status rc = p->impl[i]->launch(be, &L->launches[i]);
-        p->st.op_dispatches++;
-        if (rc != REEL_OK) {
-            char prev[REEL_ERRMSG_MAX];
-            snprintf(prev, sizeof prev, "%s", reel_ctx_last_error(p->ctx));
-            return reel_seterr(p->ctx, rc, "%s, kernel '%s': %s", node_name(p, i, buf, sizeof buf),
-                               p->impl[i]->name, prev);
+            REEL_TRY(ev_wait(p, st, p->node_ev[L->new_wait_from[k]], launch, feed));
+        if (feed)
+            REEL_TRY(reel_plan_check_node(p, L, i));
+        if (launch) {
+            reel_status rc = p->impl[i]->launch(p->be, &L->launches[i]);
+            p->st.op_dispatches++;
+            if (rc != REEL_OK) {
+                char prev[REEL_ERRMSG_MAX];
+                snprintf(prev, sizeof prev, "%s", reel_ctx_last_error(p->ctx));
+                return reel_seterr(p->ctx, rc, "%s, kernel '%s': %s", node_name(p, i, buf, sizeof buf),
+                                   p->impl[i]->name, prev);
+            }
         }
         if (L->rec[i])
-            REEL_TRY(vt->event_record(be, p->node_ev[i], st));
+            REEL_TRY(ev_record(p, p->node_ev[i], st, launch, feed));
     }
     for (int s = 1; s < p->nstreams; s++)
         if (p->first_on_stream[s] >= 0) {
-            REEL_TRY(vt->event_record(be, p->join_ev[s], p->streams[s]));
-            REEL_TRY(vt->stream_wait(be, s0, p->join_ev[s]));
+            REEL_TRY(ev_record(p, p->join_ev[s], s, launch, feed));
+            REEL_TRY(ev_wait(p, 0, p->join_ev[s], launch, feed));
         }
     return REEL_OK;
 }
+
+reel_status reel_plan_issue(reel_plan *p, const reel_layout *L) { return reel_plan_issue_ex(p, L, true, false); }
 
 /* ---- parameters and state -------------------------------------------------- */
 
@@ -714,7 +732,8 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g)
     REEL_TRY(make_streams(p));
     REEL_TRY(alloc_tensors(p));
     REEL_TRY(build_buckets(p));
-    return capture_all(p);
+    REEL_TRY(capture_all(p));
+    return reel_plan_check_open(p);
 }
 
 reel_status reel_compile_debug(reel_graph *g, const reel_compile_opts *opts, const reel_plan_debug *dbg,
@@ -775,6 +794,7 @@ void reel_plan_destroy(reel_plan *p)
         reel_layout_free(p, &p->bucket[b], false);
     }
     reel_layout_free(p, &p->over, true);
+    reel_plan_check_close(p);
     if (p->arena)
         vt->dev_free(be, p->arena);
     if (p->stat_dev)

@@ -37,6 +37,8 @@ typedef struct reel_plan_debug {
     unsigned fail_capture_mask;  /* bucket indices whose capture is made to fail */
     int not_capturable_node;     /* treat this node's impl as not capturable (-1: none) */
     bool skip_dispatch_guard;    /* replay even past max_context (tests the kernel guard) */
+    int drop_waits_of;           /* node index + 1 whose cross-stream waits are dropped
+                                    (a seeded missing edge for the checker); 0: none */
 } reel_plan_debug;
 
 struct reel_plan {
@@ -99,6 +101,9 @@ struct reel_plan {
 
     reel_fallback last_fallback;
     reel_plan_stats st;
+
+    /* The hazard checker, when the plan runs under it (check_hazards). */
+    struct reel_checker *chk;
 };
 
 /* Compile with internal test hooks. */
@@ -112,6 +117,10 @@ void reel_layout_free(reel_plan *p, reel_layout *L, bool owns_memory);
 /* Issues every node of the plan on its stream against layout L, with the
  * fork/join and cross-stream events: the eager path, also what is captured. */
 reel_status reel_plan_issue(reel_plan *p, const reel_layout *L);
+/* The same walk: launch = issue to the backend; feed = tell the hazard
+ * checker each op's accesses and each event (a replay is checked by walking
+ * the captured sequence with launch false). */
+reel_status reel_plan_issue_ex(reel_plan *p, const reel_layout *L, bool launch, bool feed);
 reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L);
 void *reel_plan_tensor_dev(const reel_plan *p, const reel_layout *L, uint32_t t);
 /* Sizes the pinned output buffer for rows per output. */
@@ -119,4 +128,16 @@ reel_status reel_plan_out_reserve(reel_plan *p, int64_t rows);
 /* step.c: fills the static region with a padded (empty) step and uploads it. */
 reel_status reel_plan_upload_padding(reel_plan *p, const reel_layout *L);
 
+
+/* check.c: feeding the hazard checker from a step. */
+reel_status reel_plan_check_open(reel_plan *p);
+void reel_plan_check_close(reel_plan *p);
+reel_status reel_plan_check_record(reel_plan *p, reel_event *e, int stream);
+reel_status reel_plan_check_wait(reel_plan *p, int stream, reel_event *e);
+reel_status reel_plan_check_node(reel_plan *p, const reel_layout *L, int node);
+/* The step's upload (writes the static region) and download (reads outputs). */
+reel_status reel_plan_check_upload(reel_plan *p, const reel_layout *L, size_t bytes);
+reel_status reel_plan_check_download(reel_plan *p, const reel_layout *L, int32_t rows);
+/* Ends the step: REEL_E_HAZARD with the first report when any was found. */
+reel_status reel_plan_check_end(reel_plan *p);
 #endif

@@ -375,12 +375,20 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
     const reel_layout *L = fits ? &p->bucket[b] : &p->over;
     size_t up = build_meta(p, L, s);
     reel_backend *be = p->be;
+    bool feed = p->chk != NULL;
+    if (feed)
+        REEL_TRY(reel_plan_check_upload(p, L, up));
     REEL_TRY(be->vt->copy(be, p->streams[0], L->stat_dev, L->stat_host, up, REEL_COPY_H2D));
-    if (why == REEL_FALLBACK_NONE)
+    if (why == REEL_FALLBACK_NONE) {
+        if (feed)
+            REEL_TRY(reel_plan_issue_ex(p, L, false, true));
         REEL_TRY(be->vt->graph_launch(be, p->graph[b], p->streams[0]));
-    else
-        REEL_TRY(reel_plan_issue(p, L));
+    } else {
+        REEL_TRY(reel_plan_issue_ex(p, L, true, feed));
+    }
     REEL_TRY(download(p, L, s->num_tokens));
+    if (feed)
+        REEL_TRY(reel_plan_check_download(p, L, s->num_tokens));
     for (int t = 1; t < p->ntensors; t++)
         p->stash_rows[t] = -1;
     p->out_rows = s->num_tokens;
@@ -392,6 +400,8 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
         p->st.eager_steps++;
         p->st.eager_by_reason[why]++;
     }
+    if (feed)
+        REEL_TRY(reel_plan_check_end(p));
     int32_t code = *(int32_t *)p->out_host;
     if (code != 0)
         return kernel_refused(p, code, L);

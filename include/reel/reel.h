@@ -294,6 +294,7 @@ typedef struct reel_plan_stats {
     size_t static_bytes, param_bytes, state_bytes;
     int num_nodes, num_streams;
     double compile_ms, capture_ms;
+    uint64_t hazards;                /* found by the hazard checker (check_hazards) */
 } reel_plan_stats;
 reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out);
 

@@ -6,6 +6,7 @@
 #include "reel/reel.h"
 #include "runtime/host/host.h"
 #include "runtime/ctx.h"
+#include "runtime/plan.h"
 
 static reel_ctx *ctx;
 static void setup(void) { cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_HOST, 0}, &ctx), REEL_OK); }
@@ -77,4 +78,70 @@ Test(streams, a_graph_forked_over_three_streams_matches_one_stream, .init = setu
     reel_plan_destroy(one);
     reel_plan_destroy(rep);
     reel_plan_destroy(eag);
+}
+
+static reel_plan *branches_dbg(const reel_plan_debug *dbg, float *w1, float *w2, float *nw)
+{
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    reel_tensor x = reel_input(g, "x", REEL_F32, 2, (int64_t[]){REEL_DIM_TOKENS, 32});
+    reel_tensor p1 = reel_param(g, "w1", REEL_F32, 2, (int64_t[]){32, 32});
+    reel_tensor p2 = reel_param(g, "w2", REEL_F32, 2, (int64_t[]){32, 32});
+    reel_tensor pn = reel_param(g, "nw", REEL_F32, 1, (int64_t[]){32});
+    reel_param_bind(g, p1, w1);
+    reel_param_bind(g, p2, w2);
+    reel_param_bind(g, pn, nw);
+    reel_tensor a = reel_matmul(g, x, p1, false), b = reel_matmul(g, x, p2, false);
+    reel_tensor an = reel_rmsnorm(g, a, pn, 1e-5f), bs = reel_softmax(g, b);
+    reel_set_name(g, an, "normed");
+    reel_tensor s = reel_add(g, an, bs);
+    reel_set_stream(g, b, 1);
+    reel_set_stream(g, bs, 1);
+    reel_set_stream(g, an, 2);
+    reel_output(g, "sum", s);
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = 2;
+    memcpy(o.buckets, (int32_t[]){4, 8}, 2 * sizeof(int32_t));
+    o.check_hazards = true;
+    reel_plan *p;
+    cr_assert_eq(reel_compile_debug(g, &o, dbg, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_graph_destroy(g);
+    return p;
+}
+
+Test(streams, a_multi_stream_plan_runs_clean_under_the_hazard_checker, .init = setup, .fini = teardown)
+{
+    static float w1[32 * 32], w2[32 * 32], nw[32], x[16 * 32];
+    reel_plan_debug dbg = {.not_capturable_node = -1};
+    reel_plan *p = branches_dbg(&dbg, w1, w2, nw);
+    for (int step = 0; step < 12; step++) {
+        int32_t n = 1 + step % 10; /* replays and overflow steps */
+        reel_step_info s = {.num_tokens = n};
+        cr_assert_eq(reel_plan_set_input(p, "x", x, n), REEL_OK);
+        cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    }
+    reel_plan_stats st;
+    reel_plan_stats_get(p, &st);
+    cr_assert_eq(st.hazards, 0);
+    cr_assert_gt(st.replays, 0);
+    cr_assert_gt(st.eager_steps, 0);
+    reel_plan_destroy(p);
+}
+
+Test(streams, a_missing_cross_stream_edge_is_reported_with_both_ops, .init = setup, .fini = teardown)
+{
+    static float w1[32 * 32], w2[32 * 32], nw[32], x[16 * 32];
+    reel_plan_debug dbg = {.not_capturable_node = -1, .drop_waits_of = 4 + 1}; /* the add */
+    reel_plan *p = branches_dbg(&dbg, w1, w2, nw);
+    reel_step_info s = {.num_tokens = 3};
+    cr_assert_eq(reel_plan_set_input(p, "x", x, 3), REEL_OK);
+    cr_assert_eq(reel_step(p, &s), REEL_E_HAZARD);
+    const char *m = reel_ctx_last_error(ctx);
+    cr_assert(strstr(m, "RAW") != NULL, "%s", m);
+    cr_assert(strstr(m, "add") != NULL && strstr(m, "rmsnorm") != NULL, "%s", m);
+    cr_assert(strstr(m, "normed") != NULL, "the allocation is named: %s", m);
+    reel_plan_stats st;
+    reel_plan_stats_get(p, &st);
+    cr_assert_gt(st.hazards, 0);
+    reel_plan_destroy(p);
 }
