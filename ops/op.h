@@ -113,6 +113,8 @@ typedef struct reel_op_impl {
     bool capturable;              /* may run inside a captured graph */
     bool fixed_context;           /* honours the fixed-context metadata limits */
     bool pdl_ok;                  /* honours reel_launch.pdl (waits on its producer grid first) */
+    bool inplace_ok;              /* out[0] may start at in[0]'s address (the planner gives it
+                                     the input's bytes when the input dies at this op) */
     /* May this impl run this node on this device? shapes are per node with
      * dims[0] = the largest bucket for token tensors. */
     bool (*can_use)(const reel_shape *in, int nin, const reel_shape *out, const reel_op_attrs *a,

@@ -260,8 +260,6 @@ static int data_edges(const reel_plan *p, int *from, int *to, int *last_state)
     return ne;
 }
 
-static bool inplace_allowed(reel_op_kind k) { return k == REEL_OP_ADD || k == REEL_OP_MUL; }
-
 /* Collects each ACT tensor's accesses (producer first, consumers, the sink
  * for outputs) into a planner problem. */
 static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
@@ -328,7 +326,11 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
     for (int i = 0; i < p->nnodes; i++) {
         const reel_node *n = &p->nodes[i];
         uint32_t src = n->in[0];
-        if (inplace_allowed(n->op) && src && bufidx[src] >= 0 && n->in[1] != src)
+        bool other_use = false;
+        for (int k = 1; k < n->nin; k++)
+            other_use |= n->in[k] == src;
+        if (p->impl[i]->inplace_ok && src && bufidx[src] >= 0 && !other_use &&
+            reel_shape_bytes(&p->tensors[n->out[0]].shape, rows) <= bufs[bufidx[src]].size)
             bufs[bufidx[n->out[0]]].inplace_src = bufidx[src];
     }
     reel_mem_problem prob = {

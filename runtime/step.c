@@ -451,3 +451,30 @@ reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out)
     *out = p->st;
     return REEL_OK;
 }
+
+reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_placement *out)
+{
+    if (!p || !out || bucket < 0 || bucket >= p->nbuckets || i < 0)
+        return REEL_E_NOT_FOUND;
+    int seen = 0;
+    for (uint32_t t = 1; t < (uint32_t)p->ntensors; t++) {
+        const reel_tinfo *ti = &p->tensors[t];
+        if (ti->kind != REEL_T_ACT || seen++ != i)
+            continue;
+        const reel_layout *L = &p->bucket[bucket];
+        out->name = ti->name;
+        out->stream = p->nodes[ti->producer].stream;
+        out->first = out->last = ti->producer;
+        for (int n = 0; n < p->nnodes; n++)
+            for (int k = 0; k < p->nodes[n].nin; k++)
+                if (p->nodes[n].in[k] == t && n > out->last)
+                    out->last = n;
+        for (int o = 0; o < p->noutputs; o++)
+            if (p->outputs[o].tensor == t)
+                out->last = p->nnodes;
+        out->offset = L->act_off[t];
+        out->bytes = reel_shape_bytes(&ti->shape, L->rows);
+        return REEL_OK;
+    }
+    return REEL_E_NOT_FOUND;
+}

@@ -299,6 +299,8 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
     reel_status st = setup(&u);
     if (st == REEL_OK) st = loop(&u);
     finish(&u);
+    if (u.plan && o->inspect)
+        o->inspect(u.plan, o->inspect_arg);
     free(u.all.v);
     free(u.replayed.v);
     free(u.eager.v);

@@ -25,6 +25,9 @@ typedef struct demo_opts {
     int steps;        /* stop after this many steps; 0: when every request is done */
     uint64_t seed;
     bool strict, eager, fit, hazards, quiet;
+    /* Called with the plan after the run, before it is destroyed (NULL: none). */
+    void (*inspect)(reel_plan *p, void *arg);
+    void *inspect_arg;
 } demo_opts;
 
 void demo_opts_default(demo_opts *o);
@@ -55,5 +58,8 @@ void demo_usage(FILE *f);
 int demo_parse_args(int argc, char **argv, demo_opts *o, FILE *err);
 
 int cmd_demo(int argc, char **argv);
+/* `reel check` (check.c). */
+int cmd_check(int argc, char **argv);
+void check_usage(FILE *f);
 
 #endif

@@ -18,6 +18,7 @@ static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
     {"demo", cmd_demo, demo_usage, "run the serving loop over a small transformer (replay + eager fallback)"},
+    {"check", cmd_check, check_usage, "run the demo under the hazard checker; report hazards and arena vs lower bound"},
     {"version", cmd_version, NULL, "print the version of reel and of the library it runs with"},
     {"help", cmd_help, NULL, "show this help, or `reel help COMMAND` for one command"},
 };

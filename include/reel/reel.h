@@ -298,6 +298,18 @@ typedef struct reel_plan_stats {
 } reel_plan_stats;
 reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out);
 
+/* Where one activation lives in a bucket's memory plan. */
+typedef struct reel_placement {
+    const char *name;      /* owned by the plan */
+    int stream;            /* stream of its producer */
+    int first, last;       /* schedule positions of its producer and last reader
+                              (num_nodes: read back as an output) */
+    size_t offset, bytes;  /* in the arena */
+} reel_placement;
+/* The i-th activation (0-based, build order) of bucket b's plan;
+ * REEL_E_NOT_FOUND past the last one or for a bucket out of range. */
+reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_placement *out);
+
 #ifdef __cplusplus
 }
 #endif

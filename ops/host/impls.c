@@ -89,25 +89,28 @@ static bool reel_hi_use_lse(REEL_HI_ARGS)
            out[1].dtype == REEL_F32 && a->lse.num_heads > 0;
 }
 
-#define REEL_HOST_REF(var, opname, kind, use, fn)                                            \
+/* inplace: out[0] may start at in[0]'s address (every element, or row, is
+ * read before the bytes it shares are written: rows run in order). */
+#define REEL_HOST_REF(var, opname, kind, use, fn, inplace)                                   \
     static const reel_op_impl var = {                                                        \
         .name = "host." opname ".ref", .op = kind, .backend = REEL_BACKEND_HOST, .priority = 0, \
-        .capturable = true, .fixed_context = true, .can_use = use, .launch = fn##_launch,     \
+        .capturable = true, .fixed_context = true, .inplace_ok = inplace, .can_use = use,     \
+        .launch = fn##_launch,                                                               \
     }
 
-REEL_HOST_REF(reel_hi_embedding, "embedding", REEL_OP_EMBEDDING, reel_hi_use_embedding, reel_host_embedding);
-REEL_HOST_REF(reel_hi_matmul, "matmul", REEL_OP_MATMUL, reel_hi_use_binary, reel_host_matmul);
-REEL_HOST_REF(reel_hi_add, "add", REEL_OP_ADD, reel_hi_use_binary, reel_host_add);
-REEL_HOST_REF(reel_hi_mul, "mul", REEL_OP_MUL, reel_hi_use_binary, reel_host_mul);
-REEL_HOST_REF(reel_hi_rmsnorm, "rmsnorm", REEL_OP_RMSNORM, reel_hi_use_binary, reel_host_rmsnorm);
-REEL_HOST_REF(reel_hi_silu, "silu_and_mul", REEL_OP_SILU_AND_MUL, reel_hi_use_unary, reel_host_silu_and_mul);
-REEL_HOST_REF(reel_hi_rope, "rope", REEL_OP_ROPE, reel_hi_use_rope, reel_host_rope);
-REEL_HOST_REF(reel_hi_softmax, "softmax", REEL_OP_SOFTMAX, reel_hi_use_unary, reel_host_softmax);
-REEL_HOST_REF(reel_hi_argmax, "argmax", REEL_OP_ARGMAX, reel_hi_use_argmax, reel_host_argmax);
+REEL_HOST_REF(reel_hi_embedding, "embedding", REEL_OP_EMBEDDING, reel_hi_use_embedding, reel_host_embedding, false);
+REEL_HOST_REF(reel_hi_matmul, "matmul", REEL_OP_MATMUL, reel_hi_use_binary, reel_host_matmul, false);
+REEL_HOST_REF(reel_hi_add, "add", REEL_OP_ADD, reel_hi_use_binary, reel_host_add, true);
+REEL_HOST_REF(reel_hi_mul, "mul", REEL_OP_MUL, reel_hi_use_binary, reel_host_mul, true);
+REEL_HOST_REF(reel_hi_rmsnorm, "rmsnorm", REEL_OP_RMSNORM, reel_hi_use_binary, reel_host_rmsnorm, true);
+REEL_HOST_REF(reel_hi_silu, "silu_and_mul", REEL_OP_SILU_AND_MUL, reel_hi_use_unary, reel_host_silu_and_mul, true);
+REEL_HOST_REF(reel_hi_rope, "rope", REEL_OP_ROPE, reel_hi_use_rope, reel_host_rope, true);
+REEL_HOST_REF(reel_hi_softmax, "softmax", REEL_OP_SOFTMAX, reel_hi_use_unary, reel_host_softmax, true);
+REEL_HOST_REF(reel_hi_argmax, "argmax", REEL_OP_ARGMAX, reel_hi_use_argmax, reel_host_argmax, false);
 REEL_HOST_REF(reel_hi_attention, "paged_attention", REEL_OP_PAGED_ATTENTION, reel_hi_use_attention,
-              reel_host_paged_attention);
-REEL_HOST_REF(reel_hi_topk, "topk", REEL_OP_TOPK, reel_hi_use_topk, reel_host_topk);
-REEL_HOST_REF(reel_hi_lse, "lse_combine", REEL_OP_LSE_COMBINE, reel_hi_use_lse, reel_host_lse_combine);
+              reel_host_paged_attention, false);
+REEL_HOST_REF(reel_hi_topk, "topk", REEL_OP_TOPK, reel_hi_use_topk, reel_host_topk, false);
+REEL_HOST_REF(reel_hi_lse, "lse_combine", REEL_OP_LSE_COMBINE, reel_hi_use_lse, reel_host_lse_combine, false);
 
 static const reel_op_impl reel_hi_matmul_tiled = {
     .name = "host.matmul.tiled", .op = REEL_OP_MATMUL, .backend = REEL_BACKEND_HOST, .priority = 10,
