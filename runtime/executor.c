@@ -584,7 +584,8 @@ static reel_status alloc_tensors(reel_plan *p)
     p->stash = reel_hcalloc((size_t)p->ntensors, sizeof *p->stash);
     p->stash_cap = reel_hcalloc((size_t)p->ntensors, sizeof *p->stash_cap);
     p->stash_rows = reel_hcalloc((size_t)p->ntensors, sizeof *p->stash_rows);
-    if (!p->tensor_ptr || !p->param_written || !p->stash || !p->stash_cap || !p->stash_rows)
+    p->state_borrowed = reel_hcalloc((size_t)p->ntensors, sizeof *p->state_borrowed);
+    if (!p->tensor_ptr || !p->param_written || !p->stash || !p->stash_cap || !p->stash_rows || !p->state_borrowed)
         return reel_seterr(p->ctx, REEL_E_OOM, "compile: out of host memory");
     for (int t = 1; t < p->ntensors; t++) {
         reel_tinfo *ti = &p->tensors[t];
@@ -689,6 +690,73 @@ reel_status reel_plan_out_reserve(reel_plan *p, int64_t rows)
     p->out_bytes = off;
     p->out_cap_rows = rows;
     return REEL_OK;
+}
+
+/* ---- rebinding state ------------------------------------------------------- */
+
+/* Re-captures every captured bucket after kernel parameters changed (a
+ * state moved): updates the instantiated graph in place where the backend
+ * can (cudaGraphExecUpdate), replaces it otherwise. */
+static reel_status recapture(reel_plan *p)
+{
+    const reel_backend_vt *vt = p->be->vt;
+    for (int b = p->nbuckets - 1; b >= 0; b--) {
+        if (!p->graph[b])
+            continue;
+        reel_exec_graph *old = p->graph[b];
+        p->graph[b] = NULL;
+        reel_status st = capture_bucket(p, b);
+        reel_exec_graph *fresh = p->graph[b];
+        p->graph[b] = old;
+        if (st != REEL_OK)
+            return st;
+        bool updated = false;
+        if (vt->graph_update) {
+            st = vt->graph_update(p->be, old, fresh, &updated);
+            if (st != REEL_OK) {
+                vt->graph_destroy(p->be, fresh);
+                return st;
+            }
+        }
+        if (updated) {
+            vt->graph_destroy(p->be, fresh);
+            p->st.graph_updates++;
+        } else {
+            vt->graph_destroy(p->be, old);
+            p->graph[b] = fresh;
+            p->st.graph_reinstantiations++;
+        }
+    }
+    return REEL_OK;
+}
+
+reel_status reel_plan_bind_state(reel_plan *p, const char *name, void *mem, size_t bytes)
+{
+    if (!p || !name || !mem)
+        return reel_seterr(p ? p->ctx : NULL, REEL_E_INVALID_ARG, "bind_state: NULL plan, name or memory");
+    int t = -1;
+    for (int i = 1; i < p->ntensors; i++)
+        if (p->tensors[i].kind == REEL_T_STATE && strcmp(p->tensors[i].name, name) == 0)
+            t = i;
+    if (t < 0)
+        return reel_seterr(p->ctx, REEL_E_NOT_FOUND, "bind_state: the plan has no state named '%s'", name);
+    size_t need = reel_shape_bytes(&p->tensors[t].shape, 0);
+    if (bytes != need)
+        return reel_seterr(p->ctx, REEL_E_INVALID_ARG, "bind_state '%s': %zu bytes given, it holds %zu", name, bytes,
+                           need);
+    for (int s = 0; s < p->nstreams; s++)
+        REEL_TRY(p->be->vt->stream_sync(p->be, p->streams[s]));
+    if (!p->state_borrowed[t])
+        p->be->vt->dev_free(p->be, p->tensor_ptr[t]);
+    p->tensor_ptr[t] = mem;
+    p->state_borrowed[t] = true;
+    for (int b = 0; b < p->nbuckets; b++)
+        REEL_TRY(layout_bind(p, &p->bucket[b], p->arena, p->stat_dev, p->stat_host));
+    if (p->over_valid) {
+        reel_layout_free(p, &p->over, true);
+        p->over_valid = false;
+    }
+    return recapture(p);
 }
 
 /* ---- compile ---------------------------------------------------------------- */
@@ -806,7 +874,7 @@ void reel_plan_destroy(reel_plan *p)
     if (p->out_host)
         vt->pinned_free(be, p->out_host);
     for (int t = 0; p->tensor_ptr && t < p->ntensors; t++)
-        if (p->tensor_ptr[t])
+        if (p->tensor_ptr[t] && !p->state_borrowed[t])
             vt->dev_free(be, p->tensor_ptr[t]);
     for (int t = 0; p->stash && t < p->ntensors; t++)
         reel_hfree(p->stash[t]);
@@ -822,6 +890,7 @@ void reel_plan_destroy(reel_plan *p)
             vt->stream_destroy(be, p->streams[s]);
     }
     reel_hfree(p->tensor_ptr);
+    reel_hfree(p->state_borrowed);
     reel_hfree(p->param_written);
     reel_hfree(p->stash);
     reel_hfree(p->stash_cap);

@@ -72,6 +72,7 @@ struct reel_plan {
     /* Memory. */
     void **tensor_ptr;           /* [ntensors] PARAM and STATE device pointers */
     bool *param_written;         /* [ntensors] deferred params written */
+    bool *state_borrowed;        /* [ntensors] state bound to caller memory */
     char *arena;
     size_t arena_bytes;
     char *stat_dev, *stat_host;

@@ -278,6 +278,14 @@ reel_status reel_plan_write_param(reel_plan *p, const char *name, const void *da
 /* Reads or writes a state tensor (for tests and cache transfer). */
 reel_status reel_plan_read_state(reel_plan *p, const char *name, void *dst, size_t bytes);
 reel_status reel_plan_write_state(reel_plan *p, const char *name, const void *src, size_t bytes);
+/* Points a state tensor at caller-owned memory of exactly its size (device
+ * memory; host memory on the host backend), e.g. one KV cache shared by a
+ * prefill plan and a decode plan. The plan's own buffer is freed; the caller's
+ * memory is borrowed until the plan is destroyed or the state bound again.
+ * Only kernel parameters change: every captured graph is re-captured and
+ * updated in place where the backend can (cudaGraphExecUpdate), replaced
+ * otherwise; stats count both. Waits for the plan's streams first. */
+reel_status reel_plan_bind_state(reel_plan *p, const char *name, void *mem, size_t bytes);
 /* Why the last step ran eagerly (REEL_FALLBACK_NONE if it replayed). */
 reel_fallback reel_plan_last_fallback(const reel_plan *p);
 
