@@ -20,16 +20,21 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 
 phase build
 rm -rf "$B"
-if ! timeout 240 bash -c "meson setup '$B' -Dcuda=enabled -Dbuildtype=release && ninja -C '$B' -j$jobs" \
-        >"$OUT/build.log" 2>&1; then
-    tail -60 "$OUT/build.log"
-    echo "BUILD FAILED"
-    exit 1
-fi
-tail -3 "$OUT/build.log"
+# -k 0: a target that fails (someone's work in progress) does not stop the
+# others; the run goes on when the gpu suite and the bench were built.
+timeout 240 bash -c "meson setup '$B' -Dcuda=enabled -Dbuildtype=release && ninja -C '$B' -k 0 -j$jobs" \
+    >"$OUT/build.log" 2>&1
+build_rc=$?
+grep -E "^FAILED|error:" "$OUT/build.log" | head -20
+tail -2 "$OUT/build.log"
+for t in tests/gpu/test_gpu_ops tests/gpu/test_gpu_backend tests/gpu/test_gpu_plan tests/gpu/test_gpu_memory \
+         bench/bench_chain; do
+    [ -x "$B/$t" ] || { echo "BUILD FAILED: $t missing (ninja exit $build_rc)"; exit 1; }
+done
+[ $build_rc = 0 ] || echo "BUILD INCOMPLETE (ninja exit $build_rc): running what was built"
 
 phase gpu tests
-timeout 200 meson test -C "$B" --suite gpu --print-errorlogs --num-processes 4 >"$OUT/test-gpu.log" 2>&1
+timeout 200 meson test -C "$B" --no-rebuild --suite gpu --print-errorlogs --num-processes 4 >"$OUT/test-gpu.log" 2>&1
 echo "meson test --suite gpu: exit $?"
 grep -E "^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped|Timeout):" "$OUT/test-gpu.log"
 # Criterion's own lines name each failing test and assertion.
@@ -41,6 +46,7 @@ timeout 120 "$B/bench/bench_chain" 30 2>&1 | tee "$OUT/bench-chain.md"
 
 phase demo on cuda and host
 for be in cuda host; do
+    [ -x "$B/tools/reel" ] || { echo "tools/reel was not built"; break; }
     echo "--- reel demo --backend $be"
     timeout 60 "$B/tools/reel" demo --backend "$be" --quiet 2>&1
     echo "exit $?"
@@ -63,7 +69,7 @@ fi
 
 if [ "${REEL_GPU_OTHER:-1}" = 1 ]; then
     phase other suites
-    timeout 150 meson test -C "$B" --no-suite gpu --num-processes "$jobs" >"$OUT/test-other.log" 2>&1
+    timeout 150 meson test -C "$B" --no-rebuild --no-suite gpu --num-processes "$jobs" >"$OUT/test-other.log" 2>&1
     echo "meson test --no-suite gpu: exit $?"
     grep -E "^(Ok|Fail|Skipped|Timeout):| FAIL | TIMEOUT " "$OUT/test-other.log"
 fi

@@ -184,5 +184,5 @@ static bool use_attn(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_paged_attention_impl, "cuda.paged_attention", REEL_OP_PAGED_ATTENTION, 10, false,
+REEL_CU_IMPL(reel_cu_paged_attention_impl, "cuda.paged_attention", REEL_OP_PAGED_ATTENTION, 10, false, false,
              reel_cu::use_attn, reel_cu::attn_launch);

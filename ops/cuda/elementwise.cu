@@ -203,9 +203,11 @@ static bool use_embedding(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_add_impl, "cuda.add", REEL_OP_ADD, 10, true, reel_cu::use_binary, reel_cu::add_launch);
-REEL_CU_IMPL(reel_cu_mul_impl, "cuda.mul", REEL_OP_MUL, 10, true, reel_cu::use_binary, reel_cu::mul_launch);
-REEL_CU_IMPL(reel_cu_silu_and_mul_impl, "cuda.silu_and_mul", REEL_OP_SILU_AND_MUL, 10, true, reel_cu::use_unary,
-             reel_cu::silu_and_mul_launch);
-REEL_CU_IMPL(reel_cu_embedding_impl, "cuda.embedding", REEL_OP_EMBEDDING, 10, true, reel_cu::use_embedding,
-             reel_cu::embedding_launch);
+REEL_CU_IMPL(reel_cu_add_impl, "cuda.add", REEL_OP_ADD, 10, true, true,
+             reel_cu::use_binary, reel_cu::add_launch);
+REEL_CU_IMPL(reel_cu_mul_impl, "cuda.mul", REEL_OP_MUL, 10, true, true,
+             reel_cu::use_binary, reel_cu::mul_launch);
+REEL_CU_IMPL(reel_cu_silu_and_mul_impl, "cuda.silu_and_mul", REEL_OP_SILU_AND_MUL, 10, true, false,
+             reel_cu::use_unary, reel_cu::silu_and_mul_launch);
+REEL_CU_IMPL(reel_cu_embedding_impl, "cuda.embedding", REEL_OP_EMBEDDING, 10, true, false,
+             reel_cu::use_embedding, reel_cu::embedding_launch);

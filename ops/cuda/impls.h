@@ -26,9 +26,49 @@ extern const reel_op_impl reel_cu_lse_combine_impl;
 }
 #endif
 
-/* Defines an impl (C++17 has no designated initializers: fields in order):
- * capturable, honours the fixed-context limits, and pdl_ok as given. */
-#define REEL_CU_IMPL(var, name, kind, prio, pdl_ok, use, launch_fn) \
-    extern "C" const reel_op_impl var = { name, kind, REEL_BACKEND_CUDA, prio, true, true, pdl_ok, use, launch_fn }
+#ifdef __cplusplus
+#include <string.h>
+
+namespace reel_cu {
+
+/* inplace_ok where reel_op_impl has it (set only if the member exists, so
+ * this file builds against the op.h before and after that field). */
+template <typename I> static inline auto set_inplace(I &i, bool v, int) -> decltype(i.inplace_ok = v, void())
+{
+    i.inplace_ok = v;
+}
+template <typename I> static inline void set_inplace(I &, bool, long) {}
+
+/* An impl built field by field (C++17 has no designated initializers, and a
+ * positional one breaks when op.h gains a field): capturable, honours the
+ * fixed-context limits; pdl_ok and inplace_ok as given; later fields zero. */
+static inline reel_op_impl make_impl(const char *name, reel_op_kind kind, int prio, bool pdl_ok, bool inplace_ok,
+                                     bool (*use)(const reel_shape *, int, const reel_shape *, const reel_op_attrs *,
+                                                 const reel_device_caps *),
+                                     reel_status (*launch_fn)(reel_backend *, const reel_launch *))
+{
+    reel_op_impl i;
+    memset(&i, 0, sizeof i);
+    i.name = name;
+    i.op = kind;
+    i.backend = REEL_BACKEND_CUDA;
+    i.priority = prio;
+    i.capturable = true;
+    i.fixed_context = true;
+    i.pdl_ok = pdl_ok;
+    set_inplace(i, inplace_ok, 0);
+    i.can_use = use;
+    i.launch = launch_fn;
+    return i;
+}
+
+} /* namespace reel_cu */
+
+/* Defines an impl; pdl_ok: honours reel_launch.pdl; inplace_ok: out[0] may
+ * be in[0] (each output element is written by the thread that read the
+ * inputs it depends on, after reading them). */
+#define REEL_CU_IMPL(var, name, kind, prio, pdl_ok, inplace_ok, use, launch_fn) \
+    extern "C" const reel_op_impl var = reel_cu::make_impl(name, kind, prio, pdl_ok, inplace_ok, use, launch_fn)
+#endif
 
 #endif

@@ -77,5 +77,5 @@ static bool use_lse(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_lse_combine_impl, "cuda.lse_combine", REEL_OP_LSE_COMBINE, 10, false, reel_cu::use_lse,
-             reel_cu::lse_combine_launch);
+REEL_CU_IMPL(reel_cu_lse_combine_impl, "cuda.lse_combine", REEL_OP_LSE_COMBINE, 10, false, false,
+             reel_cu::use_lse, reel_cu::lse_combine_launch);

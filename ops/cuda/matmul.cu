@@ -219,7 +219,7 @@ static bool use_sgemm(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_matmul_lt_impl, "cuda.matmul.cublaslt", REEL_OP_MATMUL, 20, false, reel_cu::use_lt,
-             reel_cu::matmul_lt_launch);
-REEL_CU_IMPL(reel_cu_matmul_sgemm_impl, "cuda.matmul.sgemm", REEL_OP_MATMUL, 10, false, reel_cu::use_sgemm,
-             reel_cu::matmul_sgemm_launch);
+REEL_CU_IMPL(reel_cu_matmul_lt_impl, "cuda.matmul.cublaslt", REEL_OP_MATMUL, 20, false, false,
+             reel_cu::use_lt, reel_cu::matmul_lt_launch);
+REEL_CU_IMPL(reel_cu_matmul_sgemm_impl, "cuda.matmul.sgemm", REEL_OP_MATMUL, 10, false, false,
+             reel_cu::use_sgemm, reel_cu::matmul_sgemm_launch);

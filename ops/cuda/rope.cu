@@ -65,4 +65,5 @@ static bool use_rope(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_rope_impl, "cuda.rope", REEL_OP_ROPE, 10, true, reel_cu::use_rope, reel_cu::rope_launch);
+REEL_CU_IMPL(reel_cu_rope_impl, "cuda.rope", REEL_OP_ROPE, 10, true, true,
+             reel_cu::use_rope, reel_cu::rope_launch);

@@ -167,8 +167,9 @@ static bool use_argmax(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_rmsnorm_impl, "cuda.rmsnorm", REEL_OP_RMSNORM, 10, true, reel_cu::use_rmsnorm,
-             reel_cu::rmsnorm_launch);
-REEL_CU_IMPL(reel_cu_softmax_impl, "cuda.softmax", REEL_OP_SOFTMAX, 10, true, reel_cu::use_softmax,
-             reel_cu::softmax_launch);
-REEL_CU_IMPL(reel_cu_argmax_impl, "cuda.argmax", REEL_OP_ARGMAX, 10, true, reel_cu::use_argmax, reel_cu::argmax_launch);
+REEL_CU_IMPL(reel_cu_rmsnorm_impl, "cuda.rmsnorm", REEL_OP_RMSNORM, 10, true, false,
+             reel_cu::use_rmsnorm, reel_cu::rmsnorm_launch);
+REEL_CU_IMPL(reel_cu_softmax_impl, "cuda.softmax", REEL_OP_SOFTMAX, 10, true, true,
+             reel_cu::use_softmax, reel_cu::softmax_launch);
+REEL_CU_IMPL(reel_cu_argmax_impl, "cuda.argmax", REEL_OP_ARGMAX, 10, true, false,
+             reel_cu::use_argmax, reel_cu::argmax_launch);

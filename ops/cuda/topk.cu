@@ -241,4 +241,5 @@ static bool use_topk(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_topk_impl, "cuda.topk", REEL_OP_TOPK, 10, false, reel_cu::use_topk, reel_cu::topk_launch);
+REEL_CU_IMPL(reel_cu_topk_impl, "cuda.topk", REEL_OP_TOPK, 10, false, false,
+             reel_cu::use_topk, reel_cu::topk_launch);
