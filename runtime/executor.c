@@ -139,7 +139,10 @@ static reel_status select_kernels(reel_plan *p)
                                    node_name(p, i, buf, sizeof buf), p->impl[i]->name);
             p->plan_reason = REEL_FALLBACK_OP_NOT_CAPTURABLE;
         }
+        if (n->op == REEL_OP_TOPK && n->attrs.topk.has_page_table)
+            p->checks_limits = true;
         if (n->op == REEL_OP_PAGED_ATTENTION) {
+            p->checks_limits = true;
             if (!p->impl[i]->fixed_context)
                 return reel_seterr(p->ctx, REEL_E_UNSUPPORTED,
                                    "%s: kernel '%s' does not honour fixed-context metadata limits",

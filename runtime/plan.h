@@ -56,6 +56,7 @@ struct reel_plan {
     reel_goutput *outputs;
     const reel_op_impl **impl;   /* [nnodes] */
     bool has_attention;
+    bool checks_limits;          /* some kernel may write the error word */
     int32_t block_size;          /* smallest block size of the attention ops */
     int32_t kv_slots;            /* slots of the smallest KV cache */
     int32_t kv_blocks;

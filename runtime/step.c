@@ -321,7 +321,12 @@ static reel_status download(reel_plan *p, const reel_layout *L, int32_t n)
 {
     reel_backend *be = p->be;
     reel_stream *s0 = p->streams[0];
-    REEL_TRY(be->vt->copy(be, s0, p->out_host, L->stat_dev + L->off_err, sizeof(int32_t), REEL_COPY_D2H));
+    /* Only kernels that check limits write the error word: without them the
+     * step saves a copy. */
+    if (p->checks_limits)
+        REEL_TRY(be->vt->copy(be, s0, p->out_host, L->stat_dev + L->off_err, sizeof(int32_t), REEL_COPY_D2H));
+    else
+        *(int32_t *)p->out_host = 0;
     for (int o = 0; o < p->noutputs; o++) {
         uint32_t t = p->outputs[o].tensor;
         const reel_shape *sh = &p->tensors[t].shape;
