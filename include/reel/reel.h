@@ -321,4 +321,8 @@ reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_plac
 #ifdef __cplusplus
 }
 #endif
+
+/* The allocator-safety API (hazard checker) lives in its own header. */
+#include "reel/memory.h"
+
 #endif /* REEL_REEL_H */
