@@ -290,6 +290,7 @@ void reel_checker_begin(reel_checker *c, int64_t step)
         return;
     c->step = step;
     c->step_first = c->nrep;
+    c->step_total = c->total;
 }
 
 size_t reel_checker_end(reel_checker *c, const reel_hazard **out, size_t *n)
@@ -299,7 +300,7 @@ size_t reel_checker_end(reel_checker *c, const reel_hazard **out, size_t *n)
         *out = c && k ? c->rep + c->step_first : NULL;
     if (n)
         *n = k;
-    return k;
+    return c ? c->total - c->step_total : 0;
 }
 
 /* ---- allocations ---------------------------------------------------------- */

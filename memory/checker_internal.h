@@ -72,6 +72,7 @@ struct reel_checker {
     reel_hazard *rep;
     size_t nrep, caprep, total;
     size_t step_first;      /* first report of the current step */
+    size_t step_total;      /* hazards found before the current step */
     size_t op_first;        /* first report of the op being checked */
 };
 

@@ -119,8 +119,9 @@ reel_status reel_checker_event_wait(reel_checker *c, uint64_t stream, uint64_t e
 reel_status reel_checker_event_sync(reel_checker *c, uint64_t event);
 /* The host waited for a stream, or for every stream (REEL_CHECK_ALL_STREAMS). */
 reel_status reel_checker_host_sync(reel_checker *c, uint64_t stream);
-/* Ends the step: *out and *n receive the step's hazards (owned by the
- * checker, valid until the next call that adds hazards). Returns how many. */
+/* Ends the step: *out and *n receive the step's kept hazards (owned by the
+ * checker, valid until the next call that adds hazards). Returns how many
+ * the step found (kept or not). */
 size_t reel_checker_end(reel_checker *c, const reel_hazard **out, size_t *n);
 
 /* ---- standalone programs: alloc / free / use ---------------------------- */
