@@ -350,6 +350,7 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
             L->act_off[t] = plan.offsets[bufidx[t]];
     L->arena_bytes = plan.arena;
     L->lower_bound = plan.lower_bound;
+    L->node_bound = reel_mem_node_bound(&prob);
 
     /* Waits per node: producers on other streams, and the planner's edges. */
     L->new_wait_start = reel_hcalloc((size_t)p->nnodes + 2, sizeof(int));
@@ -778,6 +779,7 @@ static reel_status build_buckets(reel_plan *p)
             p->arena_bytes = p->bucket[b].arena_bytes;
         p->st.bucket_arena_bytes[b] = p->bucket[b].arena_bytes;
         p->st.bucket_lower_bound[b] = p->bucket[b].lower_bound;
+        p->st.bucket_node_bound[b] = p->bucket[b].node_bound;
     }
     p->stat_bytes = p->bucket[0].stat_bytes;
     REEL_TRY(vt->dev_alloc(p->be, p->arena_bytes ? p->arena_bytes : ALIGN, (void **)&p->arena));

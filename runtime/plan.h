@@ -21,7 +21,7 @@ typedef struct reel_layout {
     int32_t max_context;        /* the context limit kernels enforce here */
     char *arena;                /* device */
     size_t *act_off;            /* [ntensors] arena offsets of ACT tensors */
-    size_t arena_bytes, lower_bound;
+    size_t arena_bytes, lower_bound, node_bound;
     char *stat_dev, *stat_host; /* static region and its pinned staging mirror */
     size_t stat_bytes;
     size_t *in_off;             /* [ntensors] static offsets of INPUT tensors */

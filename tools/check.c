@@ -77,10 +77,15 @@ int cmd_check(int argc, char **argv)
            (unsigned long long)r.stats.steps, (unsigned long long)r.stats.replays,
            (unsigned long long)r.stats.eager_steps);
     printf("  hazards found      %llu\n", (unsigned long long)r.stats.hazards);
-    printf("\n| bucket | tokens | arena bytes | lower bound | ratio |\n|---|---|---|---|---|\n");
+    printf("\nlower bound: peak over the points between two ops of bytes produced before and needed after;\n"
+           "node bound: peak over ops of bytes that must coexist at an op (no plan goes below it)\n");
+    printf("\n| bucket | tokens | arena bytes | lower bound | ratio | node bound | ratio |\n"
+           "|---|---|---|---|---|---|---|\n");
     for (int b = 0; b < r.stats.num_buckets; b++) {
         size_t ar = r.stats.bucket_arena_bytes[b], lb = r.stats.bucket_lower_bound[b];
-        printf("| %d | %d | %zu | %zu | %.4f |\n", b, r.stats.buckets[b], ar, lb, lb ? (double)ar / (double)lb : 1.0);
+        size_t nb = r.stats.bucket_node_bound[b];
+        printf("| %d | %d | %zu | %zu | %.4f | %zu | %.4f |\n", b, r.stats.buckets[b], ar, lb,
+               lb ? (double)ar / (double)lb : 1.0, nb, nb ? (double)ar / (double)nb : 1.0);
     }
     printf("\nshared arena %zu bytes\n", r.stats.arena_bytes);
     if (st != REEL_OK) {

@@ -298,7 +298,14 @@ typedef struct reel_plan_stats {
     int32_t buckets[REEL_MAX_BUCKETS];
     size_t arena_bytes;                              /* shared by all buckets */
     size_t bucket_arena_bytes[REEL_MAX_BUCKETS];     /* planned per bucket */
-    size_t bucket_lower_bound[REEL_MAX_BUCKETS];     /* peak live bytes per bucket */
+    size_t bucket_lower_bound[REEL_MAX_BUCKETS];     /* per bucket: peak, over the points between
+                                                        two ops, of bytes produced before and
+                                                        needed after (reachable only if every op
+                                                        could work in place) */
+    size_t bucket_node_bound[REEL_MAX_BUCKETS];      /* per bucket: peak, over ops, of bytes that
+                                                        must coexist at an op (its inputs, outputs
+                                                        and what lives across it; an in-place pair
+                                                        once): no plan goes below it */
     size_t static_bytes, param_bytes, state_bytes;
     int num_nodes, num_streams;
     double compile_ms, capture_ms;

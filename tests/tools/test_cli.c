@@ -105,7 +105,7 @@ Test(cli, check_runs_the_demo_under_the_checker_and_reports_every_bucket)
     int rc = reel_run("check " SMALL_ARGS " --quiet --table 0", out, sizeof out);
     cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
     cr_expect(strstr(out, "hazards found      0") != NULL, "%s", out);
-    cr_expect(strstr(out, "| bucket | tokens | arena bytes | lower bound | ratio |") != NULL, "%s", out);
+    cr_expect(strstr(out, "| bucket | tokens | arena bytes | lower bound | ratio | node bound | ratio |") != NULL, "%s", out);
     cr_expect(strstr(out, "| tensor | stream | first use | last use | offset | bytes |") != NULL, "%s", out);
     cr_expect(strstr(out, "replayed") != NULL && strstr(out, "eager") != NULL, "%s", out);
 }
