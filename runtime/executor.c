@@ -8,6 +8,7 @@
 
 #include "memory/halloc.h"
 #include "memory/planner.h"
+#include "memory/workspace.h"
 #include "runtime/ctx.h"
 #include "runtime/plan.h"
 
@@ -470,7 +471,9 @@ static reel_status layout_arrays(reel_plan *p, reel_layout *L)
 void reel_layout_free(reel_plan *p, reel_layout *L, bool owns_memory)
 {
     if (owns_memory) {
-        if (L->arena)
+        if (L->arena_blk)
+            reel_ws_free(p->ws, L->arena_blk);
+        else if (L->arena)
             p->be->vt->dev_free(p->be, L->arena);
         if (L->stat_dev)
             p->be->vt->dev_free(p->be, L->stat_dev);
@@ -502,7 +505,13 @@ reel_status reel_layout_build(reel_plan *p, reel_layout *L, int64_t rows, int32_
     if (!allocate)
         return REEL_OK;
     char *arena = NULL, *sd = NULL, *sh = NULL;
-    REEL_TRY(vt->dev_alloc(p->be, L->arena_bytes ? L->arena_bytes : ALIGN, (void **)&arena));
+    /* The arena comes from the workspace allocator on stream 0; every other
+     * stream of the plan uses it too, so its free fences them all. */
+    REEL_TRY(reel_ws_alloc(p->ws, p->streams[0], L->arena_bytes ? L->arena_bytes : ALIGN, &L->arena_blk));
+    for (int s = 1; s < p->nstreams; s++)
+        if (p->first_on_stream[s] >= 0)
+            REEL_TRY(reel_ws_record_use(p->ws, L->arena_blk, p->streams[s]));
+    arena = reel_ws_block_ptr(L->arena_blk);
     L->arena = arena;
     REEL_TRY(vt->dev_alloc(p->be, L->stat_bytes, (void **)&sd));
     L->stat_dev = sd;
@@ -806,6 +815,7 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g)
     REEL_TRY(select_kernels(p));
     REEL_TRY(make_streams(p));
     REEL_TRY(alloc_tensors(p));
+    REEL_TRY(reel_ws_create(p->be, &(reel_ws_opts){.policy = REEL_WS_DEFER_FREE}, &p->ws));
     REEL_TRY(build_buckets(p));
     REEL_TRY(capture_all(p));
     return reel_plan_check_open(p);
@@ -869,6 +879,7 @@ void reel_plan_destroy(reel_plan *p)
         reel_layout_free(p, &p->bucket[b], false);
     }
     reel_layout_free(p, &p->over, true);
+    reel_ws_destroy(p->ws);
     reel_plan_check_close(p);
     if (p->arena)
         vt->dev_free(be, p->arena);

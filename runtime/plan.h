@@ -27,6 +27,7 @@ typedef struct reel_layout {
     size_t *in_off;             /* [ntensors] static offsets of INPUT tensors */
     size_t off_err, off_pos, off_slot, off_tseq, off_ctx, off_bt;
     reel_meta_view meta;        /* device pointers into stat_dev */
+    struct reel_ws_block *arena_blk; /* overflow layouts: the arena's workspace block */
     reel_launch *launches;      /* [nnodes], in schedule order */
     reel_shape *shapes;         /* [nnodes * (MAX_IN + MAX_OUT)] backing the launches */
     int *new_wait_start, *new_wait_from; /* cross-stream waits (data and planner edges), CSR by node */
@@ -103,6 +104,10 @@ struct reel_plan {
 
     reel_fallback last_fallback;
     reel_plan_stats st;
+
+    /* The stream-aware workspace allocator: eager steps past the fixed
+     * limits take their arena from it (deferred frees across streams). */
+    struct reel_ws *ws;
 
     /* The hazard checker, when the plan runs under it (check_hazards). */
     struct reel_checker *chk;

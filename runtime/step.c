@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "memory/halloc.h"
+#include "memory/workspace.h"
 #include "runtime/ctx.h"
 #include "runtime/plan.h"
 
@@ -454,7 +455,22 @@ reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out)
     if (!p || !out)
         return REEL_E_INVALID_ARG;
     *out = p->st;
+    reel_ws_stats ws;
+    reel_ws_get_stats(p->ws, &ws);
+    out->workspace_bytes = ws.device;
+    out->workspace_peak = ws.peak;
     return REEL_OK;
+}
+
+reel_status reel_plan_trim(reel_plan *p)
+{
+    if (!p)
+        return REEL_E_INVALID_ARG;
+    if (p->over_valid) {
+        reel_layout_free(p, &p->over, true);
+        p->over_valid = false;
+    }
+    return reel_ws_trim(p->ws);
 }
 
 reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_placement *out)

@@ -286,6 +286,10 @@ reel_status reel_plan_write_state(reel_plan *p, const char *name, const void *sr
  * updated in place where the backend can (cudaGraphExecUpdate), replaced
  * otherwise; stats count both. Waits for the plan's streams first. */
 reel_status reel_plan_bind_state(reel_plan *p, const char *name, void *mem, size_t bytes);
+/* Gives back the memory of eager steps past the fixed limits (the overflow
+ * layout and the workspace allocator's cache), once the streams that used it
+ * are done with it. The next such step allocates again. */
+reel_status reel_plan_trim(reel_plan *p);
 /* Why the last step ran eagerly (REEL_FALLBACK_NONE if it replayed). */
 reel_fallback reel_plan_last_fallback(const reel_plan *p);
 
@@ -310,6 +314,9 @@ typedef struct reel_plan_stats {
     int num_nodes, num_streams;
     double compile_ms, capture_ms;
     uint64_t hazards;                /* found by the hazard checker (check_hazards) */
+    size_t workspace_bytes;          /* device bytes held by the workspace allocator (eager
+                                        steps past the limits take their arena there) */
+    size_t workspace_peak;           /* most workspace bytes handed out at once */
 } reel_plan_stats;
 reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out);
 

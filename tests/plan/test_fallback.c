@@ -215,3 +215,25 @@ Test(fallback, eager_steps_dispatch_every_node_and_replays_none, .init = setup, 
     reel_plan_destroy(a);
     og_free(&ga);
 }
+
+Test(fallback, overflow_steps_take_their_arena_from_the_workspace_and_trim_returns_it, .init = setup, .fini = teardown)
+{
+    og_graph ga;
+    reel_compile_opts o = opts_buckets(1, (int32_t[]){2});
+    reel_plan *a = compile_kind(&ga, OG_MATMUL, &o, NULL);
+    reel_plan_stats st;
+    reel_plan_stats_get(a, &st);
+    cr_assert_eq(st.workspace_bytes, 0);
+    step_ok(a, OG_MATMUL, 9, 1, REEL_FALLBACK_TOKENS_OVER_LIMIT);
+    reel_plan_stats_get(a, &st);
+    cr_assert_gt(st.workspace_bytes, 0);
+    cr_assert_geq(st.workspace_peak, (size_t)9 * 24 * 4);
+    step_ok(a, OG_MATMUL, 30, 1, REEL_FALLBACK_TOKENS_OVER_LIMIT); /* grows: the old block is freed */
+    cr_assert_eq(reel_plan_trim(a), REEL_OK);
+    reel_plan_stats_get(a, &st);
+    cr_assert_eq(st.workspace_bytes, 0);
+    step_ok(a, OG_MATMUL, 7, 1, REEL_FALLBACK_TOKENS_OVER_LIMIT); /* allocates again */
+    step_ok(a, OG_MATMUL, 2, 1, REEL_FALLBACK_NONE);
+    reel_plan_destroy(a);
+    og_free(&ga);
+}
