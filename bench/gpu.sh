@@ -44,6 +44,16 @@ cp "$B/meson-logs/testlog.txt" "$OUT/testlog-gpu.txt" 2>/dev/null
 phase bench chain
 timeout 120 "$B/bench/bench_chain" 30 2>&1 | tee "$OUT/bench-chain.md"
 
+phase pytorch on the same chain
+if python3 -c "import torch" 2>/dev/null; then
+    timeout 120 python3 bench/torch_chain.py 30 2>&1 | tee "$OUT/bench-torch-chain.md"
+else
+    echo "no PyTorch on this machine"
+fi
+
+phase reel check on cuda
+[ -x "$B/tools/reel" ] && timeout 90 "$B/tools/reel" check --backend cuda --quiet 2>&1 | tee "$OUT/check-cuda.md"
+
 phase demo on cuda and host
 for be in cuda host; do
     [ -x "$B/tools/reel" ] || { echo "tools/reel was not built"; break; }
