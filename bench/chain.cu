@@ -13,7 +13,9 @@
  *   reel pdl       the same plan compiled with pdl
  *   reel eager     the same plan compiled without graphs (every op
  *                  dispatched by the executor)
- * in one program run. Each variant is one function returning its timings;
+ * in one program run, then diagnostics: variants of the add kernel, reel's
+ * silu_and_mul in place vs out of place, and the host cost of reel's
+ * cuBLASLt matmul launch and of its parts. Each variant is one function returning its timings;
  * every variant's result is checked (x + N, exactly).
  *
  * Times are medians over repeats. "gpu" times come from CUDA events around
@@ -81,6 +83,19 @@ __global__ void add1_pdl(float *x, int n)
 #endif
 }
 
+/* add1_pdl with the trigger first: the dependent grid may launch while this
+ * one works (its own wait still covers our stores). */
+__global__ void add1_pdl_early(float *x, int n)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] += 1.0f;
+}
+
 /* Diagnostic kernels: what separates reel's add from add1 in a graph. */
 __global__ void add1_gdc(float *x, int n) /* add1 with the PDL instructions, launched without PDL */
 {
@@ -140,7 +155,7 @@ struct rig {
     cudaEvent_t e0, e1;
 };
 
-static void launch_chain(const rig &r, int n, bool pdl)
+static void launch_chain(const rig &r, int n, bool pdl, bool early = false)
 {
     dim3 grid((ELEMS + THREADS - 1) / THREADS);
     for (int k = 0; k < n; k++) {
@@ -157,7 +172,7 @@ static void launch_chain(const rig &r, int n, bool pdl)
         cfg.stream = r.s;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&cfg, add1_pdl, r.d, (int)ELEMS));
+        CK(cudaLaunchKernelEx(&cfg, early ? add1_pdl_early : add1_pdl, r.d, (int)ELEMS));
     }
     CK(cudaGetLastError());
 }
@@ -246,9 +261,9 @@ static timing run_raw_eager(const rig &r, int n, int reps)
     return run_eager_of(r, n, reps, [&] { launch_chain(r, n, false); });
 }
 
-static timing run_raw_graph(const rig &r, int n, int reps, bool pdl)
+static timing run_raw_graph(const rig &r, int n, int reps, bool pdl, bool early = false)
 {
-    return run_graph_of(r, n, reps, [&] { launch_chain(r, n, pdl); });
+    return run_graph_of(r, n, reps, [&] { launch_chain(r, n, pdl, early); });
 }
 
 /* Diagnostic rows: variants of the kernel, each chain hand-captured. */
@@ -369,6 +384,239 @@ static timing run_reel(const rig &r, int n, int reps, bool pdl, bool no_capture)
     return t;
 }
 
+/* GPU time of one replay of a graph captured from body() on s (median). */
+template <typename L> static double graph_gpu_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, int reps, L body)
+{
+    cudaGraph_t g;
+    cudaGraphExec_t x;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    body();
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&x, g, 0));
+    std::vector<double> gpu;
+    for (int i = 0; i < 2 + reps; i++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(x, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= 2)
+            gpu.push_back(ms * 1e3);
+    }
+    CK(cudaGraphExecDestroy(x));
+    CK(cudaGraphDestroy(g));
+    return median(gpu);
+}
+
+/* One node of reel's own kernels, launched by hand on k's stream. */
+struct node {
+    const reel_op_impl *impl;
+    reel_shape sh[3];
+    reel_op_attrs at;
+    reel_launch l;
+};
+
+static void node_init(node &nd, reel_kernel &k, reel_op_kind op, int nin)
+{
+    nd.impl = reel_registry_select(REEL_BACKEND_CUDA, op, nd.sh, nin, &nd.sh[nin], &nd.at, &k.be->caps);
+    if (!nd.impl) {
+        fprintf(stderr, "no cuda impl for op %d\n", (int)op);
+        exit(1);
+    }
+    nd.l.op = op;
+    nd.l.attrs = &nd.at;
+    nd.l.in_shape = nd.sh;
+    nd.l.out_shape = &nd.sh[nin];
+    nd.l.stream = k.rs;
+}
+
+static reel_shape shape2(reel_dtype dt, bool tokens, int64_t d0, int64_t d1)
+{
+    reel_shape s;
+    memset(&s, 0, sizeof s);
+    s.dtype = dt, s.ndim = 2, s.tokens = tokens, s.dims[0] = d0, s.dims[1] = d1;
+    return s;
+}
+
+/* silu_and_mul, bf16 [T, 2F] -> [T, F]: out of place vs in place (the
+ * output over the input, which inplace_ok lets the planner do), per launch
+ * in a graph of 20; the in-place result checked bitwise against the other. */
+static void diag_silu(reel_kernel &k, int reps)
+{
+    const int64_t f = 14336, ts[4] = {1, 16, 256, 2048};
+    printf("\ndiagnostic: reel's silu_and_mul, bf16 [T, 2*%lld] -> [T, %lld], per launch in a graph of 20\n\n",
+           (long long)f, (long long)f);
+    printf("| T | out of place gpu us | in place gpu us | in place x out of place | in place bits |\n");
+    printf("| --- | --- | --- | --- | --- |\n");
+    for (int i = 0; i < 4; i++) {
+        int64_t t = ts[i], nin = t * 2 * f;
+        std::vector<uint16_t> h(nin), ref(t * f), got(t * f);
+        uint64_t r = 12345 + t;
+        for (int64_t j = 0; j < nin; j++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            float v = (float)((r >> 40) % 12000) / 1000.0f - 6.0f;
+            uint32_t b;
+            memcpy(&b, &v, 4);
+            h[j] = (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
+        }
+        void *x, *y;
+        CK(cudaMalloc(&x, nin * 2));
+        CK(cudaMalloc(&y, t * f * 2));
+        node nd;
+        memset(&nd, 0, sizeof nd);
+        nd.sh[0] = shape2(REEL_BF16, true, t, 2 * f), nd.sh[1] = shape2(REEL_BF16, true, t, f);
+        node_init(nd, k, REEL_OP_SILU_AND_MUL, 1);
+        nd.l.rows = t;
+        nd.l.in[0] = x;
+        cudaStream_t st = k.r.s; /* reel's stream: non-blocking, so every copy goes on it */
+        auto upload = [&] {
+            CK(cudaMemcpyAsync(x, h.data(), nin * 2, cudaMemcpyHostToDevice, st));
+            CK(cudaStreamSynchronize(st));
+        };
+        auto download = [&](std::vector<uint16_t> &dst, const void *src) {
+            CK(cudaMemcpyAsync(dst.data(), src, t * f * 2, cudaMemcpyDeviceToHost, st));
+            CK(cudaStreamSynchronize(st));
+        };
+        upload();
+        nd.l.out[0] = y;
+        RK(nd.impl->launch(k.be, &nd.l));
+        download(ref, y);
+        nd.l.out[0] = x;
+        RK(nd.impl->launch(k.be, &nd.l));
+        download(got, x);
+        bool same = memcmp(ref.data(), got.data(), t * f * 2) == 0;
+        double us[2];
+        for (int inplace = 0; inplace < 2; inplace++) {
+            upload();
+            nd.l.out[0] = inplace ? x : y;
+            us[inplace] = graph_gpu_us(k.r.s, k.r.e0, k.r.e1, reps, [&] {
+                for (int j = 0; j < 20; j++)
+                    RK(nd.impl->launch(k.be, &nd.l));
+            }) / 20;
+        }
+        printf("| %lld | %.3f | %.3f | %.2f | %s |\n", (long long)t, us[0], us[1], us[1] / us[0],
+               same ? "equal" : "DIFFERENT");
+        CK(cudaFree(x));
+        CK(cudaFree(y));
+    }
+}
+
+/* The parts of a cuBLASLt launch's host work, per call (median of 200). */
+template <typename F> static double host_us(F fn)
+{
+    std::vector<double> v;
+    for (int i = 0; i < 200; i++) {
+        double t0 = now_us();
+        fn();
+        v.push_back(now_us() - t0);
+    }
+    return median(v);
+}
+
+#define LK(call)                                                                                          \
+    do {                                                                                                  \
+        cublasStatus_t s_ = (call);                                                                       \
+        if (s_ != CUBLAS_STATUS_SUCCESS && s_ != CUBLAS_STATUS_NOT_SUPPORTED) {                           \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cublasGetStatusName(s_));       \
+            exit(1);                                                                                      \
+        }                                                                                                 \
+    } while (0)
+
+/* Descriptors for Y^T = W^T X^T as reel builds them (w [K, N], x [M, K]). */
+static void lt_create(uint64_t m, uint64_t kd, uint64_t n, cublasLtMatmulDesc_t *op, cublasLtMatrixLayout_t *a,
+                      cublasLtMatrixLayout_t *b, cublasLtMatrixLayout_t *c)
+{
+    cublasOperation_t ta = CUBLAS_OP_N;
+    LK(cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LK(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LK(cublasLtMatrixLayoutCreate(a, CUDA_R_16BF, n, kd, (int64_t)n));
+    LK(cublasLtMatrixLayoutCreate(b, CUDA_R_16BF, kd, m, (int64_t)kd));
+    LK(cublasLtMatrixLayoutCreate(c, CUDA_R_16BF, n, m, (int64_t)n));
+}
+
+static void diag_matmul_host(reel_kernel &k)
+{
+    const int64_t kd = 4096, n = 4096, ms[2] = {1, 64};
+    cublasLtHandle_t lt = reel_cuda_lt_handle(k.be);
+    printf("\ndiagnostic: host cost of reel's cuBLASLt matmul, bf16 x [M, %lld] w [%lld, %lld], us per call "
+           "(median of 200)\n\n", (long long)kd, (long long)kd, (long long)n);
+    printf("| M | reel launch (memo hit) | descriptors: Init in caller memory | descriptors: Create + Destroy | "
+           "preference + heuristic query |\n");
+    printf("| --- | --- | --- | --- | --- |\n");
+    void *x, *w, *y;
+    CK(cudaMalloc(&x, 64 * kd * 2));
+    CK(cudaMalloc(&w, kd * n * 2));
+    CK(cudaMalloc(&y, 64 * n * 2));
+    CK(cudaMemset(x, 0, 64 * kd * 2));
+    CK(cudaMemset(w, 0, kd * n * 2));
+    CK(cudaDeviceSynchronize());
+    for (int i = 0; i < 2; i++) {
+        int64_t m = ms[i];
+        node nd;
+        memset(&nd, 0, sizeof nd);
+        nd.sh[0] = shape2(REEL_BF16, true, m, kd), nd.sh[1] = shape2(REEL_BF16, false, kd, n);
+        nd.sh[2] = shape2(REEL_BF16, true, m, n);
+        node_init(nd, k, REEL_OP_MATMUL, 2);
+        nd.l.rows = m;
+        nd.l.in[0] = x, nd.l.in[1] = w, nd.l.out[0] = y;
+        RK(nd.impl->launch(k.be, &nd.l)); /* warm-up: the heuristic's answer goes to the memo */
+        CK(cudaStreamSynchronize(k.r.s));
+        int calls = 0;
+        double launch = host_us([&] {
+            RK(nd.impl->launch(k.be, &nd.l));
+            if (++calls % 20 == 0)
+                CK(cudaStreamSynchronize(k.r.s)); /* keep the queue short */
+        });
+        CK(cudaStreamSynchronize(k.r.s));
+        double init = host_us([&] {
+            cublasLtMatmulDescOpaque_t op;
+            cublasLtMatrixLayoutOpaque_t a, b, c;
+            cublasOperation_t ta = CUBLAS_OP_N;
+            LK(cublasLtMatmulDescInit(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+            LK(cublasLtMatmulDescSetAttribute(&op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+            LK(cublasLtMatrixLayoutInit(&a, CUDA_R_16BF, n, kd, n));
+            LK(cublasLtMatrixLayoutInit(&b, CUDA_R_16BF, kd, m, kd));
+            LK(cublasLtMatrixLayoutInit(&c, CUDA_R_16BF, n, m, n));
+        });
+        double create = host_us([&] {
+            cublasLtMatmulDesc_t op;
+            cublasLtMatrixLayout_t a, b, c;
+            lt_create(m, kd, n, &op, &a, &b, &c);
+            LK(cublasLtMatrixLayoutDestroy(c));
+            LK(cublasLtMatrixLayoutDestroy(b));
+            LK(cublasLtMatrixLayoutDestroy(a));
+            LK(cublasLtMatmulDescDestroy(op));
+        });
+        cublasLtMatmulDesc_t op;
+        cublasLtMatrixLayout_t a, b, c;
+        lt_create(m, kd, n, &op, &a, &b, &c);
+        double heur = host_us([&] {
+            cublasLtMatmulPreference_t pref;
+            uint64_t wsb = 32u << 20;
+            uint32_t al = 16;
+            LK(cublasLtMatmulPreferenceCreate(&pref));
+            LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+            LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al));
+            LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al));
+            LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al));
+            LK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
+            cublasLtMatmulHeuristicResult_t res;
+            int nres = 0;
+            LK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 1, &res, &nres));
+            LK(cublasLtMatmulPreferenceDestroy(pref));
+        });
+        LK(cublasLtMatrixLayoutDestroy(c));
+        LK(cublasLtMatrixLayoutDestroy(b));
+        LK(cublasLtMatrixLayoutDestroy(a));
+        LK(cublasLtMatmulDescDestroy(op));
+        printf("| %lld | %.2f | %.3f | %.3f | %.2f |\n", (long long)m, launch, init, create, heur);
+    }
+    CK(cudaFree(x));
+    CK(cudaFree(w));
+    CK(cudaFree(y));
+}
+
 static void print_row(const char *name, int n, const timing &t, const timing &base_wall, const timing &base_gpu)
 {
     char gpu[32] = "-", ratio_gpu[32] = "-", setup[32] = "-", host[32] = "-";
@@ -454,7 +702,12 @@ int main(int argc, char **argv)
         print_row("x+b scalar x16", n, run_diag(r, n, reps, 1), graph, graph);
         print_row("x+b float4 x4", n, run_diag(r, n, reps, 2), graph, graph);
         print_row("reel add kernel", n, run_reel_kernel(rk, n, reps, true, false), graph, graph);
+        print_row("pdl add1, trigger last", n, run_raw_graph(r, n, reps, true), graph, graph);
+        print_row("pdl add1, trigger first", n, run_raw_graph(r, n, reps, true, true), graph, graph);
+        print_row("pdl reel add kernel", n, run_reel_kernel(rk, n, reps, true, true), graph, graph);
     }
+    diag_silu(rk, reps);
+    diag_matmul_host(rk);
     rk.be->vt->stream_destroy(rk.be, rk.rs);
     reel_ctx_destroy(g_ctx);
     return 0;

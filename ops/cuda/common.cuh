@@ -116,30 +116,46 @@ __host__ __forceinline__ unsigned grid_for(int64_t n, int threads)
     return (unsigned)(b > 0 ? b : 1);
 }
 
-/* Programmatic dependent launch: a kernel launched with it may start
- * before its same-stream predecessor ends, so it waits for that grid before
- * touching memory, and lets its own successor start once its writes are
- * done. Both are skipped (a uniform branch on a kernel argument) for a
- * launch without the attribute, which then pays no PDL instruction. */
-__device__ __forceinline__ void pdl_wait(bool pdl)
+/* Programmatic dependent launch. A kernel launched with it may start before
+ * its same-stream predecessor ends, so pdl_start waits for that grid
+ * (griddepcontrol.wait: the predecessor has completed and its writes are
+ * visible) before the kernel touches memory; the wait is skipped (a uniform
+ * branch on a kernel argument) for a launch without the attribute.
+ *
+ * Then it lets this kernel's own successor launch at once, not after the
+ * last store: the trigger only lets a dependent grid be scheduled, and a
+ * dependent grid launched with the attribute waits in its own pdl_start for
+ * this grid's completion and memory flush, so triggering before our stores
+ * is safe and hides the successor's launch latency behind our work. A
+ * successor launched without the attribute ignores the trigger (it starts
+ * after our completion), so the trigger is issued on every launch; it costs
+ * nothing measurable (bench/chain.cu, "add1 + gdc insns"). Call it first in
+ * every kernel, before any load or store. */
+__device__ __forceinline__ void pdl_start(bool pdl)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (pdl)
         cudaGridDependencySynchronize();
+    cudaTriggerProgrammaticLaunchCompletion();
 #endif
 }
 
-__device__ __forceinline__ void pdl_trigger(bool pdl)
+/* Up to this many elements an elementwise kernel runs one element per
+ * thread with 32-bit indices and no loop: every element has a thread in the
+ * first (and only) wave of 256-thread blocks on the device (2048 resident
+ * threads per SM), and more, smaller blocks reach the tensor sooner than
+ * fewer blocks of 16-byte packs (bench/chain.cu, diagnostic rows). Larger
+ * tensors take the vectorized grid-stride kernels, whose wider loads pay once
+ * there is more than one wave of work. */
+__host__ __forceinline__ int64_t small_numel(const reel_backend *be)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (pdl)
-        cudaTriggerProgrammaticLaunchCompletion();
-#endif
+    int64_t sms = be->caps.sm_count > 0 ? be->caps.sm_count : 16;
+    return sms < 4096 ? sms * 2048 : 4096LL * 2048; /* well inside 32 bits */
 }
 
 /* Launches kernel(args..., pdl), with the programmatic-stream-serialization
  * attribute when pdl: the kernel's last parameter is that flag, and it
- * calls pdl_wait(pdl) before touching memory. */
+ * calls pdl_start(pdl) before touching memory. */
 template <typename... KArgs, typename... Args>
 cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
                    Args... args)

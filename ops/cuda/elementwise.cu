@@ -1,8 +1,12 @@
 /* CUDA kernels: add and mul (b of a's shape, or a row of a's last dim
  * broadcast), silu_and_mul, embedding. Element i of an output depends only
- * on element i of its input (add, mul: out may alias a). 16-byte loads and
- * stores where pointers and widths allow; these ops are bandwidth-bound.
- * All honour programmatic dependent launch (pdl_wait before any access). */
+ * on element i of its input (add, mul: out may alias a). Tensors of up to
+ * small_numel elements run one element per thread with 32-bit indices;
+ * larger ones a grid-stride loop over 16-byte packs where pointers and
+ * widths allow (these ops are bandwidth-bound), with 32-bit indices while
+ * the count fits. Every path computes each element with the same float32
+ * expression, so they give the same bits. All honour programmatic dependent
+ * launch (pdl_start before any access). */
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/impls.h"
 
@@ -15,46 +19,70 @@ struct mul_op {
     __device__ __forceinline__ float operator()(float a, float b) const { return a * b; }
 };
 
-/* nb == n: b has a's shape; else b is a row of nb elements repeated. */
-template <typename T, typename F>
-__global__ void binary_kernel(const T *a, const T *b, T *out, int64_t n, int64_t nb, F f, bool pdl)
+/* f on one element, or on each element of a pack. */
+template <typename T, typename F> __device__ __forceinline__ T apply2(T x, T y, F f)
 {
-    pdl_wait(pdl);
-    int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        out[i] = from_f<T>(f(to_f(a[i]), to_f(b[nb == n ? i : i % nb])));
-    pdl_trigger(pdl);
+    return from_f<T>(f(to_f(x), to_f(y)));
 }
 
-/* The same over packs of 16 bytes: n and nb are multiples of the pack. */
-template <typename T, typename F>
-__global__ void binary_kernel_vec(const pack<T> *a, const pack<T> *b, pack<T> *out, int64_t npk, int64_t nbpk,
-                                  F f, bool pdl)
+template <typename T, typename F> __device__ __forceinline__ pack<T> apply2(pack<T> x, pack<T> y, F f)
 {
-    pdl_wait(pdl);
-    int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < npk; i += stride) {
-        pack<T> x = a[i], y = b[nbpk == npk ? i : i % nbpk], r;
+    pack<T> r;
 #pragma unroll
-        for (int j = 0; j < pack<T>::n; j++)
-            r.v[j] = from_f<T>(f(to_f(x.v[j]), to_f(y.v[j])));
-        out[i] = r;
-    }
-    pdl_trigger(pdl);
+    for (int j = 0; j < pack<T>::n; j++)
+        r.v[j] = from_f<T>(f(to_f(x.v[j]), to_f(y.v[j])));
+    return r;
 }
 
-template <typename T, typename F>
-static cudaError_t binary_launch(const reel_launch *l, cudaStream_t st, int64_t n, int64_t nb, F f)
+/* Small tensors: one element per thread. BCAST: b is a row of nb elements
+ * repeated (else nb == n). */
+template <typename T, typename F, bool BCAST>
+__global__ void binary_small_kernel(const T *a, const T *b, T *out, uint32_t n, uint32_t nb, F f, bool pdl)
+{
+    pdl_start(pdl);
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        out[i] = apply2(a[i], b[BCAST ? i % nb : i], f);
+}
+
+/* Larger ones: a grid-stride loop over units U (elements, or packs of 16
+ * bytes when n and nb are multiples of the pack), indexed by I. */
+template <typename U, typename I, typename F, bool BCAST>
+__global__ void binary_kernel(const U *a, const U *b, U *out, I n, I nb, F f, bool pdl)
+{
+    pdl_start(pdl);
+    I stride = (I)gridDim.x * blockDim.x;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = apply2(a[i], b[BCAST ? i % nb : i], f);
+}
+
+/* n units: 32-bit indices while i + stride cannot wrap (grid_for caps the
+ * grid at 2^28 threads). */
+template <typename U, typename F, bool BCAST>
+static cudaError_t binary_grid(const reel_launch *l, cudaStream_t st, int64_t n, int64_t nb, F f)
+{
+    const int threads = 256;
+    const U *a = (const U *)l->in[0], *b = (const U *)l->in[1];
+    U *o = (U *)l->out[0];
+    if (n <= INT32_MAX)
+        return launch(binary_kernel<U, uint32_t, F, BCAST>, grid_for(n, threads), threads, 0, st, l->pdl, a, b, o,
+                      (uint32_t)n, (uint32_t)nb, f);
+    return launch(binary_kernel<U, int64_t, F, BCAST>, grid_for(n, threads), threads, 0, st, l->pdl, a, b, o, n, nb,
+                  f);
+}
+
+template <typename T, typename F, bool BCAST>
+static cudaError_t binary_run(reel_backend *be, const reel_launch *l, cudaStream_t st, int64_t n, int64_t nb, F f)
 {
     const int threads = 256;
     const int pk = pack<T>::n;
+    if (n <= small_numel(be))
+        return launch(binary_small_kernel<T, F, BCAST>, grid_for(n, threads), threads, 0, st, l->pdl,
+                      (const T *)l->in[0], (const T *)l->in[1], (T *)l->out[0], (uint32_t)n, (uint32_t)nb, f);
     bool vec = aligned16(l->in[0]) && aligned16(l->in[1]) && aligned16(l->out[0]) && n % pk == 0 && nb % pk == 0;
     if (vec)
-        return launch(binary_kernel_vec<T, F>, grid_for(n / pk, threads), threads, 0, st, l->pdl,
-                      (const pack<T> *)l->in[0], (const pack<T> *)l->in[1], (pack<T> *)l->out[0], n / pk,
-                      nb / pk, f);
-    return launch(binary_kernel<T, F>, grid_for(n, threads), threads, 0, st, l->pdl, (const T *)l->in[0],
-                  (const T *)l->in[1], (T *)l->out[0], n, nb, f);
+        return binary_grid<pack<T>, F, BCAST>(l, st, n / pk, nb / pk, f);
+    return binary_grid<T, F, BCAST>(l, st, n, nb, f);
 }
 
 template <typename F> static reel_status binary(reel_backend *be, const reel_launch *l, F f, const char *name)
@@ -65,7 +93,11 @@ template <typename F> static reel_status binary(reel_backend *be, const reel_lau
         return REEL_OK;
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
     cudaError_t e = cudaSuccess;
-    REEL_CU_DISPATCH(l->in_shape[0].dtype, e = binary_launch<T>(l, st, n, nb, f));
+    if (nb == n) {
+        REEL_CU_DISPATCH(l->in_shape[0].dtype, e = (binary_run<T, F, false>(be, l, st, n, nb, f)));
+    } else {
+        REEL_CU_DISPATCH(l->in_shape[0].dtype, e = (binary_run<T, F, true>(be, l, st, n, nb, f)));
+    }
     return REEL_CU_LAUNCHED_E(be, name, e);
 }
 
@@ -81,49 +113,118 @@ static reel_status mul_launch(reel_backend *be, const reel_launch *l)
 
 static bool use_binary(REEL_CU_USE_ARGS) { return nin >= 2 && same_float_dtype(in, 2, out, 1); }
 
-/* silu(x[t, i]) * x[t, F + i], the host's formula: a / (1 + exp(-a)) * b. */
+/* silu(a) * b, the host's formula: a / (1 + exp(-a)) * b. */
+struct silu_mul_op {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a / (1.0f + expf(-a)) * b; }
+};
+
+/* Small tensors: one output element per thread; row t of x is [gate | up],
+ * 2f wide. 2n fits in 32 bits (n <= small_numel). */
 template <typename T>
-__global__ void silu_and_mul_kernel(const T *x, T *out, int64_t rows, int64_t f, bool pdl)
+__global__ void silu_and_mul_small_kernel(const T *x, T *out, uint32_t n, uint32_t f, bool pdl)
 {
-    pdl_wait(pdl);
-    int64_t n = rows * f, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        int64_t t = i / f, c = i - t * f;
-        float a = to_f(x[t * 2 * f + c]), b = to_f(x[t * 2 * f + f + c]);
-        out[i] = from_f<T>(a / (1.0f + expf(-a)) * b);
+    pdl_start(pdl);
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        uint32_t t = i / f, c = i - t * f;
+        out[i] = apply2(x[2 * t * f + c], x[2 * t * f + f + c], silu_mul_op());
     }
-    pdl_trigger(pdl);
 }
 
-template <typename T>
-__global__ void silu_and_mul_kernel_vec(const pack<T> *x, pack<T> *out, int64_t rows, int64_t fpk,
-                                        bool pdl)
+/* Larger ones: a grid-stride loop over units U (fu per output row), indexed
+ * by I (32 bits when 2n fits). */
+template <typename U, typename I>
+__global__ void silu_and_mul_kernel(const U *x, U *out, I n, I fu, bool pdl)
 {
-    pdl_wait(pdl);
-    int64_t n = rows * fpk, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        int64_t t = i / fpk, c = i - t * fpk;
-        pack<T> ga = x[t * 2 * fpk + c], up = x[t * 2 * fpk + fpk + c], r;
+    pdl_start(pdl);
+    I stride = (I)gridDim.x * blockDim.x;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        I t = i / fu, c = i - t * fu;
+        out[i] = apply2(x[2 * t * fu + c], x[2 * t * fu + fu + c], silu_mul_op());
+    }
+}
+
+/* In place (out starts at x): output row t (t*F) covers half of input row
+ * t/2, so writing it destroys an input that output row t/2 reads, in the
+ * same column. Columns are independent (every byte output column c reads
+ * or writes lies in column c of the buffer seen as [2T, F] rows), so a
+ * block owns blockDim.x columns for all rows and walks the rows in
+ * batches of blockDim.y * K: it loads the whole batch into registers, waits
+ * on a block barrier, then stores it. A store of batch rows [a, b) only
+ * destroys input rows below b / 2 <= b, all loaded before this batch's
+ * barrier; the next batch's inputs (rows >= b) are destroyed only by output
+ * rows >= 2b. One barrier per batch, no grid-wide sync, the same bytes
+ * moved as out of place. */
+enum { SILU_INPLACE_K = 4 };
+
+template <typename U>
+__global__ void silu_and_mul_inplace_kernel(U *x, int64_t rows, int64_t fu, bool pdl)
+{
+    pdl_start(pdl);
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    bool col = c < fu; /* threads past the last column still meet every barrier */
+    int64_t batch = (int64_t)blockDim.y * SILU_INPLACE_K;
+    for (int64_t base = 0; base < rows; base += batch) {
+        U r[SILU_INPLACE_K];
 #pragma unroll
-        for (int j = 0; j < pack<T>::n; j++) {
-            float a = to_f(ga.v[j]), b = to_f(up.v[j]);
-            r.v[j] = from_f<T>(a / (1.0f + expf(-a)) * b);
+        for (int k = 0; k < SILU_INPLACE_K; k++) {
+            int64_t t = base + threadIdx.y + (int64_t)k * blockDim.y;
+            if (col && t < rows)
+                r[k] = apply2(x[2 * t * fu + c], x[2 * t * fu + fu + c], silu_mul_op());
         }
-        out[i] = r;
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < SILU_INPLACE_K; k++) {
+            int64_t t = base + threadIdx.y + (int64_t)k * blockDim.y;
+            if (col && t < rows)
+                x[t * fu + c] = r[k];
+        }
     }
-    pdl_trigger(pdl);
+}
+
+/* Blocks of 256 threads: up to 32 row lanes (a batch of 128 rows), the
+ * rest columns (8 x 16 bytes, one cache line per row, at 32 lanes); a
+ * decode step (a few rows) gets 256 columns per block, like out of place. */
+template <typename U>
+static cudaError_t silu_and_mul_inplace(const reel_launch *l, cudaStream_t st, int64_t rows, int64_t fu)
+{
+    unsigned r = 1, w = 1;
+    while (r < 32 && (int64_t)r * SILU_INPLACE_K < rows)
+        r *= 2;
+    while (w < 256 / r && (int64_t)w < fu)
+        w *= 2;
+    int64_t blocks = (fu + w - 1) / w;
+    if (blocks > INT32_MAX)
+        return cudaErrorInvalidConfiguration;
+    return launch(silu_and_mul_inplace_kernel<U>, dim3((unsigned)blocks), dim3(w, r), 0, st, l->pdl, (U *)l->out[0],
+                  rows, fu);
+}
+
+template <typename U>
+static cudaError_t silu_and_mul_grid(const reel_launch *l, cudaStream_t st, int64_t rows, int64_t fu)
+{
+    const int threads = 256;
+    const U *x = (const U *)l->in[0];
+    U *o = (U *)l->out[0];
+    int64_t n = rows * fu;
+    if (n <= INT32_MAX)
+        return launch(silu_and_mul_kernel<U, uint32_t>, grid_for(n, threads), threads, 0, st, l->pdl, x, o,
+                      (uint32_t)n, (uint32_t)fu);
+    return launch(silu_and_mul_kernel<U, int64_t>, grid_for(n, threads), threads, 0, st, l->pdl, x, o, n, fu);
 }
 
 template <typename T>
-static cudaError_t silu_and_mul_run(const reel_launch *l, cudaStream_t st, int64_t rows, int64_t f)
+static cudaError_t silu_and_mul_run(reel_backend *be, const reel_launch *l, cudaStream_t st, int64_t rows, int64_t f)
 {
     const int threads = 256;
     const int pk = pack<T>::n;
-    if (aligned16(l->in[0]) && aligned16(l->out[0]) && f % pk == 0)
-        return launch(silu_and_mul_kernel_vec<T>, grid_for(rows * f / pk, threads), threads, 0, st, l->pdl,
-                      (const pack<T> *)l->in[0], (pack<T> *)l->out[0], rows, f / pk);
-    return launch(silu_and_mul_kernel<T>, grid_for(rows * f, threads), threads, 0, st, l->pdl,
-                  (const T *)l->in[0], (T *)l->out[0], rows, f);
+    bool vec = aligned16(l->in[0]) && aligned16(l->out[0]) && f % pk == 0;
+    if (l->out[0] == l->in[0])
+        return vec ? silu_and_mul_inplace<pack<T>>(l, st, rows, f / pk) : silu_and_mul_inplace<T>(l, st, rows, f);
+    if (rows * f <= small_numel(be))
+        return launch(silu_and_mul_small_kernel<T>, grid_for(rows * f, threads), threads, 0, st, l->pdl,
+                      (const T *)l->in[0], (T *)l->out[0], (uint32_t)(rows * f), (uint32_t)f);
+    return vec ? silu_and_mul_grid<pack<T>>(l, st, rows, f / pk) : silu_and_mul_grid<T>(l, st, rows, f);
 }
 
 static reel_status silu_and_mul_launch(reel_backend *be, const reel_launch *l)
@@ -135,7 +236,7 @@ static reel_status silu_and_mul_launch(reel_backend *be, const reel_launch *l)
         return REEL_OK;
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
     cudaError_t e = cudaSuccess;
-    REEL_CU_DISPATCH(xs->dtype, e = silu_and_mul_run<T>(l, st, rows, f));
+    REEL_CU_DISPATCH(xs->dtype, e = silu_and_mul_run<T>(be, l, st, rows, f));
     return REEL_CU_LAUNCHED_E(be, "cuda.silu_and_mul", e);
 }
 
@@ -147,7 +248,7 @@ template <typename W>
 __global__ void embedding_kernel(const W *table, const int32_t *ids, W *out, int64_t v, int64_t words,
                                  bool pdl)
 {
-    pdl_wait(pdl);
+    pdl_start(pdl);
     int64_t t = blockIdx.x;
     int64_t id = ids[t];
     bool ok = id >= 0 && id < v;
@@ -162,7 +263,6 @@ __global__ void embedding_kernel(const W *table, const int32_t *ids, W *out, int
             o[i] = z;
         }
     }
-    pdl_trigger(pdl);
 }
 
 static reel_status embedding_launch(reel_backend *be, const reel_launch *l)
@@ -207,7 +307,7 @@ REEL_CU_IMPL(reel_cu_add_impl, "cuda.add", REEL_OP_ADD, 10, true, true,
              reel_cu::use_binary, reel_cu::add_launch);
 REEL_CU_IMPL(reel_cu_mul_impl, "cuda.mul", REEL_OP_MUL, 10, true, true,
              reel_cu::use_binary, reel_cu::mul_launch);
-REEL_CU_IMPL(reel_cu_silu_and_mul_impl, "cuda.silu_and_mul", REEL_OP_SILU_AND_MUL, 10, true, false,
+REEL_CU_IMPL(reel_cu_silu_and_mul_impl, "cuda.silu_and_mul", REEL_OP_SILU_AND_MUL, 10, true, true,
              reel_cu::use_unary, reel_cu::silu_and_mul_launch);
 REEL_CU_IMPL(reel_cu_embedding_impl, "cuda.embedding", REEL_OP_EMBEDDING, 10, true, false,
              reel_cu::use_embedding, reel_cu::embedding_launch);

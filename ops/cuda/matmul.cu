@@ -10,8 +10,9 @@
  *
  * The cuBLASLt algorithm for a shape is chosen once (the first launch, which
  * is a warm-up before any capture) and kept in the backend's memo; the
- * workspace is the stream's own, allocated when the stream was created, so
- * nothing is allocated inside a capture. */
+ * descriptors are built in the launch's own stack memory (no allocation, no
+ * destroy); the workspace is the stream's own, allocated when the stream was
+ * created, so nothing is allocated inside a capture. */
 #include <stdio.h>
 #include <string.h>
 
@@ -55,83 +56,85 @@ static uint32_t align_of(const void *p)
     return a;
 }
 
-/* Memo key: everything the heuristic's answer depends on (no padding, so
- * memcmp is exact). */
+/* Memo key: everything the heuristic's answer depends on, in at most
+ * REEL_CUDA_MEMO_KEY_MAX bytes (the memo drops a longer key, and then every
+ * launch would query the heuristic again); no padding, so memcmp is exact. */
 typedef struct lt_key {
-    int64_t tag, dtype, m, n, k, wt, align_a, align_b, align_c;
+    int32_t tag, dtype;
+    int64_t m, n, k;
+    int32_t wt, align_a, align_b, align_c;
 } lt_key;
+static_assert(sizeof(lt_key) == 48 && sizeof(lt_key) <= REEL_CUDA_MEMO_KEY_MAX, "lt_key must fit the memo");
 
 typedef struct lt_choice {
     int64_t found;          /* 0: no cuBLASLt algorithm; use cublasGemmEx */
     cublasLtMatmulAlgo_t algo;
 } lt_choice;
+static_assert(sizeof(lt_choice) <= REEL_CUDA_MEMO_VAL_MAX, "lt_choice must fit the memo");
 
 static cudaDataType_t cuda_type(reel_dtype dt) { return dt == REEL_F16 ? CUDA_R_16F : CUDA_R_16BF; }
 
+/* The descriptors live in caller memory (cuBLASLt's *Init calls, not
+ * *Create): building them allocates nothing and needs no destroy, and a
+ * launch sets a handful of fields instead of five heap objects. */
 typedef struct lt_descs {
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, c;
-    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulDescOpaque_t op;
+    cublasLtMatrixLayoutOpaque_t a, b, c;
 } lt_descs;
 
-static void lt_descs_free(lt_descs *d)
-{
-    if (d->pref)
-        (void)REEL_CUDA_CHECK(NULL, cublasLtMatmulPreferenceDestroy(d->pref));
-    if (d->c)
-        (void)REEL_CUDA_CHECK(NULL, cublasLtMatrixLayoutDestroy(d->c));
-    if (d->b)
-        (void)REEL_CUDA_CHECK(NULL, cublasLtMatrixLayoutDestroy(d->b));
-    if (d->a)
-        (void)REEL_CUDA_CHECK(NULL, cublasLtMatrixLayoutDestroy(d->a));
-    if (d->op)
-        (void)REEL_CUDA_CHECK(NULL, cublasLtMatmulDescDestroy(d->op));
-}
-
-static reel_status lt_descs_make(reel_ctx *ctx, const mm_dims *g, cudaDataType_t t, lt_descs *d)
+static reel_status lt_descs_init(reel_ctx *ctx, const mm_dims *g, cudaDataType_t t, lt_descs *d)
 {
     cublasOperation_t ta = g->wt ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint64_t a_rows = g->wt ? g->k : g->n, a_cols = g->wt ? g->n : g->k;
-    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)));
-    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta)));
-    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutCreate(&d->a, t, a_rows, a_cols, (int64_t)a_rows)));
-    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutCreate(&d->b, t, (uint64_t)g->k, (uint64_t)g->m, g->k)));
-    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutCreate(&d->c, t, (uint64_t)g->n, (uint64_t)g->m, g->n)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulDescInit(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulDescSetAttribute(&d->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutInit(&d->a, t, a_rows, a_cols, (int64_t)a_rows)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutInit(&d->b, t, (uint64_t)g->k, (uint64_t)g->m, g->k)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutInit(&d->c, t, (uint64_t)g->n, (uint64_t)g->m, g->n)));
+    return REEL_OK;
+}
+
+static reel_status lt_pref_init(reel_ctx *ctx, cublasLtMatmulPreferenceOpaque_t *pref, uint64_t wsb,
+                                const lt_key *key)
+{
+    uint32_t al_a = (uint32_t)key->align_a, al_b = (uint32_t)key->align_b, al_c = (uint32_t)key->align_c;
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceInit(pref)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c)));
     return REEL_OK;
 }
 
 /* The algorithm for this shape and these alignments: from the memo, or from
- * the heuristic (then remembered, "none" included). */
+ * the heuristic (then remembered, "none" included). The first launch of a
+ * shape is a warm-up before any capture, so a capture only reads the memo. */
 static reel_status lt_choose(reel_backend *be, const reel_launch *l, const mm_dims *g, lt_descs *d, size_t ws_bytes,
                              lt_choice *ch)
 {
     lt_key key;
     memset(&key, 0, sizeof key);
     key.tag = 0x6c746d6d; /* "ltmm" */
-    key.dtype = l->in_shape[0].dtype;
+    key.dtype = (int32_t)l->in_shape[0].dtype;
     key.m = g->m, key.n = g->n, key.k = g->k, key.wt = g->wt;
-    key.align_a = align_of(l->in[1]), key.align_b = align_of(l->in[0]), key.align_c = align_of(l->out[0]);
+    key.align_a = (int32_t)align_of(l->in[1]), key.align_b = (int32_t)align_of(l->in[0]);
+    key.align_c = (int32_t)align_of(l->out[0]);
     if (reel_cuda_memo_get(be, &key, sizeof key, ch, sizeof *ch))
         return REEL_OK;
     reel_ctx *ctx = be->ctx;
-    uint64_t wsb = ws_bytes;
-    uint32_t al_a = (uint32_t)key.align_a, al_b = (uint32_t)key.align_b, al_c = (uint32_t)key.align_c;
-    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceCreate(&d->pref)));
-    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
-                                      d->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb)));
-    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
-                                      d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a)));
-    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
-                                      d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b)));
-    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
-                                      d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c)));
-    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
-                                      d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c)));
+    cublasLtMatmulPreferenceOpaque_t pref;
+    REEL_TRY(lt_pref_init(ctx, &pref, ws_bytes, &key));
     cublasLtMatmulHeuristicResult_t res;
     int nres = 0;
     memset(&res, 0, sizeof res);
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(reel_cuda_lt_handle(be), d->op, d->a, d->b, d->c, d->c,
-                                                       d->pref, 1, &res, &nres);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(reel_cuda_lt_handle(be), &d->op, &d->a, &d->b, &d->c, &d->c,
+                                                       &pref, 1, &res, &nres);
     /* NOT_SUPPORTED is an answer ("no algorithm"), not a failure. */
     if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
         REEL_TRY(REEL_CUDA_CHECK(ctx, hs));
@@ -165,18 +168,16 @@ static reel_status matmul_lt_launch(reel_backend *be, const reel_launch *l)
     void *ws = reel_cuda_stream_workspace(l->stream, &ws_bytes);
     lt_descs d;
     lt_choice ch;
-    memset(&d, 0, sizeof d);
     const float alpha = 1.0f, beta = 0.0f;
-    reel_status st = lt_descs_make(be->ctx, &g, t, &d);
+    reel_status st = lt_descs_init(be->ctx, &g, t, &d);
     if (st == REEL_OK)
         st = lt_choose(be, l, &g, &d, ws_bytes, &ch);
     if (st == REEL_OK && ch.found)
-        st = REEL_CUDA_CHECK(be->ctx, cublasLtMatmul(reel_cuda_lt_handle(be), d.op, &alpha, l->in[1], d.a, l->in[0],
-                                                     d.b, &beta, l->out[0], d.c, l->out[0], d.c, &ch.algo, ws,
-                                                     ws_bytes, reel_cuda_stream_handle(l->stream)));
+        st = REEL_CUDA_CHECK(be->ctx, cublasLtMatmul(reel_cuda_lt_handle(be), &d.op, &alpha, l->in[1], &d.a,
+                                                     l->in[0], &d.b, &beta, l->out[0], &d.c, l->out[0], &d.c,
+                                                     &ch.algo, ws, ws_bytes, reel_cuda_stream_handle(l->stream)));
     else if (st == REEL_OK)
         st = gemm_ex(be, l, &g, t);
-    lt_descs_free(&d);
     return name_mm_err(be, st, "cuda.matmul.cublaslt", &g);
 }
 

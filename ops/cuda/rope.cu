@@ -10,18 +10,20 @@
 namespace reel_cu {
 
 /* Work item w of a head: w < half rotates the pair (w, w + half); the rest
- * copy the pass-through dims rot_dim .. head_dim-1. */
-template <typename T>
-__global__ void rope_kernel(const T *x, const int32_t *pos, T *out, int64_t nrows, int64_t nheads, int64_t hd,
-                            int64_t half, double theta, bool pdl)
+ * copy the pass-through dims rot_dim .. head_dim-1. One item per thread
+ * (grid_for covers up to 2^28 items), indexed by I: 32 bits whenever the
+ * tensor's element count fits, which is every decode step. */
+template <typename T, typename I>
+__global__ void rope_kernel(const T *x, const int32_t *pos, T *out, I nrows, I nheads, I hd, I half, double theta,
+                            bool pdl)
 {
-    pdl_wait(pdl);
-    int64_t per_head = hd - half;
-    int64_t n = nrows * nheads * per_head, stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        int64_t w = i % per_head, th = i / per_head;
-        int64_t t = th / nheads;
-        int64_t at = th * hd; /* rows are nheads * hd wide */
+    pdl_start(pdl);
+    I per_head = hd - half;
+    I n = nrows * nheads * per_head, stride = (I)gridDim.x * blockDim.x;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        I w = i % per_head, th = i / per_head;
+        I t = th / nheads;
+        I at = th * hd; /* rows are nheads * hd wide */
         if (w < half) {
             double ang = (double)pos[t] * pow(theta, -2.0 * (double)w / (double)(2 * half));
             float c = (float)cos(ang), s = (float)sin(ang);
@@ -29,11 +31,27 @@ __global__ void rope_kernel(const T *x, const int32_t *pos, T *out, int64_t nrow
             out[at + w] = from_f<T>(x1 * c - x2 * s);
             out[at + half + w] = from_f<T>(x2 * c + x1 * s);
         } else {
-            int64_t d = 2 * half + (w - half);
+            I d = 2 * half + (w - half);
             out[at + d] = x[at + d];
         }
     }
-    pdl_trigger(pdl);
+}
+
+template <typename T>
+static cudaError_t rope_run(const reel_launch *l, cudaStream_t st, int64_t nrows, int64_t nheads, int64_t hd,
+                            int64_t half, int64_t row)
+{
+    const int threads = 256;
+    int64_t n = nrows * nheads * (hd - half);
+    double theta = l->attrs->rope.theta;
+    const T *x = (const T *)l->in[0];
+    const int32_t *pos = (const int32_t *)l->in[1];
+    T *o = (T *)l->out[0];
+    if (nrows * row <= INT32_MAX)
+        return launch(rope_kernel<T, uint32_t>, grid_for(n, threads), threads, 0, st, l->pdl, x, pos, o,
+                      (uint32_t)nrows, (uint32_t)nheads, (uint32_t)hd, (uint32_t)half, theta);
+    return launch(rope_kernel<T, int64_t>, grid_for(n, threads), threads, 0, st, l->pdl, x, pos, o, nrows, nheads,
+                  hd, half, theta);
 }
 
 static reel_status rope_launch(reel_backend *be, const reel_launch *l)
@@ -44,16 +62,11 @@ static reel_status rope_launch(reel_backend *be, const reel_launch *l)
     if (row <= 0 || hd <= 0)
         return REEL_OK;
     int64_t nrows = lead(xs, l->rows) * row_numel(xs) / row, nheads = row / hd;
-    int64_t n = nrows * nheads * (hd - half);
-    if (n <= 0)
+    if (nrows * nheads * (hd - half) <= 0)
         return REEL_OK;
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
-    const int threads = 256;
-    double theta = l->attrs->rope.theta;
     cudaError_t e = cudaSuccess;
-    REEL_CU_DISPATCH(xs->dtype, e = launch(rope_kernel<T>, grid_for(n, threads), threads, 0, st, l->pdl,
-                                           (const T *)l->in[0], (const int32_t *)l->in[1], (T *)l->out[0],
-                                           nrows, nheads, hd, half, theta));
+    REEL_CU_DISPATCH(xs->dtype, e = rope_run<T>(l, st, nrows, nheads, hd, half, row));
     return REEL_CU_LAUNCHED_E(be, "cuda.rope", e);
 }
 

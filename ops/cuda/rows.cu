@@ -1,7 +1,8 @@
 /* CUDA kernels over the last dim of each row: rmsnorm, softmax, argmax. One
  * block per row; the row is reduced (fixed tree, so the same launch gives
  * the same bits) before any output of the row is written, and each thread
- * writes only elements it read itself, so softmax may run in place. All honour programmatic dependent launch. */
+ * writes only elements it read itself, so rmsnorm and softmax may run in
+ * place. All honour programmatic dependent launch. */
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/impls.h"
 
@@ -11,7 +12,7 @@ namespace reel_cu {
 template <typename T>
 __global__ void rmsnorm_kernel(const T *x, const T *w, T *out, int64_t d, float eps, bool pdl)
 {
-    pdl_wait(pdl);
+    pdl_start(pdl);
     const T *xr = x + (int64_t)blockIdx.x * d;
     T *orow = out + (int64_t)blockIdx.x * d;
     float ss = 0.0f;
@@ -23,7 +24,6 @@ __global__ void rmsnorm_kernel(const T *x, const T *w, T *out, int64_t d, float 
     float r = 1.0f / sqrtf(ss / (float)d + eps);
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
         orow[i] = from_f<T>(to_f(xr[i]) * r * to_f(w[i]));
-    pdl_trigger(pdl);
 }
 
 /* Rows as the host sees them: the product of the leading extent and the
@@ -54,7 +54,7 @@ static reel_status rmsnorm_launch(reel_backend *be, const reel_launch *l)
  * the host's (and torch's) answer. */
 template <typename T> __global__ void softmax_kernel(const T *x, T *out, int64_t n, bool pdl)
 {
-    pdl_wait(pdl);
+    pdl_start(pdl);
     const T *xr = x + (int64_t)blockIdx.x * n;
     T *orow = out + (int64_t)blockIdx.x * n;
     float m = -INFINITY;
@@ -67,7 +67,6 @@ template <typename T> __global__ void softmax_kernel(const T *x, T *out, int64_t
     s = block_reduce<false>(s);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
         orow[i] = from_f<T>(expf(to_f(xr[i]) - m) / s);
-    pdl_trigger(pdl);
 }
 
 static reel_status softmax_launch(reel_backend *be, const reel_launch *l)
@@ -99,7 +98,7 @@ template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, in
 {
     __shared__ float sv[32];
     __shared__ int64_t si[32];
-    pdl_wait(pdl);
+    pdl_start(pdl);
     const T *xr = x + (int64_t)blockIdx.x * n;
     float bv = 0.0f;
     int64_t bi = -1;
@@ -132,7 +131,6 @@ template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, in
             }
         out[blockIdx.x] = bi < 0 ? 0 : (int32_t)bi;
     }
-    pdl_trigger(pdl);
 }
 
 static reel_status argmax_launch(reel_backend *be, const reel_launch *l)
@@ -167,7 +165,7 @@ static bool use_argmax(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_rmsnorm_impl, "cuda.rmsnorm", REEL_OP_RMSNORM, 10, true, false,
+REEL_CU_IMPL(reel_cu_rmsnorm_impl, "cuda.rmsnorm", REEL_OP_RMSNORM, 10, true, true,
              reel_cu::use_rmsnorm, reel_cu::rmsnorm_launch);
 REEL_CU_IMPL(reel_cu_softmax_impl, "cuda.softmax", REEL_OP_SOFTMAX, 10, true, true,
              reel_cu::use_softmax, reel_cu::softmax_launch);
