@@ -154,7 +154,17 @@ __global__ void silu_and_mul_kernel(const U *x, U *out, I n, I fu, bool pdl)
  * destroys input rows below b / 2 <= b, all loaded before this batch's
  * barrier; the next batch's inputs (rows >= b) are destroyed only by output
  * rows >= 2b. One barrier per batch, no grid-wide sync, the same bytes
- * moved as out of place. */
+ * moved as out of place, the same bits (tests/gpu/test_gpu_kernels.c).
+ *
+ * Its cost is why the impl does not declare inplace_ok (so a plan never
+ * aliases the output; this path serves a caller that does): on an H200, bf16
+ * F = 14336, it took 3.2x the out-of-place kernel at T = 1, 2.8x at 16, 2.0x
+ * at 256 and 2.2x at 2048 (bench/RESULTS-h200.md). Each block walks every
+ * row of its columns, so the parallelism is columns x one batch instead of
+ * every element: too few threads for a decode step (1792 threads doing 8
+ * elements each vs 14336 doing one) and too few resident warps to hide the
+ * barrier and expf latency for a prefill. Saving T * F elements of arena is
+ * not worth that on the hot MLP path. */
 enum { SILU_INPLACE_K = 4 };
 
 template <typename U>
@@ -184,7 +194,7 @@ __global__ void silu_and_mul_inplace_kernel(U *x, int64_t rows, int64_t fu, bool
 
 /* Blocks of 256 threads: up to 32 row lanes (a batch of 128 rows), the
  * rest columns (8 x 16 bytes, one cache line per row, at 32 lanes); a
- * decode step (a few rows) gets 256 columns per block, like out of place. */
+ * decode step (a few rows) gets 256 columns per block. */
 template <typename U>
 static cudaError_t silu_and_mul_inplace(const reel_launch *l, cudaStream_t st, int64_t rows, int64_t fu)
 {
@@ -307,7 +317,7 @@ REEL_CU_IMPL(reel_cu_add_impl, "cuda.add", REEL_OP_ADD, 10, true, true,
              reel_cu::use_binary, reel_cu::add_launch);
 REEL_CU_IMPL(reel_cu_mul_impl, "cuda.mul", REEL_OP_MUL, 10, true, true,
              reel_cu::use_binary, reel_cu::mul_launch);
-REEL_CU_IMPL(reel_cu_silu_and_mul_impl, "cuda.silu_and_mul", REEL_OP_SILU_AND_MUL, 10, true, true,
+REEL_CU_IMPL(reel_cu_silu_and_mul_impl, "cuda.silu_and_mul", REEL_OP_SILU_AND_MUL, 10, true, false,
              reel_cu::use_unary, reel_cu::silu_and_mul_launch);
 REEL_CU_IMPL(reel_cu_embedding_impl, "cuda.embedding", REEL_OP_EMBEDDING, 10, true, false,
              reel_cu::use_embedding, reel_cu::embedding_launch);
