@@ -113,13 +113,14 @@ reel_status reel_plan_check_download(reel_plan *p, const reel_layout *L, int32_t
 reel_status reel_plan_check_end(reel_plan *p)
 {
     const reel_hazard *h = NULL;
-    size_t n = 0;
-    reel_checker_end(p->chk, &h, &n);
-    if (n == 0)
+    size_t kept = 0, found = reel_checker_end(p->chk, &h, &kept);
+    if (found == 0)
         return REEL_OK;
-    p->st.hazards += n;
-    char line[512];
-    reel_hazard_format(&h[0], line, sizeof line);
+    p->st.hazards += found;
+    char line[512] = "(report not kept: the checker's report list is full)";
+    if (kept)
+        reel_hazard_format(&h[0], line, sizeof line);
+    /* Steps are labelled from 0, as in the reports; the counter already moved. */
     return reel_seterr(p->ctx, REEL_E_HAZARD, "step %llu: %zu hazard(s); first: %s",
-                       (unsigned long long)p->st.steps, n, line);
+                       (unsigned long long)(p->st.steps - 1), found, line);
 }

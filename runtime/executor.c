@@ -721,15 +721,21 @@ static reel_status recapture(reel_plan *p)
         reel_status st = capture_bucket(p, b);
         reel_exec_graph *fresh = p->graph[b];
         p->graph[b] = old;
-        if (st != REEL_OK)
-            return st;
-        bool updated = false;
-        if (vt->graph_update) {
-            st = vt->graph_update(p->be, old, fresh, &updated);
-            if (st != REEL_OK) {
-                vt->graph_destroy(p->be, fresh);
+        if (st != REEL_OK) {
+            /* The old graph points at memory that moved: it must never
+             * replay again. The bucket falls back ("capture failed"). */
+            vt->graph_destroy(p->be, old);
+            p->graph[b] = NULL;
+            p->bucket_reason[b] = REEL_FALLBACK_CAPTURE_FAILED;
+            if (p->opts.strict)
                 return st;
-            }
+            reel_clearerr(p->ctx);
+            continue;
+        }
+        bool updated = false;
+        if (vt->graph_update && vt->graph_update(p->be, old, fresh, &updated) != REEL_OK) {
+            updated = false; /* an update that errs is re-instantiated like one refused */
+            reel_clearerr(p->ctx);
         }
         if (updated) {
             vt->graph_destroy(p->be, fresh);

@@ -475,7 +475,9 @@ reel_status reel_plan_trim(reel_plan *p)
 
 reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_placement *out)
 {
-    if (!p || !out || bucket < 0 || bucket >= p->nbuckets || i < 0)
+    if (!p || !out)
+        return reel_seterr(p ? p->ctx : NULL, REEL_E_INVALID_ARG, "placement: NULL plan or output");
+    if (bucket < 0 || bucket >= p->nbuckets || i < 0)
         return REEL_E_NOT_FOUND;
     int seen = 0;
     for (uint32_t t = 1; t < (uint32_t)p->ntensors; t++) {

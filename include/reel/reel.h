@@ -60,7 +60,9 @@ typedef enum reel_status {
     REEL_E_UNBOUND,       /* a parameter has no data */
     REEL_E_NO_OUTPUT,     /* a graph output is never produced / graph has none */
     REEL_E_OOM,           /* host or device memory exhausted */
-    REEL_E_LIMIT,         /* a fixed limit (tokens, context, sequences) exceeded */
+    REEL_E_LIMIT,         /* a kernel refused a step past the limit its graph was captured
+                             with, or a fixed capacity of reel was reached (a step past a
+                             limit normally runs eagerly instead: see reel_fallback) */
     REEL_E_FALLBACK,      /* strict mode: the step would have run eagerly */
     REEL_E_BACKEND,       /* the backend (CUDA, cuBLAS, threads) failed */
     REEL_E_UNSUPPORTED,   /* backend or configuration outside what reel validates */
@@ -284,11 +286,13 @@ reel_status reel_plan_write_state(reel_plan *p, const char *name, const void *sr
  * memory is borrowed until the plan is destroyed or the state bound again.
  * Only kernel parameters change: every captured graph is re-captured and
  * updated in place where the backend can (cudaGraphExecUpdate), replaced
- * otherwise; stats count both. Waits for the plan's streams first. */
+ * otherwise; stats count both. A bucket whose re-capture fails never replays
+ * its old graph again: it runs eagerly ("capture failed"), or, in strict
+ * mode, the call fails. Waits for the plan's streams first. */
 reel_status reel_plan_bind_state(reel_plan *p, const char *name, void *mem, size_t bytes);
 /* Gives back the memory of eager steps past the fixed limits (the overflow
- * layout and the workspace allocator's cache), once the streams that used it
- * are done with it. The next such step allocates again. */
+ * layout and the workspace allocator's cache): waits for the streams that
+ * used it, then frees it. The next such step allocates again. */
 reel_status reel_plan_trim(reel_plan *p);
 /* Why the last step ran eagerly (REEL_FALLBACK_NONE if it replayed). */
 reel_fallback reel_plan_last_fallback(const reel_plan *p);
