@@ -8,6 +8,7 @@
 
 #include "memory/halloc.h"
 #include "memory/planner.h"
+#include "memory/pinned.h"
 #include "memory/workspace.h"
 #include "runtime/ctx.h"
 #include "runtime/plan.h"
@@ -478,7 +479,7 @@ void reel_layout_free(reel_plan *p, reel_layout *L, bool owns_memory)
         if (L->stat_dev)
             p->be->vt->dev_free(p->be, L->stat_dev);
         if (L->stat_host)
-            p->be->vt->pinned_free(p->be, L->stat_host);
+            reel_pinned_free(p->pinned, L->stat_host);
     }
     reel_hfree(L->act_off);
     reel_hfree(L->in_off);
@@ -515,7 +516,7 @@ reel_status reel_layout_build(reel_plan *p, reel_layout *L, int64_t rows, int32_
     L->arena = arena;
     REEL_TRY(vt->dev_alloc(p->be, L->stat_bytes, (void **)&sd));
     L->stat_dev = sd;
-    REEL_TRY(vt->pinned_alloc(p->be, L->stat_bytes, (void **)&sh));
+    REEL_TRY(reel_pinned_alloc(p->pinned, L->stat_bytes, (void **)&sh));
     L->stat_host = sh;
     return layout_bind(p, L, arena, sd, sh);
 }
@@ -696,9 +697,9 @@ reel_status reel_plan_out_reserve(reel_plan *p, int64_t rows)
         off = align_up(off + reel_shape_bytes(&p->tensors[p->outputs[o].tensor].shape, rows), ALIGN);
     }
     char *buf = NULL;
-    REEL_TRY(p->be->vt->pinned_alloc(p->be, off, (void **)&buf));
+    REEL_TRY(reel_pinned_alloc(p->pinned, off, (void **)&buf));
     if (p->out_host)
-        p->be->vt->pinned_free(p->be, p->out_host);
+        reel_pinned_free(p->pinned, p->out_host);
     p->out_host = buf;
     p->out_bytes = off;
     p->out_cap_rows = rows;
@@ -799,7 +800,7 @@ static reel_status build_buckets(reel_plan *p)
     p->stat_bytes = p->bucket[0].stat_bytes;
     REEL_TRY(vt->dev_alloc(p->be, p->arena_bytes ? p->arena_bytes : ALIGN, (void **)&p->arena));
     REEL_TRY(vt->dev_alloc(p->be, p->stat_bytes, (void **)&p->stat_dev));
-    REEL_TRY(vt->pinned_alloc(p->be, p->stat_bytes, (void **)&p->stat_host));
+    REEL_TRY(reel_pinned_alloc(p->pinned, p->stat_bytes, (void **)&p->stat_host));
     for (int b = 0; b < p->nbuckets; b++) {
         REEL_TRY(layout_bind(p, &p->bucket[b], p->arena, p->stat_dev, p->stat_host));
         REEL_TRY(reel_plan_ensure_events(p, &p->bucket[b]));
@@ -822,6 +823,7 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g)
     REEL_TRY(make_streams(p));
     REEL_TRY(alloc_tensors(p));
     REEL_TRY(reel_ws_create(p->be, &(reel_ws_opts){.policy = REEL_WS_DEFER_FREE}, &p->ws));
+    REEL_TRY(reel_pinned_create(p->be, &p->pinned));
     REEL_TRY(build_buckets(p));
     REEL_TRY(capture_all(p));
     return reel_plan_check_open(p);
@@ -892,9 +894,10 @@ void reel_plan_destroy(reel_plan *p)
     if (p->stat_dev)
         vt->dev_free(be, p->stat_dev);
     if (p->stat_host)
-        vt->pinned_free(be, p->stat_host);
+        reel_pinned_free(p->pinned, p->stat_host);
     if (p->out_host)
-        vt->pinned_free(be, p->out_host);
+        reel_pinned_free(p->pinned, p->out_host);
+    reel_pinned_destroy(p->pinned);
     for (int t = 0; p->tensor_ptr && t < p->ntensors; t++)
         if (p->tensor_ptr[t] && !p->state_borrowed[t])
             vt->dev_free(be, p->tensor_ptr[t]);

@@ -108,6 +108,9 @@ struct reel_plan {
     /* The stream-aware workspace allocator: eager steps past the fixed
      * limits take their arena from it (deferred frees across streams). */
     struct reel_ws *ws;
+    /* Pinned staging (inputs, metadata, outputs) from a jemalloc arena over
+     * page-locked extents. */
+    struct reel_pinned *pinned;
 
     /* The hazard checker, when the plan runs under it (check_hazards). */
     struct reel_checker *chk;

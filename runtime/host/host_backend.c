@@ -2,6 +2,7 @@
  * of recorded graphs, host memory standing in for device memory. It is how
  * CI (no GPU) runs every stream, event and graph path of reel. */
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "memory/halloc.h"
@@ -25,9 +26,33 @@ static reel_status host_dev_alloc(reel_backend *be, size_t bytes, void **out)
     return host_alloc(be, bytes, out, "dev_alloc");
 }
 
+/* "Pinned" memory on the host backend is plain pages straight from the
+ * kernel, never from jemalloc: the pinned staging arena calls this from
+ * inside jemalloc's extent hooks, where allocating through jemalloc again
+ * is not safe. One page in front holds the mapping's length. */
 static reel_status host_pinned_alloc(reel_backend *be, size_t bytes, void **out)
 {
-    return host_alloc(be, bytes, out, "pinned_alloc");
+    if (!out)
+        return reel_seterr(be->ctx, REEL_E_INVALID_ARG, "host pinned_alloc: out is NULL");
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t len = (bytes + page - 1) / page * page + page;
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        *out = NULL;
+        return reel_seterr(be->ctx, REEL_E_OOM, "host pinned_alloc: cannot map %zu bytes", bytes);
+    }
+    *(size_t *)m = len;
+    *out = (char *)m + page;
+    return REEL_OK;
+}
+
+static void host_pinned_free(reel_backend *be, void *p)
+{
+    (void)be;
+    if (!p)
+        return;
+    char *m = (char *)p - sysconf(_SC_PAGESIZE);
+    munmap(m, *(size_t *)m);
 }
 
 static void host_mem_free(reel_backend *be, void *p)
@@ -80,7 +105,7 @@ static const reel_backend_vt host_vt = {
     .dev_alloc = host_dev_alloc,
     .dev_free = host_mem_free,
     .pinned_alloc = host_pinned_alloc,
-    .pinned_free = host_mem_free,
+    .pinned_free = host_pinned_free,
     .copy = host_copy,
     .fill = host_fill,
     .capture_begin = reel_host_capture_begin,
