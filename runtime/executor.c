@@ -616,6 +616,9 @@ static reel_status alloc_tensors(reel_plan *p)
             if (ti->bind) {
                 REEL_TRY(vt->copy(p->be, s0, p->tensor_ptr[t], ti->bind, bytes, REEL_COPY_H2D));
                 p->param_written[t] = true;
+            } else {
+                /* Deferred: zero until written, so the warm-up never reads garbage. */
+                REEL_TRY(vt->fill(p->be, s0, p->tensor_ptr[t], 0, bytes));
             }
             ti->bind = NULL; /* borrowed until compile returns */
         } else {
