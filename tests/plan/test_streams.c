@@ -12,8 +12,11 @@ static reel_ctx *ctx;
 static void setup(void) { cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_HOST, 0}, &ctx), REEL_OK); }
 static void teardown(void) { reel_ctx_destroy(ctx); }
 
-/* Two branches (x*w1 -> rmsnorm, x*w2 -> softmax) joined by add, then argmax. */
-static reel_plan *branches(bool streams, bool capture, float *w1, float *w2, float *nw)
+/* Two branches (x*w1 -> rmsnorm 'normed', x*w2 -> softmax) joined by add,
+ * then argmax; with streams, the softmax branch runs on stream 1 and the
+ * norm on stream 2. */
+static reel_plan *branches_ex(bool streams, bool capture, bool check, const reel_plan_debug *dbg, float *w1,
+                              float *w2, float *nw)
 {
     reel_graph *g;
     cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
@@ -26,6 +29,7 @@ static reel_plan *branches(bool streams, bool capture, float *w1, float *w2, flo
     reel_param_bind(g, pn, nw);
     reel_tensor a = reel_matmul(g, x, p1, false), b = reel_matmul(g, x, p2, false);
     reel_tensor an = reel_rmsnorm(g, a, pn, 1e-5f), bs = reel_softmax(g, b);
+    reel_set_name(g, an, "normed");
     reel_tensor s = reel_add(g, an, bs);
     if (streams) {
         cr_assert_eq(reel_set_stream(g, b, 1), REEL_OK);
@@ -38,10 +42,17 @@ static reel_plan *branches(bool streams, bool capture, float *w1, float *w2, flo
     o.num_buckets = 3;
     memcpy(o.buckets, (int32_t[]){2, 4, 8}, 3 * sizeof(int32_t));
     o.no_capture = !capture;
+    o.check_hazards = check;
+    reel_plan_debug none = {.not_capturable_node = -1};
     reel_plan *p;
-    cr_assert_eq(reel_compile(g, &o, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(reel_compile_debug(g, &o, dbg ? dbg : &none, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
     reel_graph_destroy(g);
     return p;
+}
+
+static reel_plan *branches(bool streams, bool capture, float *w1, float *w2, float *nw)
+{
+    return branches_ex(streams, capture, false, NULL, w1, w2, nw);
 }
 
 Test(streams, a_graph_forked_over_three_streams_matches_one_stream, .init = setup, .fini = teardown)
@@ -82,31 +93,7 @@ Test(streams, a_graph_forked_over_three_streams_matches_one_stream, .init = setu
 
 static reel_plan *branches_dbg(const reel_plan_debug *dbg, float *w1, float *w2, float *nw)
 {
-    reel_graph *g;
-    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
-    reel_tensor x = reel_input(g, "x", REEL_F32, 2, (int64_t[]){REEL_DIM_TOKENS, 32});
-    reel_tensor p1 = reel_param(g, "w1", REEL_F32, 2, (int64_t[]){32, 32});
-    reel_tensor p2 = reel_param(g, "w2", REEL_F32, 2, (int64_t[]){32, 32});
-    reel_tensor pn = reel_param(g, "nw", REEL_F32, 1, (int64_t[]){32});
-    reel_param_bind(g, p1, w1);
-    reel_param_bind(g, p2, w2);
-    reel_param_bind(g, pn, nw);
-    reel_tensor a = reel_matmul(g, x, p1, false), b = reel_matmul(g, x, p2, false);
-    reel_tensor an = reel_rmsnorm(g, a, pn, 1e-5f), bs = reel_softmax(g, b);
-    reel_set_name(g, an, "normed");
-    reel_tensor s = reel_add(g, an, bs);
-    reel_set_stream(g, b, 1);
-    reel_set_stream(g, bs, 1);
-    reel_set_stream(g, an, 2);
-    reel_output(g, "sum", s);
-    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
-    o.num_buckets = 2;
-    memcpy(o.buckets, (int32_t[]){4, 8}, 2 * sizeof(int32_t));
-    o.check_hazards = true;
-    reel_plan *p;
-    cr_assert_eq(reel_compile_debug(g, &o, dbg, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    reel_graph_destroy(g);
-    return p;
+    return branches_ex(true, true, true, dbg, w1, w2, nw);
 }
 
 Test(streams, a_multi_stream_plan_runs_clean_under_the_hazard_checker, .init = setup, .fini = teardown)
