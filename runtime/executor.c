@@ -501,7 +501,10 @@ reel_status reel_layout_build(reel_plan *p, reel_layout *L, int64_t rows, int32_
     L->rows = rows;
     REEL_TRY(layout_arrays(p, L));
     layout_static(p, L, (int32_t)rows, max_seqs, max_blocks);
-    L->max_context = max_blocks * p->block_size;
+    /* Blocks of a large block size may hold more than INT32_MAX tokens:
+     * no context can exceed that anyway. */
+    int64_t max_context = (int64_t)max_blocks * p->block_size;
+    L->max_context = max_context > INT32_MAX ? INT32_MAX : (int32_t)max_context;
     REEL_TRY(layout_memplan(p, L, rows));
     if (!allocate)
         return REEL_OK;

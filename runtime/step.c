@@ -111,6 +111,10 @@ typedef struct step_need {
     int32_t max_blocks;  /* block-table entries the longest context needs */
 } step_need;
 
+/* Block-table entries a context of len tokens needs; in 64 bits, as len
+ * may be close to INT32_MAX (len >= 1, bs >= 1: the result fits). */
+static int32_t blocks_for(int32_t len, int32_t bs) { return (int32_t)(((int64_t)len + bs - 1) / bs); }
+
 static reel_status check_inputs(reel_plan *p, int32_t n)
 {
     for (int t = 1; t < p->ntensors; t++) {
@@ -144,12 +148,16 @@ static reel_status check_seqs(reel_plan *p, const reel_step_info *s, step_need *
         return reel_seterr(c, REEL_E_INVALID_ARG, "step: query_start must run from 0 to num_tokens (%d)", n);
     for (int32_t q = 0; q < s->num_seqs; q++) {
         int32_t a = s->query_start[q], b = s->query_start[q + 1], len = s->context_lens[q];
-        if (b < a)
-            return reel_seterr(c, REEL_E_INVALID_ARG, "step: query_start decreases at sequence %d", q);
+        /* Checked before positions[a..b) is read: b past n would read past
+         * the caller's positions array. */
+        if (b < a || b > n)
+            return reel_seterr(c, REEL_E_INVALID_ARG,
+                               "step: query_start[%d] is %d, outside query_start[%d] (%d) .. num_tokens (%d)", q + 1,
+                               b, q, a, n);
         if (len < b - a || len < 1)
             return reel_seterr(c, REEL_E_INVALID_ARG, "step: sequence %d has context %d but %d new tokens", q, len,
                                b - a);
-        int32_t blocks = (len + bs - 1) / bs;
+        int32_t blocks = blocks_for(len, bs);
         if (blocks > s->block_table_stride)
             return reel_seterr(c, REEL_E_INVALID_ARG,
                                "step: sequence %d needs %d blocks for context %d, block_table_stride is %d", q, blocks,
@@ -267,7 +275,7 @@ static size_t build_meta(reel_plan *p, const reel_layout *L, const reel_step_inf
     for (int32_t q = 0; q < ns; q++) {
         fill_i32(tseq + s->query_start[q], q, s->query_start[q + 1] - s->query_start[q]);
         ctx[q] = s->context_lens[q];
-        int32_t blocks = (s->context_lens[q] + p->block_size - 1) / p->block_size;
+        int32_t blocks = blocks_for(s->context_lens[q], p->block_size);
         if (blocks > L->max_blocks)
             blocks = L->max_blocks; /* only with skip_dispatch_guard: the kernel refuses it */
         memcpy(bt + (size_t)q * L->max_blocks, s->block_tables + (size_t)q * s->block_table_stride,
@@ -281,6 +289,15 @@ reel_status reel_plan_upload_padding(reel_plan *p, const reel_layout *L)
     size_t bytes = build_meta(p, L, NULL);
     REEL_TRY(p->be->vt->copy(p->be, p->streams[0], L->stat_dev, L->stat_host, bytes, REEL_COPY_H2D));
     return p->be->vt->stream_sync(p->be, p->streams[0]);
+}
+
+/* Grows a limit to want, or to twice have if that is more, within int32. */
+static int32_t grow_i32(int32_t have, int32_t want)
+{
+    int64_t twice = 2 * (int64_t)have;
+    if (want <= have)
+        return have;
+    return twice > want ? (twice > INT32_MAX ? INT32_MAX : (int32_t)twice) : want;
 }
 
 /* The overflow layout, grown to fit the step (never shrunk). */
@@ -298,8 +315,8 @@ static reel_status overflow_layout(reel_plan *p, const reel_step_info *s, const 
         /* Grow geometrically so a context that keeps growing rebuilds the
          * layout (and runs the planner) a logarithmic number of times. */
         rows = rows > L->rows ? (rows > 2 * L->rows ? rows : 2 * L->rows) : L->rows;
-        seqs = seqs > L->max_seqs ? (seqs > 2 * L->max_seqs ? seqs : 2 * L->max_seqs) : L->max_seqs;
-        blocks = blocks > L->max_blocks ? (blocks > 2 * L->max_blocks ? blocks : 2 * L->max_blocks) : L->max_blocks;
+        seqs = grow_i32(L->max_seqs, seqs);
+        blocks = grow_i32(L->max_blocks, blocks);
     }
     reel_layout_free(p, L, true);
     p->over_valid = false;
