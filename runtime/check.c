@@ -124,3 +124,14 @@ reel_status reel_plan_check_end(reel_plan *p)
     return reel_seterr(p->ctx, REEL_E_HAZARD, "step %llu: %zu hazard(s); first: %s",
                        (unsigned long long)(p->st.steps - 1), found, line);
 }
+
+/* A step that failed after its upload: its streams were drained, so the
+ * checker learns of the sync and closes the step (its hazards still count;
+ * the step reports its own error). */
+void reel_plan_check_abort(reel_plan *p)
+{
+    const reel_hazard *h = NULL;
+    size_t kept = 0;
+    reel_checker_host_sync(p->chk, REEL_CHECK_ALL_STREAMS);
+    p->st.hazards += reel_checker_end(p->chk, &h, &kept);
+}

@@ -568,7 +568,9 @@ reel_status reel_plan_issue_ex(reel_plan *p, const reel_layout *L, bool launch, 
         if (feed)
             REEL_TRY(reel_plan_check_node(p, L, i));
         if (launch) {
-            reel_status rc = p->impl[i]->launch(p->be, &L->launches[i]);
+            reel_status rc = p->dbg.fail_launch_of == i + 1
+                                 ? reel_seterr(p->ctx, REEL_E_BACKEND, "injected launch failure")
+                                 : p->impl[i]->launch(p->be, &L->launches[i]);
             p->st.op_dispatches++;
             if (rc != REEL_OK) {
                 char prev[REEL_ERRMSG_MAX];
@@ -698,12 +700,19 @@ reel_status reel_plan_out_reserve(reel_plan *p, int64_t rows)
     if (rows <= p->out_cap_rows)
         return REEL_OK;
     size_t off = ALIGN;
+    for (int o = 0; o < p->noutputs; o++)
+        off = align_up(off + reel_shape_bytes(&p->tensors[p->outputs[o].tensor].shape, rows), ALIGN);
+    char *buf = NULL;
+    if (p->dbg.fail_out_rows && rows >= p->dbg.fail_out_rows)
+        return reel_seterr(p->ctx, REEL_E_OOM, "pinned alloc of %zu bytes: no page-locked memory (injected)", off);
+    REEL_TRY(reel_pinned_alloc(p->pinned, off, (void **)&buf));
+    /* Offsets change only with the buffer: a failed growth keeps the old
+     * buffer and its offsets for the buckets' steps. */
+    off = ALIGN;
     for (int o = 0; o < p->noutputs; o++) {
         p->out_off[o] = off;
         off = align_up(off + reel_shape_bytes(&p->tensors[p->outputs[o].tensor].shape, rows), ALIGN);
     }
-    char *buf = NULL;
-    REEL_TRY(reel_pinned_alloc(p->pinned, off, (void **)&buf));
     if (p->out_host)
         reel_pinned_free(p->pinned, p->out_host);
     p->out_host = buf;
@@ -720,6 +729,8 @@ reel_status reel_plan_out_reserve(reel_plan *p, int64_t rows)
 static reel_status recapture(reel_plan *p)
 {
     const reel_backend_vt *vt = p->be->vt;
+    reel_status first = REEL_OK;
+    char msg[REEL_ERRMSG_MAX] = "";
     for (int b = p->nbuckets - 1; b >= 0; b--) {
         if (!p->graph[b])
             continue;
@@ -734,8 +745,12 @@ static reel_status recapture(reel_plan *p)
             vt->graph_destroy(p->be, old);
             p->graph[b] = NULL;
             p->bucket_reason[b] = REEL_FALLBACK_CAPTURE_FAILED;
-            if (p->opts.strict)
-                return st;
+            /* Strict: the call fails, but only after every other bucket
+             * was re-captured; their old graphs point at memory that moved. */
+            if (p->opts.strict && first == REEL_OK) {
+                first = st;
+                snprintf(msg, sizeof msg, "%s", reel_ctx_last_error(p->ctx));
+            }
             reel_clearerr(p->ctx);
             continue;
         }
@@ -753,7 +768,7 @@ static reel_status recapture(reel_plan *p)
             p->st.graph_reinstantiations++;
         }
     }
-    return REEL_OK;
+    return first == REEL_OK ? REEL_OK : reel_seterr(p->ctx, first, "%s", msg);
 }
 
 reel_status reel_plan_bind_state(reel_plan *p, const char *name, void *mem, size_t bytes)

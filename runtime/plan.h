@@ -40,6 +40,9 @@ typedef struct reel_plan_debug {
     bool skip_dispatch_guard;    /* replay even past max_context (tests the kernel guard) */
     int drop_waits_of;           /* node index + 1 whose cross-stream waits are dropped
                                     (a seeded missing edge for the checker); 0: none */
+    int fail_launch_of;          /* node index + 1 whose launch fails (REEL_E_BACKEND); 0: none */
+    int64_t fail_out_rows;       /* output buffers of this many rows or more cannot be
+                                    allocated (pinned memory ran out); 0: none */
 } reel_plan_debug;
 
 struct reel_plan {
@@ -150,4 +153,6 @@ reel_status reel_plan_check_upload(reel_plan *p, const reel_layout *L, size_t by
 reel_status reel_plan_check_download(reel_plan *p, const reel_layout *L, int32_t rows);
 /* Ends the step: REEL_E_HAZARD with the first report when any was found. */
 reel_status reel_plan_check_end(reel_plan *p);
+/* Ends a step that failed after its upload, once its streams were drained. */
+void reel_plan_check_abort(reel_plan *p);
 #endif

@@ -377,6 +377,44 @@ static reel_status kernel_refused(reel_plan *p, int32_t code, const reel_layout 
                        "step: a kernel reported %s", reel_status_str((reel_status)code));
 }
 
+/* Upload, replay or issue, download: the part of a step that puts work on
+ * the streams. */
+static reel_status run_step(reel_plan *p, const reel_layout *L, int b, bool replay, size_t up, int32_t n)
+{
+    reel_backend *be = p->be;
+    bool feed = p->chk != NULL;
+    if (feed)
+        REEL_TRY(reel_plan_check_upload(p, L, up));
+    REEL_TRY(be->vt->copy(be, p->streams[0], L->stat_dev, L->stat_host, up, REEL_COPY_H2D));
+    if (replay) {
+        if (feed)
+            REEL_TRY(reel_plan_issue_ex(p, L, false, true));
+        REEL_TRY(be->vt->graph_launch(be, p->graph[b], p->streams[0]));
+    } else {
+        REEL_TRY(reel_plan_issue_ex(p, L, true, feed));
+    }
+    REEL_TRY(download(p, L, n));
+    if (feed)
+        REEL_TRY(reel_plan_check_download(p, L, n));
+    return REEL_OK;
+}
+
+/* A step that failed with work issued (a kernel, the replay, a copy) leaves
+ * nothing in flight: otherwise the next step's staging writes and upload,
+ * or an overflow layout freed by a growth or reel_plan_trim, would race
+ * with the copies and kernels still queued on the streams (a side stream
+ * that never joined stream 0). The first error's message is kept. */
+static reel_status step_failed(reel_plan *p, reel_status st)
+{
+    char msg[REEL_ERRMSG_MAX];
+    snprintf(msg, sizeof msg, "%s", reel_ctx_last_error(p->ctx));
+    for (int i = 0; i < p->nstreams; i++)
+        p->be->vt->stream_sync(p->be, p->streams[i]);
+    if (p->chk)
+        reel_plan_check_abort(p);
+    return reel_seterr(p->ctx, st, "%s", msg);
+}
+
 reel_status reel_step(reel_plan *p, const reel_step_info *s)
 {
     if (!p || !s)
@@ -397,21 +435,9 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
         REEL_TRY(overflow_layout(p, s, &need));
     const reel_layout *L = fits ? &p->bucket[b] : &p->over;
     size_t up = build_meta(p, L, s);
-    reel_backend *be = p->be;
-    bool feed = p->chk != NULL;
-    if (feed)
-        REEL_TRY(reel_plan_check_upload(p, L, up));
-    REEL_TRY(be->vt->copy(be, p->streams[0], L->stat_dev, L->stat_host, up, REEL_COPY_H2D));
-    if (why == REEL_FALLBACK_NONE) {
-        if (feed)
-            REEL_TRY(reel_plan_issue_ex(p, L, false, true));
-        REEL_TRY(be->vt->graph_launch(be, p->graph[b], p->streams[0]));
-    } else {
-        REEL_TRY(reel_plan_issue_ex(p, L, true, feed));
-    }
-    REEL_TRY(download(p, L, s->num_tokens));
-    if (feed)
-        REEL_TRY(reel_plan_check_download(p, L, s->num_tokens));
+    reel_status st = run_step(p, L, b, why == REEL_FALLBACK_NONE, up, s->num_tokens);
+    if (st != REEL_OK)
+        return step_failed(p, st);
     for (int t = 1; t < p->ntensors; t++)
         p->stash_rows[t] = -1;
     p->out_rows = s->num_tokens;
@@ -423,7 +449,7 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
         p->st.eager_steps++;
         p->st.eager_by_reason[why]++;
     }
-    if (feed)
+    if (p->chk)
         REEL_TRY(reel_plan_check_end(p));
     int32_t code = *(int32_t *)p->out_host;
     if (code != 0)
