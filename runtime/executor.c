@@ -604,11 +604,15 @@ static reel_status alloc_tensors(reel_plan *p)
     p->stash_cap = reel_hcalloc((size_t)p->ntensors, sizeof *p->stash_cap);
     p->stash_rows = reel_hcalloc((size_t)p->ntensors, sizeof *p->stash_rows);
     p->state_borrowed = reel_hcalloc((size_t)p->ntensors, sizeof *p->state_borrowed);
-    if (!p->tensor_ptr || !p->param_written || !p->stash || !p->stash_cap || !p->stash_rows || !p->state_borrowed)
+    p->input_ids = reel_hcalloc((size_t)p->ntensors, sizeof *p->input_ids);
+    if (!p->tensor_ptr || !p->param_written || !p->stash || !p->stash_cap || !p->stash_rows || !p->state_borrowed ||
+        !p->input_ids)
         return reel_seterr(p->ctx, REEL_E_OOM, "compile: out of host memory");
     for (int t = 1; t < p->ntensors; t++) {
         reel_tinfo *ti = &p->tensors[t];
         p->stash_rows[t] = -1;
+        if (ti->kind == REEL_T_INPUT)
+            p->input_ids[p->ninputs++] = (uint32_t)t;
         if (ti->kind != REEL_T_PARAM && ti->kind != REEL_T_STATE)
             continue;
         size_t bytes = reel_shape_bytes(&ti->shape, 0);
@@ -624,6 +628,7 @@ static reel_status alloc_tensors(reel_plan *p)
             } else {
                 /* Deferred: zero until written, so the warm-up never reads garbage. */
                 REEL_TRY(vt->fill(p->be, s0, p->tensor_ptr[t], 0, bytes));
+                p->params_unwritten++;
             }
             ti->bind = NULL; /* borrowed until compile returns */
         } else {
@@ -941,6 +946,7 @@ void reel_plan_destroy(reel_plan *p)
     reel_hfree(p->stash);
     reel_hfree(p->stash_cap);
     reel_hfree(p->stash_rows);
+    reel_hfree(p->input_ids);
     reel_hfree(p->out_off);
     reel_hfree(p->node_ev);
     reel_hfree(p->first_on_stream);

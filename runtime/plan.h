@@ -91,6 +91,11 @@ struct reel_plan {
     char **stash;                /* [ntensors] for INPUT tensors */
     size_t *stash_cap;
     int64_t *stash_rows;         /* -1: not set */
+    /* What a step walks, found at compile instead of scanning every tensor
+     * (parameters and activations included) three times a step. */
+    int ninputs;
+    uint32_t *input_ids;         /* [ninputs] INPUT tensors */
+    int params_unwritten;        /* deferred parameters not written yet */
 
     /* Buckets. */
     int nbuckets;

@@ -70,6 +70,8 @@ reel_status reel_plan_write_param(reel_plan *p, const char *name, const void *da
                            bytes, need);
     REEL_TRY(p->be->vt->copy(p->be, p->streams[0], p->tensor_ptr[t], data, bytes, REEL_COPY_H2D));
     REEL_TRY(p->be->vt->stream_sync(p->be, p->streams[0]));
+    if (!p->param_written[t])
+        p->params_unwritten--;
     p->param_written[t] = true;
     return REEL_OK;
 }
@@ -117,14 +119,16 @@ static int32_t blocks_for(int32_t len, int32_t bs) { return (int32_t)(((int64_t)
 
 static reel_status check_inputs(reel_plan *p, int32_t n)
 {
-    for (int t = 1; t < p->ntensors; t++) {
+    for (int t = 1; p->params_unwritten > 0 && t < p->ntensors; t++) {
         const reel_tinfo *ti = &p->tensors[t];
         if (ti->kind == REEL_T_PARAM && !p->param_written[t])
             return reel_seterr(p->ctx, REEL_E_UNBOUND,
                                "step: parameter '%s' is deferred and was never written (reel_plan_write_param)",
                                ti->name);
-        if (ti->kind != REEL_T_INPUT)
-            continue;
+    }
+    for (int i = 0; i < p->ninputs; i++) {
+        uint32_t t = p->input_ids[i];
+        const reel_tinfo *ti = &p->tensors[t];
         if (p->stash_rows[t] < 0)
             return reel_seterr(p->ctx, REEL_E_INVALID_USAGE, "step: input '%s' was not set (reel_plan_set_input)",
                                ti->name);
@@ -248,10 +252,9 @@ static size_t build_meta(reel_plan *p, const reel_layout *L, const reel_step_inf
     int32_t n = s ? s->num_tokens : 0, ns = s && p->has_attention ? s->num_seqs : 0;
     int64_t rows = L->rows;
     *(int32_t *)(h + L->off_err) = 0;
-    for (int t = 1; t < p->ntensors; t++) {
+    for (int i = 0; i < p->ninputs; i++) {
+        uint32_t t = p->input_ids[i];
         const reel_tinfo *ti = &p->tensors[t];
-        if (ti->kind != REEL_T_INPUT)
-            continue;
         size_t used = s ? reel_shape_bytes(&ti->shape, ti->shape.tokens ? n : 1) : 0;
         size_t all = reel_shape_bytes(&ti->shape, ti->shape.tokens ? rows : 1);
         if (used)
@@ -438,8 +441,8 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
     reel_status st = run_step(p, L, b, why == REEL_FALLBACK_NONE, up, s->num_tokens);
     if (st != REEL_OK)
         return step_failed(p, st);
-    for (int t = 1; t < p->ntensors; t++)
-        p->stash_rows[t] = -1;
+    for (int i = 0; i < p->ninputs; i++)
+        p->stash_rows[p->input_ids[i]] = -1;
     p->out_rows = s->num_tokens;
     p->last_fallback = why;
     p->st.steps++;
