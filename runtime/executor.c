@@ -98,6 +98,23 @@ static reel_status copy_graph(reel_plan *p, const reel_graph *g)
     return REEL_OK;
 }
 
+/* Steps take up to 2^24 tokens and an overflow layout grows to less than
+ * twice that: every token tensor's bytes at 2^25 rows must fit in 64 bits
+ * (with the builder's margin of 16), or sizes wrap to small arenas that
+ * kernels then overrun. The builder bounds only the dims it knows. */
+static reel_status check_row_sizes(reel_plan *p)
+{
+    const int64_t max_row = (INT64_MAX / 16) >> 25;
+    for (int t = 1; t < p->ntensors; t++) {
+        const reel_shape *sh = &p->tensors[t].shape;
+        if (sh->tokens && reel_shape_row_numel(sh) > max_row)
+            return reel_seterr(p->ctx, REEL_E_INVALID_ARG,
+                               "compile: tensor '%s' has %lld elements per token row, more than reel sizes (2^34)",
+                               tname(p, (uint32_t)t), (long long)reel_shape_row_numel(sh));
+    }
+    return REEL_OK;
+}
+
 static void node_shapes(const reel_plan *p, int i, int64_t rows, reel_shape *in, reel_shape *out)
 {
     const reel_node *n = &p->nodes[i];
@@ -845,6 +862,7 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g)
     REEL_TRY(check_opts(p, &p->opts));
     REEL_TRY(reel_graph_validate(g));
     REEL_TRY(copy_graph(p, g));
+    REEL_TRY(check_row_sizes(p));
     REEL_TRY(select_kernels(p));
     REEL_TRY(make_streams(p));
     REEL_TRY(alloc_tensors(p));

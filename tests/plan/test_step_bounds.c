@@ -1,6 +1,7 @@
-/* Step metadata at the edges of what a caller can pass: query_start that
- * runs past num_tokens, contexts near INT32_MAX. A status or a correct
- * step, never a read past the caller's arrays or an overflowed limit. */
+/* Sizes and step metadata at the edges of what a caller can pass: token
+ * rows so wide that bytes overflow, query_start that runs past num_tokens,
+ * contexts near INT32_MAX. A status or a correct step, never a read past
+ * the caller's arrays, a wrapped size or an overflowed limit. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -123,4 +124,24 @@ Test(step_bounds, a_context_near_int32_max_in_large_blocks_runs_eagerly_instead_
     cr_assert_eq(((const float *)out)[1], 4.f);
     free(bt);
     reel_plan_destroy(p);
+}
+
+/* 16 rows of 2^58 + 1 f32 wrap to 64 bytes: the arena was that small and
+ * the warm-up's kernel ran over it. */
+Test(step_bounds, a_token_row_too_wide_for_64_bit_sizes_is_refused_at_compile, .init = setup, .fini = teardown)
+{
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    int64_t d[2] = {REEL_DIM_TOKENS, ((int64_t)1 << 58) + 1};
+    reel_tensor x = reel_input(g, "x", REEL_F32, 2, d), b = reel_input(g, "b", REEL_F32, 2, d);
+    cr_assert_eq(reel_output(g, "y", reel_add(g, x, b)), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = 1;
+    o.buckets[0] = 16;
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(g, &o, &p), REEL_E_INVALID_ARG);
+    cr_assert_null(p);
+    HAS("'x'");
+    HAS("per token row");
+    reel_graph_destroy(g);
 }
