@@ -1,6 +1,7 @@
 /* Bad input to compile and step: a status, a message naming the culprit,
  * nothing lost (the plan keeps working). */
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "opgraphs.h"
@@ -82,6 +83,10 @@ Test(step_errors, bad_sequence_metadata_is_refused_before_any_kernel_runs, .init
 {
     og_graph og;
     reel_plan *p = attention_plan(&og);
+    reel_plan_stats before, after;
+    reel_plan_stats_get(p, &before);
+    size_t kv = (size_t)OG_BLOCKS * OG_BLOCK * OG_KV_HEADS * OG_HEAD_DIM * sizeof(float);
+    float *cache = malloc(kv);
     og_step s;
     cr_assert_eq(og_make_step(p, OG_ATTENTION, REEL_F32, 6, 1, 20, &s), REEL_OK);
     s.bt[0] = OG_BLOCKS; /* past the cache */
@@ -106,6 +111,14 @@ Test(step_errors, bad_sequence_metadata_is_refused_before_any_kernel_runs, .init
     s.info.block_table_stride = 2;
     cr_assert_eq(reel_step(p, &s.info), REEL_E_INVALID_ARG);
     HAS("block_table_stride");
+    /* Nothing ran: no step counted, no dispatch, the KV cache untouched. */
+    reel_plan_stats_get(p, &after);
+    cr_assert_eq(after.steps, before.steps);
+    cr_assert_eq(after.op_dispatches, before.op_dispatches);
+    cr_assert_eq(reel_plan_read_state(p, "k_cache", cache, kv), REEL_OK);
+    for (size_t i = 0; i < kv / sizeof(float); i++)
+        cr_assert_eq(cache[i], 0.f, "k_cache written by a refused step");
+    free(cache);
     cr_assert_eq(og_make_step(p, OG_ATTENTION, REEL_F32, 6, 1, 20, &s), REEL_OK);
     cr_assert_eq(reel_step(p, &s.info), REEL_OK, "%s", reel_ctx_last_error(ctx));
     reel_plan_destroy(p);
