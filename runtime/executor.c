@@ -622,8 +622,9 @@ static reel_status alloc_tensors(reel_plan *p)
     p->stash_rows = reel_hcalloc((size_t)p->ntensors, sizeof *p->stash_rows);
     p->state_borrowed = reel_hcalloc((size_t)p->ntensors, sizeof *p->state_borrowed);
     p->input_ids = reel_hcalloc((size_t)p->ntensors, sizeof *p->input_ids);
+    p->staged = reel_hcalloc((size_t)p->ntensors, sizeof *p->staged);
     if (!p->tensor_ptr || !p->param_written || !p->stash || !p->stash_cap || !p->stash_rows || !p->state_borrowed ||
-        !p->input_ids)
+        !p->input_ids || !p->staged)
         return reel_seterr(p->ctx, REEL_E_OOM, "compile: out of host memory");
     for (int t = 1; t < p->ntensors; t++) {
         reel_tinfo *ti = &p->tensors[t];
@@ -964,6 +965,7 @@ void reel_plan_destroy(reel_plan *p)
     reel_hfree(p->stash);
     reel_hfree(p->stash_cap);
     reel_hfree(p->stash_rows);
+    reel_hfree(p->staged);
     reel_hfree(p->input_ids);
     reel_hfree(p->out_off);
     reel_hfree(p->node_ev);

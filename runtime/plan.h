@@ -91,6 +91,8 @@ struct reel_plan {
     char **stash;                /* [ntensors] for INPUT tensors */
     size_t *stash_cap;
     int64_t *stash_rows;         /* -1: not set */
+    bool *staged;                /* [ntensors] the input sits in the static staging
+                                    (set_input wrote it in place), not in stash */
     /* What a step walks, found at compile instead of scanning every tensor
      * (parameters and activations included) three times a step. */
     int ninputs;

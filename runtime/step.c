@@ -45,6 +45,15 @@ reel_status reel_plan_set_input(reel_plan *p, const char *name, const void *data
         return reel_seterr(p->ctx, REEL_E_INVALID_ARG, "set_input '%s': %lld rows (%s)", name, (long long)rows,
                            sh->tokens ? "need 1..2^24" : "an input without a token dim takes 1");
     size_t bytes = reel_shape_bytes(sh, rows);
+    if (!sh->tokens || rows <= p->buckets[p->nbuckets - 1]) {
+        /* It fits the static staging every bucket shares: write it in place,
+         * so a replayed step copies the input once (the previous step's
+         * upload finished before that step returned). */
+        memcpy(p->stat_host + p->bucket[0].in_off[t], data, bytes);
+        p->staged[t] = true;
+        p->stash_rows[t] = rows;
+        return REEL_OK;
+    }
     if (bytes > p->stash_cap[t]) {
         char *buf = reel_hrealloc(p->stash[t], bytes);
         if (!buf)
@@ -53,6 +62,7 @@ reel_status reel_plan_set_input(reel_plan *p, const char *name, const void *data
         p->stash_cap[t] = bytes;
     }
     memcpy(p->stash[t], data, bytes);
+    p->staged[t] = false;
     p->stash_rows[t] = rows;
     return REEL_OK;
 }
@@ -257,8 +267,9 @@ static size_t build_meta(reel_plan *p, const reel_layout *L, const reel_step_inf
         const reel_tinfo *ti = &p->tensors[t];
         size_t used = s ? reel_shape_bytes(&ti->shape, ti->shape.tokens ? n : 1) : 0;
         size_t all = reel_shape_bytes(&ti->shape, ti->shape.tokens ? rows : 1);
-        if (used)
-            memcpy(h + L->in_off[t], p->stash[t], used);
+        const char *src = p->staged[t] ? p->stat_host + p->bucket[0].in_off[t] : p->stash[t];
+        if (used && src != h + L->in_off[t])
+            memcpy(h + L->in_off[t], src, used);
         memset(h + L->in_off[t] + used, 0, all - used);
     }
     int32_t *pos = (int32_t *)(h + L->off_pos), *slot = (int32_t *)(h + L->off_slot);
