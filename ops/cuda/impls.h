@@ -19,6 +19,7 @@ extern const reel_op_impl reel_cu_softmax_impl;
 extern const reel_op_impl reel_cu_argmax_impl;
 extern const reel_op_impl reel_cu_rope_impl;
 extern const reel_op_impl reel_cu_paged_attention_impl;
+extern const reel_op_impl reel_cu_paged_attention_ref_impl;
 extern const reel_op_impl reel_cu_topk_impl;
 extern const reel_op_impl reel_cu_lse_combine_impl;
 
