@@ -12,11 +12,13 @@
  * taken straight from the score registers. Rows are normalised once at the
  * end. A block entry that is out of range refuses exactly the rows whose
  * position reaches it (zeros and REEL_E_LIMIT), like the host. */
+#include <atomic>
+
 #include "ops/cuda/attention.cuh"
 
 namespace reel_cu {
 
-enum { PF_BM = 64, PF_BN = 32, PF_STAGES = 2, PF_WARPS = 4, PF_THREADS = PF_WARPS * 32, PF_PAD = 8 };
+enum { PF_BM = 64, PF_BN = 64, PF_STAGES = 2, PF_WARPS = 4, PF_THREADS = PF_WARPS * 32, PF_PAD = 8 };
 
 template <typename T> struct mma_op;
 template <> struct mma_op<__nv_bfloat16> {
@@ -92,8 +94,10 @@ __global__ void __launch_bounds__(PF_THREADS)
     constexpr int DTILES = DH / 8;         /* n-tiles of O */
     constexpr int STILES = PF_BN / 8;      /* n-tiles of S */
     constexpr int CPR = DH / 8;            /* 16-byte chunks per cache row */
-    __shared__ __align__(16) T ks_all[PF_STAGES][PF_BN * LD];
-    __shared__ __align__(16) T vs_all[PF_STAGES][PF_BN * LD];
+    /* Dynamic: [PF_STAGES][PF_BN * LD] of K, then the same of V. */
+    extern __shared__ __align__(16) unsigned char pf_smem[];
+    T(*ks_all)[PF_BN * LD] = (T(*)[PF_BN * LD])pf_smem;
+    T(*vs_all)[PF_BN * LD] = (T(*)[PF_BN * LD])(pf_smem + sizeof(T) * PF_STAGES * PF_BN * LD);
     __shared__ int32_t s_seq[PF_BM], s_pos[PF_BM];
     __shared__ int s_state[PF_BM]; /* 1: this block's to attend, 0: not (or done) */
     __shared__ int s_cur, s_maxpos, s_firstbad;
@@ -340,10 +344,33 @@ bool attn_prefill_supports(reel_dtype dt, int64_t dh)
     return (dt == REEL_F16 || dt == REEL_BF16) && (dh == 64 || dh == 128);
 }
 
+template <typename T, int DH> static size_t prefill_smem()
+{
+    return sizeof(T) * 2 * PF_STAGES * PF_BN * (DH + PF_PAD);
+}
+
+/* The stages need more than the default 48 KB of dynamic shared memory:
+ * the opt-in is set once per kernel, at its first launch (a warm-up before
+ * any capture, as for every op). */
+template <typename T, int DH> static cudaError_t prefill_opt_in()
+{
+    static std::atomic<int> done(0);
+    if (done.load(std::memory_order_acquire))
+        return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(attn_prefill_kernel<T, DH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)prefill_smem<T, DH>());
+    if (e == cudaSuccess)
+        done.store(1, std::memory_order_release);
+    return e;
+}
+
 template <typename T, int DH> static cudaError_t prefill_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)
 {
+    cudaError_t e = prefill_opt_in<T, DH>();
+    if (e != cudaSuccess)
+        return e;
     dim3 grid((unsigned)((l->rows + PF_BM - 1) / PF_BM * g.h));
-    attn_prefill_kernel<T, DH><<<grid, PF_THREADS, 0, st>>>((const T *)l->in[0], (const T *)l->in[3],
+    attn_prefill_kernel<T, DH><<<grid, PF_THREADS, prefill_smem<T, DH>(), st>>>((const T *)l->in[0], (const T *)l->in[3],
                                                             (const T *)l->in[4], (T *)l->out[0], *l->meta, g,
                                                             l->rows);
     return cudaSuccess;
