@@ -151,6 +151,10 @@ attn_geom attn_geom_of(const reel_launch *l)
     g.qrow = g.h * g.dh;
     g.group = g.hkv > 0 ? g.h / g.hkv : 1;
     g.scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)g.dh);
+    g.bs_shift = -1;
+    for (int32_t k = 0; k < 31; k++)
+        if ((int64_t)1 << k == g.bs)
+            g.bs_shift = k;
     return g;
 }
 

@@ -24,7 +24,20 @@ namespace reel_cu {
 typedef struct attn_geom {
     int64_t h, hkv, dh, bs, nblocks, kvrow, qrow, group;
     float scale;
+    int32_t bs_shift; /* log2(bs) when bs is a power of two, else -1 */
 } attn_geom;
+
+/* Key position j's block index and offset in it, without a division for
+ * power-of-two block sizes. */
+__device__ __forceinline__ int32_t attn_blk(const attn_geom &g, int32_t j)
+{
+    return g.bs_shift >= 0 ? j >> g.bs_shift : j / (int32_t)g.bs;
+}
+
+__device__ __forceinline__ int32_t attn_in_blk(const attn_geom &g, int32_t j)
+{
+    return g.bs_shift >= 0 ? j & (int32_t)(g.bs - 1) : j % (int32_t)g.bs;
+}
 
 attn_geom attn_geom_of(const reel_launch *l);
 

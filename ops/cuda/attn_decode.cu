@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
                 int32_t j = j0 + u * KPB + warp * KPW + ks;
                 live[u] = j < tile1;
                 if (live[u]) {
-                    int64_t row = ((int64_t)s_blk[j / bs - b0] * bs + j % bs) * g.kvrow;
+                    int64_t row = ((int64_t)s_blk[attn_blk(g, j) - b0] * bs + attn_in_blk(g, j)) * g.kvrow;
                     kp[u] = *(const P *)(kb + row);
                     vp[u] = *(const P *)(vb + row);
                 } else {

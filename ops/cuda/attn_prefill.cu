@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(PF_THREADS)
                 const T *ksrc = kc, *vsrc = vc;
                 int bytes = 0;
                 if (j <= maxpos) {
-                    int64_t row = ((int64_t)bt[j / bs] * bs + j % bs) * g.kvrow + kvh * DH + part * 8;
+                    int64_t row = ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
                     ksrc = kc + row;
                     vsrc = vc + row;
                     bytes = 16;
