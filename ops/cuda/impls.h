@@ -9,6 +9,7 @@ extern "C" {
 #endif
 
 extern const reel_op_impl reel_cu_embedding_impl;
+extern const reel_op_impl reel_cu_matmul_gemv_impl;
 extern const reel_op_impl reel_cu_matmul_lt_impl;
 extern const reel_op_impl reel_cu_matmul_sgemm_impl;
 extern const reel_op_impl reel_cu_add_impl;
