@@ -100,8 +100,9 @@ __global__ void __launch_bounds__(DM_THREADS)
 
     auto load_tile = [&](int32_t kt, int stage) {
         T *ks = ks_all[stage], *vs = vs_all[stage];
-        for (int i = threadIdx.x; i < DM_BN * CPR; i += DM_THREADS) {
-            int r = i / CPR, part = i % CPR;
+        static_assert(DM_THREADS % CPR == 0, "a thread keeps its part of every row");
+        const int part = threadIdx.x % CPR;
+        for (int r = threadIdx.x / CPR; r < DM_BN; r += DM_THREADS / CPR) {
             int32_t j = kt + r;
             const T *ksrc = kc, *vsrc = vc;
             int bytes = 0;

@@ -39,8 +39,11 @@ __global__ void __launch_bounds__(PF_THREADS)
     __shared__ int s_state[PF_BM]; /* 1: this block's to attend, 0: not (or done) */
     __shared__ int s_cur, s_maxpos, s_firstbad;
 
-    /* Heads vary fastest: blocks that run together share K/V rows. */
-    const int64_t t0 = (int64_t)(blockIdx.x / g.h) * PF_BM, h = blockIdx.x % g.h, kvh = h / g.group;
+    /* Heads vary fastest (blocks that run together share K/V rows), and the
+     * last tiles come first: in a causal prefill they have the most keys,
+     * so the grid's tail is made of short blocks. */
+    const int64_t ntq = (rows + PF_BM - 1) / PF_BM;
+    const int64_t t0 = (ntq - 1 - (int64_t)(blockIdx.x / g.h)) * PF_BM, h = blockIdx.x % g.h, kvh = h / g.group;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gi = lane >> 2, ti = lane & 3; /* mma fragment coordinates */
     const float qscale = g.scale * 1.4426950408889634f;
@@ -115,12 +118,15 @@ __global__ void __launch_bounds__(PF_THREADS)
         const int r0 = warp * 16 + gi, r1 = r0 + 8;
         const bool in0 = s_state[r0] == 2, in1 = s_state[r1] == 2;
         const int32_t p0 = in0 ? s_pos[r0] : -1, p1 = in1 ? s_pos[r1] : -1;
-        int32_t wmax = max(p0, p1);
+        int32_t wmax = max(p0, p1), wmin = min(p0, p1);
         wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 1));
         wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 2));
         wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 4));
         wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 8));
         wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 16));
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1)
+            wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, o));
 
         uint32_t qf[KSTEPS][4];
         {
@@ -143,8 +149,9 @@ __global__ void __launch_bounds__(PF_THREADS)
         /* Two stages: tile it + 1 is in flight while tile it is computed. */
         auto load_tile = [&](int32_t kt, int stage) {
             T *ks = ks_all[stage], *vs = vs_all[stage];
-            for (int c = threadIdx.x; c < PF_BN * CPR; c += PF_THREADS) {
-                int r = c / CPR, part = c % CPR;
+            static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
+            const int part = threadIdx.x % CPR;
+            for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
                 int32_t j = kt + r;
                 const T *ksrc = kc, *vsrc = vc;
                 int bytes = 0;
@@ -191,26 +198,38 @@ __global__ void __launch_bounds__(PF_THREADS)
                     mma_op<T>::run(sc[n + 1], qf[kk], b + 2);
                 }
             }
-            /* Mask, then the online softmax of rows r0 (c0, c1) and r1 (c2, c3). */
+            /* The online softmax of rows r0 (c0, c1) and r1 (c2, c3), on raw
+             * scores: max first, then exp2(s * qscale - max * qscale) in one
+             * FMA. A tile wholly at or before both rows' positions needs no
+             * mask (most tiles of a causal prefill). */
             float mx0 = m0, mx1 = m1;
+            if (kt + PF_BN - 1 <= wmin) {
 #pragma unroll
-            for (int n = 0; n < STILES; n++) {
+                for (int n = 0; n < STILES; n++) {
+                    mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
+                    mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
+                }
+            } else {
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    int32_t j = kt + n * 8 + ti * 2 + e;
-                    sc[n][e] = j <= p0 ? sc[n][e] * qscale : -INFINITY;
-                    sc[n][2 + e] = j <= p1 ? sc[n][2 + e] * qscale : -INFINITY;
-                    mx0 = fmaxf(mx0, sc[n][e]);
-                    mx1 = fmaxf(mx1, sc[n][2 + e]);
+                for (int n = 0; n < STILES; n++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int32_t j = kt + n * 8 + ti * 2 + e;
+                        sc[n][e] = j <= p0 ? sc[n][e] : -INFINITY;
+                        sc[n][2 + e] = j <= p1 ? sc[n][2 + e] : -INFINITY;
+                        mx0 = fmaxf(mx0, sc[n][e]);
+                        mx1 = fmaxf(mx1, sc[n][2 + e]);
+                    }
                 }
             }
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0);
-            float c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
-            float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
+            /* m0, m1 are raw maxima; a row with no key yet stays -inf. */
+            float s0 = mx0 == -INFINITY ? 0.0f : mx0 * qscale, s1 = mx1 == -INFINITY ? 0.0f : mx1 * qscale;
+            float c0 = mx0 == -INFINITY ? 1.0f : exp2f((m0 - mx0) * qscale);
+            float c1 = mx1 == -INFINITY ? 1.0f : exp2f((m1 - mx1) * qscale);
             m0 = mx0;
             m1 = mx1;
             l0 *= c0;
@@ -224,10 +243,10 @@ __global__ void __launch_bounds__(PF_THREADS)
             }
 #pragma unroll
             for (int n = 0; n < STILES; n++) {
-                sc[n][0] = exp2f(sc[n][0] - b0);
-                sc[n][1] = exp2f(sc[n][1] - b0);
-                sc[n][2] = exp2f(sc[n][2] - b1);
-                sc[n][3] = exp2f(sc[n][3] - b1);
+                sc[n][0] = exp2f(fmaf(sc[n][0], qscale, -s0));
+                sc[n][1] = exp2f(fmaf(sc[n][1], qscale, -s0));
+                sc[n][2] = exp2f(fmaf(sc[n][2], qscale, -s1));
+                sc[n][3] = exp2f(fmaf(sc[n][3], qscale, -s1));
                 l0 += sc[n][0] + sc[n][1];
                 l1 += sc[n][2] + sc[n][3];
             }
