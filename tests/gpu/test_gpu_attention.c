@@ -283,3 +283,88 @@ Test(gpu_attention, other_head_dims_take_the_reference, .init = setup, .fini = t
     gt_op_free_data(&op);
     case_free(&c);
 }
+
+/* ---- a plan of one attention node: replay == eager, bitwise ------------- */
+
+enum { PH = 8, PKV = 2, PD = 64, PBS = 16, PSEQ = 8, PBT = 64 };
+
+static reel_plan *attn_plan(reel_dtype dt, bool capture)
+{
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(cctx, &g), REEL_OK);
+    int64_t qd[2] = {REEL_DIM_TOKENS, PH * PD}, kd[2] = {REEL_DIM_TOKENS, PKV * PD};
+    int64_t cd[4] = {PSEQ * PBT, PBS, PKV, PD};
+    reel_attn_params ap = {PH, PKV, PD, PBS, 0.0f};
+    reel_tensor y = reel_paged_attention(g, reel_input(g, "q", dt, 2, qd), reel_input(g, "k", dt, 2, kd),
+                                         reel_input(g, "v", dt, 2, kd), reel_state(g, "kc", dt, 4, cd),
+                                         reel_state(g, "vc", dt, 4, cd), &ap);
+    reel_output(g, "y", y);
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = 3;
+    o.buckets[0] = 1, o.buckets[1] = 8, o.buckets[2] = 64;
+    o.max_context = PBT * PBS;
+    o.max_seqs = PSEQ;
+    o.no_capture = !capture;
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(g, &o, &p), REEL_OK, "%s", reel_ctx_last_error(cctx));
+    reel_graph_destroy(g);
+    return p;
+}
+
+/* Steps: qlen[s] tokens of sequence s ending at ctx[s]; the same random
+ * q, k, v into both plans. */
+static void plan_step(reel_plan *const *ps, reel_dtype dt, int nseq, const int32_t *qlen, const int32_t *ctx)
+{
+    int32_t qs[PSEQ + 1], pos[64], slot[64], bt[PSEQ * PBT];
+    int32_t n = 0;
+    qs[0] = 0;
+    for (int s = 0; s < nseq; s++) {
+        for (int b = 0; b < PBT; b++)
+            bt[s * PBT + b] = s * PBT + (b * 5) % PBT; /* a scattered table */
+        for (int i = 0; i < qlen[s]; i++, n++) {
+            pos[n] = ctx[s] - qlen[s] + i;
+            slot[n] = bt[s * PBT + pos[n] / PBS] * PBS + pos[n] % PBS;
+        }
+        qs[s + 1] = n;
+    }
+    reel_step_info si = {n, nseq, qs, pos, slot, ctx, bt, PBT};
+    void *q = gt_random(&rng, dt, (int64_t)n * PH * PD, -1, 1), *k = gt_random(&rng, dt, (int64_t)n * PKV * PD, -1, 1),
+         *v = gt_random(&rng, dt, (int64_t)n * PKV * PD, -1, 1);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(reel_plan_set_input(ps[i], "q", q, n), REEL_OK);
+        cr_assert_eq(reel_plan_set_input(ps[i], "k", k, n), REEL_OK);
+        cr_assert_eq(reel_plan_set_input(ps[i], "v", v, n), REEL_OK);
+        cr_assert_eq(reel_step(ps[i], &si), REEL_OK, "%s", reel_ctx_last_error(cctx));
+    }
+    cr_assert_eq(reel_plan_last_fallback(ps[0]), REEL_FALLBACK_NONE, "%s",
+                 reel_fallback_str(reel_plan_last_fallback(ps[0])));
+    const void *ya, *yb;
+    int64_t ra, rb;
+    cr_assert_eq(reel_plan_output(ps[0], "y", &ya, &ra), REEL_OK);
+    cr_assert_eq(reel_plan_output(ps[1], "y", &yb, &rb), REEL_OK);
+    cr_assert_eq(ra, n);
+    cr_assert_eq(rb, n);
+    cr_assert(memcmp(ya, yb, (size_t)n * PH * PD * reel_dtype_size(dt)) == 0,
+              "%d tokens (%s): replay and eager differ", n, reel_dtype_name(dt));
+    free(q);
+    free(k);
+    free(v);
+}
+
+Test(gpu_attention, plan_replay_equals_eager_bitwise, .init = setup, .fini = teardown)
+{
+    for (int d = 1; d < 3; d++) {
+        reel_plan *ps[2] = {attn_plan(dts[d], true), attn_plan(dts[d], false)};
+        /* bucket 1: a decode split into many chunks */
+        plan_step(ps, dts[d], 1, (int32_t[]){1}, (int32_t[]){700});
+        /* bucket 8: a prefill run and decodes */
+        plan_step(ps, dts[d], 4, (int32_t[]){3, 1, 1, 1}, (int32_t[]){3, 200, 65, 1000});
+        /* bucket 64: a long prefill, a chunked prefill and decodes */
+        plan_step(ps, dts[d], 5, (int32_t[]){40, 10, 1, 1, 1}, (int32_t[]){40, 300, 17, 900, 2});
+        reel_plan_stats st;
+        reel_plan_stats_get(ps[0], &st);
+        cr_assert_eq(st.replays, 3);
+        reel_plan_destroy(ps[0]);
+        reel_plan_destroy(ps[1]);
+    }
+}
