@@ -11,8 +11,6 @@
  * online softmax in base 2, O += P V) and the four warps' states are merged
  * in shared memory in warp order at the end. The chunk's block ids are
  * checked once before the first load. */
-#include <atomic>
-
 #include "ops/cuda/attention.cuh"
 #include "ops/cuda/mma.cuh"
 
@@ -282,14 +280,8 @@ int attn_decode_mma_group(void)
  * (a warm-up before any capture). */
 template <typename T, int DH> static cudaError_t dm_opt_in()
 {
-    static std::atomic<int> done(0);
-    if (done.load(std::memory_order_acquire))
-        return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(attn_decode_mma_kernel<T, DH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)dm_smem<T, DH>());
-    if (e == cudaSuccess)
-        done.store(1, std::memory_order_release);
-    return e;
+    static std::atomic<unsigned long long> done(0);
+    return smem_opt_in(attn_decode_mma_kernel<T, DH>, dm_smem<T, DH>(), done);
 }
 
 template <typename T, int DH>

@@ -12,8 +12,6 @@
  * taken straight from the score registers. Rows are normalised once at the
  * end. A block entry that is out of range refuses exactly the rows whose
  * position reaches it (zeros and REEL_E_LIMIT), like the host. */
-#include <atomic>
-
 #include "ops/cuda/attention.cuh"
 #include "ops/cuda/mma.cuh"
 
@@ -310,14 +308,8 @@ template <typename T, int DH> static size_t prefill_smem()
  * any capture, as for every op). */
 template <typename T, int DH> static cudaError_t prefill_opt_in()
 {
-    static std::atomic<int> done(0);
-    if (done.load(std::memory_order_acquire))
-        return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(attn_prefill_kernel<T, DH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)prefill_smem<T, DH>());
-    if (e == cudaSuccess)
-        done.store(1, std::memory_order_release);
-    return e;
+    static std::atomic<unsigned long long> done(0);
+    return smem_opt_in(attn_prefill_kernel<T, DH>, prefill_smem<T, DH>(), done);
 }
 
 template <typename T, int DH> static cudaError_t prefill_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)

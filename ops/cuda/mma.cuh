@@ -4,6 +4,8 @@
 #ifndef REEL_OPS_CUDA_MMA_CUH
 #define REEL_OPS_CUDA_MMA_CUH
 
+#include <atomic>
+
 #include "ops/cuda/common.cuh"
 
 namespace reel_cu {
@@ -70,6 +72,24 @@ __device__ __forceinline__ void cp_async_commit()
 __device__ __forceinline__ void cp_async_wait_1()
 {
     asm volatile("cp.async.wait_group 1;\n" ::);
+}
+
+/* Raises a kernel's dynamic shared memory limit past the default 48 KB,
+ * once per device (the attribute is the device's): at the kernel's first
+ * launch on it, a warm-up before any capture as for every op. */
+template <typename K> cudaError_t smem_opt_in(K *kernel, size_t bytes, std::atomic<unsigned long long> &done)
+{
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0;
+    if (bit && (done.load(std::memory_order_acquire) & bit))
+        return cudaSuccess;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess)
+        done.fetch_or(bit, std::memory_order_acq_rel);
+    return e;
 }
 
 } /* namespace reel_cu */
