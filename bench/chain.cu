@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "reel/reel.h"
-#include "runtime/cuda/cuda.h" /* reel's kernels by hand (the diagnostic rows) */
+#include "backend/cuda/cuda.h" /* reel's kernels by hand (the diagnostic rows) */
 extern "C" {
 #include "ops/op.h"
 }

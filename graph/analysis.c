@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "graph/builder.h"
-#include "memory/halloc.h"
+#include "core/halloc.h"
 
 const char *reel_node_desc(const reel_graph *g, int i, char *buf, size_t len)
 {
@@ -75,7 +75,7 @@ fail:
     reel_hfree(f);
     reel_hfree(t);
     reel_hfree(last);
-    return reel_seterr(g->ctx, REEL_E_OOM, "graph edges: out of host memory");
+    return reel_seterr(reel_ctx_err(g->ctx), REEL_E_OOM, "graph edges: out of host memory");
 }
 
 /* Min-heap of node indices: Kahn's with the lowest ready index first keeps
@@ -152,14 +152,14 @@ reel_status reel_graph_topo_order(const reel_graph *g, int *order)
         while (indeg[stuck] == 0)
             stuck++;
         char d[128];
-        st = reel_seterr(g->ctx, REEL_E_INVALID_ARG, "graph has a cycle through %s",
+        st = reel_seterr(reel_ctx_err(g->ctx), REEL_E_INVALID_ARG, "graph has a cycle through %s",
                          reel_node_desc(g, stuck, d, sizeof d));
         goto fail;
     }
     st = REEL_OK;
 fail:
     if (st == REEL_E_OOM)
-        reel_seterr(g->ctx, st, "topological order: out of host memory");
+        reel_seterr(reel_ctx_err(g->ctx), st, "topological order: out of host memory");
     reel_hfree(from);
     reel_hfree(to);
     reel_hfree(indeg);
@@ -211,11 +211,11 @@ static int first_user(const reel_graph *g, uint32_t id)
 static reel_status check_outputs(reel_graph *g)
 {
     if (g->noutputs == 0)
-        return reel_seterr(g->ctx, REEL_E_NO_OUTPUT, "graph has no outputs");
+        return reel_seterr(reel_ctx_err(g->ctx), REEL_E_NO_OUTPUT, "graph has no outputs");
     for (int o = 0; o < g->noutputs; o++) {
         const reel_tinfo *t = &g->tensors[g->outputs[o].tensor];
         if (t->kind != REEL_T_ACT && t->kind != REEL_T_INPUT)
-            return reel_seterr(g->ctx, REEL_E_NO_OUTPUT, "output '%s' is never produced by an op (it is %s '%s')",
+            return reel_seterr(reel_ctx_err(g->ctx), REEL_E_NO_OUTPUT, "output '%s' is never produced by an op (it is %s '%s')",
                                g->outputs[o].name, reel_tensor_kind_name(t->kind), t->name);
     }
     return REEL_OK;
@@ -231,7 +231,7 @@ static reel_status check_params(reel_graph *g)
         char d[128] = "no op";
         if (user >= 0)
             reel_node_desc(g, user, d, sizeof d);
-        return reel_seterr(g->ctx, REEL_E_UNBOUND, "parameter '%s' is neither bound nor deferred (used by %s)",
+        return reel_seterr(reel_ctx_err(g->ctx), REEL_E_UNBOUND, "parameter '%s' is neither bound nor deferred (used by %s)",
                            t->name, d);
     }
     return REEL_OK;
@@ -242,7 +242,7 @@ reel_status reel_graph_validate(reel_graph *g)
     if (!g)
         return REEL_E_INVALID_ARG;
     if (g->err != REEL_OK)
-        return reel_seterr(g->ctx, g->err, "%s", g->errmsg);
+        return reel_seterr(reel_ctx_err(g->ctx), g->err, "%s", g->errmsg);
     reel_status st = check_outputs(g);
     if (st == REEL_OK)
         st = check_params(g);

@@ -3,7 +3,7 @@
 #define REEL_GRAPH_IR_H
 
 #include "ops/op.h"
-#include "runtime/ctx.h"
+#include "backend/ctx.h"
 
 typedef enum reel_tensor_kind {
     REEL_T_INPUT = 0, /* written by the caller before each step */

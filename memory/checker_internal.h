@@ -2,6 +2,7 @@
 #ifndef REEL_MEMORY_CHECKER_INTERNAL_H
 #define REEL_MEMORY_CHECKER_INTERNAL_H
 
+#include "core/err.h"
 #include "reel/memory.h"
 
 #define CHK_S (REEL_CHECK_MAX_STREAMS + 1)   /* clock slots; slot 0 is the host */
@@ -41,7 +42,7 @@ typedef struct chk_alloc {
 } chk_alloc;
 
 struct reel_checker {
-    reel_ctx *ctx;
+    reel_err *err;
     int64_t step;
     uint64_t seq;
     /* streams: caller keys and vector clocks */

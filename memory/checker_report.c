@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "memory/checker_internal.h"
-#include "memory/halloc.h"
+#include "core/halloc.h"
 
 static size_t reel_chk_strhash(const char *s)
 {

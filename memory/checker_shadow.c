@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "memory/checker_internal.h"
-#include "runtime/ctx.h"
+#include "core/err.h"
 
 static chk_space *reel_chk_space(reel_checker *c, uint32_t id)
 {

@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "memory/halloc.h"
+#include "core/halloc.h"
 
 /* Streams are small integers (REEL_MAX_STREAMS in the public API); a larger
  * bound keeps the planner usable for synthetic problems and tests. */

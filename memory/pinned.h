@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runtime/backend.h"
+#include "backend/backend.h"
 
 typedef struct reel_pinned reel_pinned;
 

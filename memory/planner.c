@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "memory/halloc.h"
+#include "core/halloc.h"
 #include "memory/hb.h"
 #include "memory/planner_internal.h"
-#include "runtime/ctx.h"
+#include "core/err.h"
 
 enum { REL_FREE = 0, REL_SOFT, REL_HARD, REL_INPLACE, REL_INPLACE_SOFT };
 

@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "reel/memory.h"
-#include "runtime/backend.h"
+#include "backend/backend.h"
 
 typedef struct reel_ws reel_ws;
 typedef struct reel_ws_block reel_ws_block;

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "reel/reel.h"
-#include "runtime/backend.h"
+#include "backend/backend.h"
 
 typedef enum reel_op_kind {
     REEL_OP_EMBEDDING = 0,
@@ -119,7 +119,7 @@ typedef struct reel_op_impl {
      * dims[0] = the largest bucket for token tensors. */
     bool (*can_use)(const reel_shape *in, int nin, const reel_shape *out, const reel_op_attrs *a,
                     const reel_device_caps *caps);
-    /* Issues the kernel(s) on l->stream. Errors go to be->ctx. */
+    /* Issues the kernel(s) on l->stream. Errors go to be->err. */
     reel_status (*launch)(reel_backend *be, const reel_launch *l);
 } reel_op_impl;
 

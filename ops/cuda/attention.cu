@@ -167,7 +167,7 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
     if (!l->meta) { /* no metadata: nothing can be attended; keep the output defined */
         size_t bytes = (size_t)(l->rows * g.qrow) * reel_dtype_size(l->out_shape[0].dtype);
-        return name_err(be, REEL_CUDA_CHECK(be->ctx, cudaMemsetAsync(l->out[0], 0, bytes, st)),
+        return name_err(be, REEL_CUDA_CHECK(be->err, cudaMemsetAsync(l->out[0], 0, bytes, st)),
                         "cuda.paged_attention");
     }
     REEL_CU_DISPATCH(l->in_shape[0].dtype, attn_run<T>(l, st, g));

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "ops/cuda/cuda_ops.h"
-#include "runtime/cuda/cuda.h"
+#include "backend/cuda/cuda.h"
 
 namespace reel_cu {
 

@@ -288,7 +288,7 @@ static reel_status embedding_launch(reel_backend *be, const reel_launch *l)
     bool a16 = aligned16(l->in[0]) && aligned16(l->out[0]) && row_bytes % 16 == 0;
     bool a4 = ((uintptr_t)l->in[0] % 4 == 0) && ((uintptr_t)l->out[0] % 4 == 0) && row_bytes % 4 == 0;
     if (n > 0x7fffffffLL)
-        return reel_seterr(be->ctx, REEL_E_LIMIT, "cuda.embedding: %lld tokens exceed one grid", (long long)n);
+        return reel_seterr(be->err, REEL_E_LIMIT, "cuda.embedding: %lld tokens exceed one grid", (long long)n);
     cudaError_t e;
     if (a16) {
         int64_t w = (int64_t)(row_bytes / 16);

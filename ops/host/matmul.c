@@ -4,7 +4,7 @@
  * (reel builds with -std=c11, which keeps a*b+c unfused). */
 #include "ops/host/host_ops.h"
 #include "ops/host/kern.h"
-#include "memory/halloc.h"
+#include "core/halloc.h"
 
 typedef struct reel_hk_mm {
     const void *x, *w;

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oprun.h"
-#include "runtime/ctx.h"
+#include "tests/gpu/oprun.h"
+#include "backend/ctx.h"
 
 static reel_ctx *ctx;
 static reel_backend *be;

@@ -6,7 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <string.h>
 
-#include "../plan/opgraphs.h"
+#include "tests/exec/opgraphs.h"
 
 static reel_ctx *ctx;
 static void setup(void)

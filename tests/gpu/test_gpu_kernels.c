@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oprun.h"
+#include "tests/gpu/oprun.h"
 #include "ops/cuda/cuda_ops.h"
-#include "runtime/ctx.h"
-#include "runtime/cuda/cuda_impl.h"
+#include "backend/ctx.h"
+#include "backend/cuda/cuda_impl.h"
 
 static reel_ctx *hctx, *cctx;
 static uint64_t seed;

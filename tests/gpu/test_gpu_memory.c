@@ -7,9 +7,9 @@
 #include <cuda_runtime_api.h>
 #include <string.h>
 
-#include "../plan/opgraphs.h"
-#include "oprun.h"
-#include "runtime/ctx.h"
+#include "tests/exec/opgraphs.h"
+#include "tests/gpu/oprun.h"
+#include "backend/ctx.h"
 
 static size_t free_bytes(void)
 {

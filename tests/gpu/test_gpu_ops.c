@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oprun.h"
-#include "runtime/ctx.h"
+#include "tests/gpu/oprun.h"
+#include "backend/ctx.h"
 
 static reel_ctx *hctx, *cctx;
 static uint64_t seed;

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../plan/opgraphs.h"
-#include "runtime/plan.h"
+#include "tests/exec/opgraphs.h"
+#include "exec/plan.h"
 
 static reel_ctx *ctx;
 

@@ -1,8 +1,8 @@
 /* Graph analyses: dependency edges, the stable topological order and
  * liveness over a schedule. */
-#include "fixture.h"
+#include "tests/graph/fixture.h"
 #include "graph/builder.h"
-#include "memory/halloc.h"
+#include "core/halloc.h"
 
 TestSuite(analysis, .init = graph_setup, .fini = graph_teardown);
 

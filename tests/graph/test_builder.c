@@ -1,7 +1,7 @@
 /* The graph builder: leaves, op nodes, inferred shapes, names, streams. */
 #include <math.h>
 
-#include "fixture.h"
+#include "tests/graph/fixture.h"
 #include "ops/op.h"
 
 TestSuite(builder, .init = graph_setup, .fini = graph_teardown);

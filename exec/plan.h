@@ -1,0 +1,166 @@
+/* Internal (L4): the compiled plan and its executor state.
+ *
+ * compile (executor.c): validate -> order -> streams and events -> kernel
+ * selection -> memory plan per bucket -> allocation -> capture per bucket,
+ * largest first. step (step.c): validate the step -> choose replay or eager
+ * (with a reason) -> build metadata into pinned staging -> one upload ->
+ * replay or eager -> download outputs and the kernels' error word. */
+#ifndef REEL_EXEC_PLAN_H
+#define REEL_EXEC_PLAN_H
+
+#include "graph/ir.h"
+#include "ops/op.h"
+#include "backend/backend.h"
+
+/* Where every tensor of one execution lives, and the launches resolved
+ * against it. Bucket layouts share the plan's static region and arena; an
+ * eager step beyond the fixed limits gets an overflow layout of its own. */
+typedef struct reel_layout {
+    int64_t rows;               /* token rows every token tensor has here */
+    int32_t max_tokens, max_seqs, max_blocks;
+    int32_t max_context;        /* the context limit kernels enforce here */
+    char *arena;                /* device */
+    size_t *act_off;            /* [ntensors] arena offsets of ACT tensors */
+    size_t arena_bytes, lower_bound, node_bound;
+    char *stat_dev, *stat_host; /* static region and its pinned staging mirror */
+    size_t stat_bytes;
+    size_t *in_off;             /* [ntensors] static offsets of INPUT tensors */
+    size_t off_err, off_pos, off_slot, off_tseq, off_ctx, off_bt;
+    reel_meta_view meta;        /* device pointers into stat_dev */
+    struct reel_ws_block *arena_blk; /* overflow layouts: the arena's workspace block */
+    reel_launch *launches;      /* [nnodes], in schedule order */
+    reel_shape *shapes;         /* [nnodes * (MAX_IN + MAX_OUT)] backing the launches */
+    int *new_wait_start, *new_wait_from; /* cross-stream waits (data and planner edges), CSR by node */
+    unsigned char *rec;         /* [nnodes] record the node's event after it */
+} reel_layout;
+
+typedef struct reel_plan_debug {
+    unsigned fail_capture_mask;  /* bucket indices whose capture is made to fail */
+    int not_capturable_node;     /* treat this node's impl as not capturable (-1: none) */
+    bool skip_dispatch_guard;    /* replay even past max_context (tests the kernel guard) */
+    int drop_waits_of;           /* node index + 1 whose cross-stream waits are dropped
+                                    (a seeded missing edge for the checker); 0: none */
+    int fail_launch_of;          /* node index + 1 whose launch fails (REEL_E_BACKEND); 0: none */
+    int64_t fail_out_rows;       /* output buffers of this many rows or more cannot be
+                                    allocated (pinned memory ran out); 0: none */
+} reel_plan_debug;
+
+struct reel_plan {
+    reel_ctx *ctx;
+    reel_err *err;               /* the context's error buffer */
+    reel_backend *be;
+    reel_compile_opts opts;
+    reel_plan_debug dbg;
+
+    /* The graph, copied; nodes in schedule order. */
+    int ntensors;
+    reel_tinfo *tensors;
+    int nnodes;
+    reel_node *nodes;
+    int noutputs;
+    reel_goutput *outputs;
+    const reel_op_impl **impl;   /* [nnodes] */
+    bool has_attention;
+    bool checks_limits;          /* some kernel may write the error word */
+    int32_t block_size;          /* smallest block size of the attention ops */
+    int32_t kv_slots;            /* slots of the smallest KV cache */
+    int32_t kv_blocks;
+
+    /* Streams and the events ordering them. */
+    int nstreams;
+    reel_stream *streams[REEL_MAX_STREAMS];
+    reel_event **node_ev;        /* [nnodes]: recorded after the node, or NULL */
+    int *wait_start, *wait_from; /* CSR: producer nodes on other streams each node waits for */
+    reel_event *fork_ev, *join_ev[REEL_MAX_STREAMS];
+    int *first_on_stream;        /* [nstreams] first node of each stream (-1) */
+    int *last_on_stream;
+
+    /* Memory. */
+    void **tensor_ptr;           /* [ntensors] PARAM and STATE device pointers */
+    bool *param_written;         /* [ntensors] deferred params written */
+    bool *state_borrowed;        /* [ntensors] state bound to caller memory */
+    char *arena;
+    size_t arena_bytes;
+    char *stat_dev, *stat_host;
+    size_t stat_bytes;
+    char *out_host;              /* pinned: err word, then each output at max rows */
+    size_t *out_off;             /* [noutputs] */
+    size_t out_bytes;
+    int64_t out_cap_rows;        /* rows out_host holds per output */
+    int64_t out_rows;            /* rows of the last step's outputs */
+    /* Inputs the caller set for the next step (host copies). */
+    char **stash;                /* [ntensors] for INPUT tensors */
+    size_t *stash_cap;
+    int64_t *stash_rows;         /* -1: not set */
+    bool *staged;                /* [ntensors] the input sits in the static staging
+                                    (set_input wrote it in place), not in stash */
+    /* What a step walks, found at compile instead of scanning every tensor
+     * (parameters and activations included) three times a step. */
+    int ninputs;
+    uint32_t *input_ids;         /* [ninputs] INPUT tensors */
+    int params_unwritten;        /* deferred parameters not written yet */
+
+    /* Buckets. */
+    int nbuckets;
+    int32_t buckets[REEL_MAX_BUCKETS];
+    reel_layout bucket[REEL_MAX_BUCKETS];
+    reel_exec_graph *graph[REEL_MAX_BUCKETS];
+    reel_fallback bucket_reason[REEL_MAX_BUCKETS]; /* why a bucket cannot replay */
+    reel_fallback plan_reason;   /* a reason that holds for every bucket */
+
+    /* The overflow layout for eager steps past the fixed limits (cached,
+     * grown when a larger step comes). */
+    reel_layout over;
+    bool over_valid;
+
+    reel_fallback last_fallback;
+    reel_plan_stats st;
+
+    /* The stream-aware workspace allocator: eager steps past the fixed
+     * limits take their arena from it (deferred frees across streams). */
+    struct reel_ws *ws;
+    /* Pinned staging (inputs, metadata, outputs) from a jemalloc arena over
+     * page-locked extents. */
+    struct reel_pinned *pinned;
+
+    /* The hazard checker, when the plan runs under it (check_hazards). */
+    struct reel_checker *chk;
+};
+
+/* Compile with internal test hooks. */
+reel_status reel_compile_debug(reel_graph *g, const reel_compile_opts *opts, const reel_plan_debug *dbg,
+                               reel_plan **out);
+
+/* executor.c */
+reel_status reel_layout_build(reel_plan *p, reel_layout *L, int64_t rows, int32_t max_seqs, int32_t max_blocks,
+                              bool allocate);
+void reel_layout_free(reel_plan *p, reel_layout *L, bool owns_memory);
+/* Issues every node of the plan on its stream against layout L, with the
+ * fork/join and cross-stream events: the eager path, also what is captured. */
+reel_status reel_plan_issue(reel_plan *p, const reel_layout *L);
+/* The same walk: launch = issue to the backend; feed = tell the hazard
+ * checker each op's accesses and each event (a replay is checked by walking
+ * the captured sequence with launch false). */
+reel_status reel_plan_issue_ex(reel_plan *p, const reel_layout *L, bool launch, bool feed);
+reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L);
+void *reel_plan_tensor_dev(const reel_plan *p, const reel_layout *L, uint32_t t);
+/* Sizes the pinned output buffer for rows per output. */
+reel_status reel_plan_out_reserve(reel_plan *p, int64_t rows);
+/* step.c: fills the static region with a padded (empty) step and uploads it. */
+reel_status reel_plan_upload_padding(reel_plan *p, const reel_layout *L);
+
+
+/* check.c: feeding the hazard checker from a step. */
+reel_status reel_plan_check_open(reel_plan *p);
+void reel_plan_check_close(reel_plan *p);
+reel_status reel_plan_check_record(reel_plan *p, reel_event *e, int stream);
+reel_status reel_plan_check_wait(reel_plan *p, int stream, reel_event *e);
+reel_status reel_plan_check_node(reel_plan *p, const reel_layout *L, int node);
+/* The step's upload (writes the static region) and download (reads outputs). */
+reel_status reel_plan_check_upload(reel_plan *p, const reel_layout *L, size_t bytes);
+reel_status reel_plan_check_download(reel_plan *p, const reel_layout *L, int32_t rows);
+/* Ends the step: REEL_E_HAZARD with the first report when any was found. */
+reel_status reel_plan_check_end(reel_plan *p);
+/* Ends a step that failed after its upload, once its streams were drained. */
+void reel_plan_check_abort(reel_plan *p);
+#endif
