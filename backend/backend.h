@@ -1,4 +1,4 @@
-/* Internal (L0): the backend interface. A backend is a table of functions
+/* Internal (L1): the backend interface. A backend is a table of functions
  * with a context pointer (ggml-backend style). The host backend runs streams
  * as worker threads; the CUDA backend wraps CUDA streams, events and graphs. */
 #ifndef REEL_BACKEND_BACKEND_H

@@ -1,12 +1,14 @@
 /* The context: backend choice and last error. */
 #include "backend/ctx.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "core/halloc.h"
+#include "core/opts.h"
 
 const char *reel_backend_name(reel_backend_kind k)
 {
@@ -52,17 +54,22 @@ static reel_backend_kind resolve_auto(void)
     return reel_cuda_available() ? REEL_BACKEND_CUDA : REEL_BACKEND_HOST;
 }
 
+/* The size of the first sized form of reel_ctx_opts (reel 0.1): no caller's
+ * struct is shorter. Fields appended later are not counted here. */
+#define CTX_OPTS_FIRST_SIZE (offsetof(reel_ctx_opts, device) + sizeof(int))
+
 reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out)
 {
-    reel_ctx_opts def = REEL_CTX_OPTS_INIT;
+    reel_ctx_opts o = REEL_CTX_OPTS_INIT;
     if (!out)
         return REEL_E_INVALID_ARG;
     *out = NULL;
-    if (!opts)
-        opts = &def;
-    /* Major and minor must match: the structs of the header are the ABI. */
-    if (opts->header_version / 100 != REEL_VERSION_NUMBER / 100)
-        return REEL_E_VERSION;
+    /* No context yet: the message of a refusal has nowhere to go. */
+    if (opts)
+        REEL_TRY(reel_opts_load(&o, sizeof o, opts, CTX_OPTS_FIRST_SIZE, NULL, "context", "REEL_CTX_OPTS_INIT"));
+    o.backend = reel_opt_int(o.backend, REEL_BACKEND_AUTO);
+    o.device = reel_opt_int(o.device, 0);
+    opts = &o;
     if (opts->backend < REEL_BACKEND_AUTO || opts->backend > REEL_BACKEND_CUDA)
         return REEL_E_INVALID_ARG;
     if (opts->backend == REEL_BACKEND_AUTO) {
@@ -75,7 +82,7 @@ reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out)
     if (!ctx)
         return REEL_E_OOM;
     reel_err_init(&ctx->err);
-    ctx->kind = opts->backend == REEL_BACKEND_AUTO ? resolve_auto() : opts->backend;
+    ctx->kind = opts->backend == REEL_BACKEND_AUTO ? resolve_auto() : (reel_backend_kind)opts->backend;
     reel_status st = ctx->kind == REEL_BACKEND_CUDA ? reel_cuda_backend_create(&ctx->err, opts->device, &ctx->be)
                                                     : reel_host_backend_create(&ctx->err, &ctx->be);
     if (st != REEL_OK) {

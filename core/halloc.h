@@ -1,4 +1,4 @@
-/* Internal (L1): reel's host memory. One wrapper over jemalloc (mallocx on a
+/* Internal (L0): reel's host memory. One wrapper over jemalloc (mallocx on a
  * private arena), or the system allocator when built with
  * -Dallocator=system (sanitizer builds). Every reel host allocation goes
  * through here. */

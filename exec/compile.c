@@ -2,11 +2,13 @@
  * per bucket -> allocation -> capture per bucket (largest first). Also the
  * eager issue path that capture records. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/halloc.h"
+#include "core/opts.h"
 #include "memory/planner.h"
 #include "memory/pinned.h"
 #include "memory/workspace.h"
@@ -34,16 +36,26 @@ static const char *node_name(const reel_plan *p, int i, char *buf, size_t len)
 
 /* ---- options ------------------------------------------------------------ */
 
+/* The size of the first sized form of reel_compile_opts (reel 0.1): no
+ * caller's struct is shorter. Fields appended later are not counted here. */
+#define COMPILE_OPTS_FIRST_SIZE (offsetof(reel_compile_opts, pdl) + sizeof(int))
+
+/* The caller's options over the defaults, then what is left undefined
+ * takes its default value. */
 static reel_status check_opts(reel_plan *p, const reel_compile_opts *o)
 {
     reel_compile_opts def = REEL_COMPILE_OPTS_INIT;
-    p->opts = o ? *o : def;
-    if (p->opts.header_version == 0)
-        return reel_seterr(p->err, REEL_E_VERSION,
-                           "compile options were not initialised with REEL_COMPILE_OPTS_INIT (header_version 0)");
-    if (p->opts.header_version / 100 != REEL_VERSION_NUMBER / 100)
-        return reel_seterr(p->err, REEL_E_VERSION, "compile options from header %d, library is %d",
-                           p->opts.header_version, REEL_VERSION_NUMBER);
+    p->opts = def;
+    if (o)
+        REEL_TRY(reel_opts_load(&p->opts, sizeof p->opts, o, COMPILE_OPTS_FIRST_SIZE, p->err, "compile",
+                                "REEL_COMPILE_OPTS_INIT"));
+    p->opts.num_buckets = reel_opt_int(p->opts.num_buckets, 0);
+    p->opts.max_context = reel_opt_int(p->opts.max_context, 4096);
+    p->opts.max_seqs = reel_opt_int(p->opts.max_seqs, 64);
+    p->opts.strict = reel_opt_int(p->opts.strict, 0) != 0;
+    p->opts.no_capture = reel_opt_int(p->opts.no_capture, 0) != 0;
+    p->opts.check_hazards = reel_opt_int(p->opts.check_hazards, 0) != 0;
+    p->opts.pdl = reel_opt_int(p->opts.pdl, 0) != 0;
     if (p->opts.num_buckets == 0) {
         static const int32_t dflt[] = {1, 2, 4, 8, 16, 32, 64};
         p->opts.num_buckets = 7;
@@ -580,8 +592,11 @@ reel_status reel_plan_issue_ex(reel_plan *p, const reel_layout *L, bool launch, 
     }
     for (int i = 0; i < p->nnodes; i++) {
         int st = p->nodes[i].stream;
-        for (int k = L->new_wait_start[i]; k < L->new_wait_start[i + 1]; k++)
+        for (int k = L->new_wait_start[i]; k < L->new_wait_start[i + 1]; k++) {
+            /* reel_plan_ensure_events made one for every producer waited on. */
+            REEL_INVARIANT(p->err, p->node_ev[L->new_wait_from[k]] != NULL);
             REEL_TRY(ev_wait(p, st, p->node_ev[L->new_wait_from[k]], launch, feed));
+        }
         if (feed)
             REEL_TRY(reel_plan_check_node(p, L, i));
         if (launch) {
@@ -855,9 +870,9 @@ static reel_status build_buckets(reel_plan *p)
     return REEL_OK;
 }
 
-static reel_status compile_steps(reel_plan *p, reel_graph *g)
+static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile_opts *opts)
 {
-    REEL_TRY(check_opts(p, &p->opts));
+    REEL_TRY(check_opts(p, opts));
     REEL_TRY(reel_graph_validate(g));
     REEL_TRY(copy_graph(p, g));
     REEL_TRY(check_row_sizes(p));
@@ -890,11 +905,7 @@ reel_status reel_compile_debug(reel_graph *g, const reel_compile_opts *opts, con
         p->dbg = *dbg;
     else
         p->dbg.not_capturable_node = -1;
-    reel_compile_opts def = REEL_COMPILE_OPTS_INIT;
-    p->opts = opts ? *opts : def;
-    if (!opts)
-        p->opts.header_version = REEL_VERSION_NUMBER;
-    reel_status st = compile_steps(p, g);
+    reel_status st = compile_steps(p, g, opts);
     if (st != REEL_OK) {
         reel_plan_destroy(p);
         return st;

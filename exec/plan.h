@@ -1,4 +1,4 @@
-/* Internal (L4): the compiled plan and its executor state.
+/* Internal (L5): the compiled plan and its executor state.
  *
  * compile (executor.c): validate -> order -> streams and events -> kernel
  * selection -> memory plan per bucket -> allocation -> capture per bucket,

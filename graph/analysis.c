@@ -1,5 +1,5 @@
 /* Analyses of a built graph: dependency edges, a stable topological order,
- * liveness over a schedule, and validation before compile. */
+ * and validation before compile. */
 #include <stdio.h>
 #include <string.h>
 
@@ -167,35 +167,6 @@ fail:
     reel_hfree(adj);
     reel_hfree(heap);
     return st;
-}
-
-void reel_graph_liveness(const reel_graph *g, const int *order, int *first, int *last)
-{
-    for (int i = 0; i < g->ntensors; i++)
-        first[i] = last[i] = -1;
-    for (int p = 0; p < g->nnodes; p++) {
-        const reel_node *n = &g->nodes[order[p]];
-        for (int i = 0; i < n->nin; i++) {
-            uint32_t id = n->in[i];
-            if (!id)
-                continue;
-            if (first[id] < 0 || (g->tensors[id].kind != REEL_T_ACT && p < first[id]))
-                first[id] = p;
-            if (p > last[id])
-                last[id] = p;
-        }
-        for (int i = 0; i < n->nout; i++) {
-            first[n->out[i]] = p;
-            if (last[n->out[i]] < p)
-                last[n->out[i]] = p;
-        }
-    }
-    for (int o = 0; o < g->noutputs && g->nnodes > 0; o++) {
-        uint32_t id = g->outputs[o].tensor;
-        last[id] = g->nnodes - 1;
-        if (first[id] < 0)
-            first[id] = 0;
-    }
 }
 
 /* The first node (build order) that reads tensor id, -1 if none. */

@@ -1,4 +1,4 @@
-/* Internal (L2): the graph IR built through the C API. */
+/* Internal (L3): the graph IR built through the C API. */
 #ifndef REEL_GRAPH_IR_H
 #define REEL_GRAPH_IR_H
 
@@ -67,12 +67,6 @@ reel_status reel_graph_edges(const reel_graph *g, int **from, int **to, int *ned
 /* A topological order of the nodes (Kahn's, stable: ties in build order).
  * order has g->nnodes entries. REEL_E_INVALID_ARG on a cycle. */
 reel_status reel_graph_topo_order(const reel_graph *g, int *order);
-
-/* Liveness over a schedule: for each tensor id (arrays of g->ntensors), the
- * index in `order` of its first (production) and last use; -1 if unused.
- * Graph outputs live to the end of the schedule (nnodes - 1). Meant for
- * activations; for other kinds first is the first use. */
-void reel_graph_liveness(const reel_graph *g, const int *order, int *first, int *last);
 
 /* Validates the whole graph for compile: the sticky builder error (its
  * message set again as the context's last error), at least one output,

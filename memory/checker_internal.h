@@ -1,4 +1,4 @@
-/* Internal (L1): the hazard checker's state, shared by its files. */
+/* Internal (L2): the hazard checker's state, shared by its files. */
 #ifndef REEL_MEMORY_CHECKER_INTERNAL_H
 #define REEL_MEMORY_CHECKER_INTERNAL_H
 

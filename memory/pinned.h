@@ -1,4 +1,4 @@
-/* Internal (L1): pinned staging memory for host<->device copies.
+/* Internal (L2): pinned staging memory for host<->device copies.
  *
  * Built with jemalloc, small and large staging buffers come from a private
  * jemalloc arena whose extent hooks take page-locked memory from the

@@ -1,4 +1,4 @@
-/* Internal (L1): the stream-aware workspace allocator, for eager ops and
+/* Internal (L2): the stream-aware workspace allocator, for eager ops and
  * scratch of dynamic size.
  *
  * Blocks come from size classes (powers of two) of one backend device and

@@ -1,4 +1,4 @@
-/* Internal (L1): op kinds, attributes, schemas and the kernel interface.
+/* Internal (L2): op kinds, attributes, schemas and the kernel interface.
  * An op kind has a schema (arity, shape/dtype inference, declared accesses);
  * implementations register per backend with a priority and a can_use
  * predicate; the registry picks the first usable one, and the last in every
@@ -56,9 +56,6 @@ typedef struct reel_op_schema {
     const char *name;
     int nin;            /* inputs (an optional input may be absent: shape ndim 0) */
     int nout;
-    /* Output 0 may take the bytes of input `inplace_in` when that input dies
-     * at this op (-1: never). Used by the planner. */
-    int inplace_in;
     reel_status (*infer)(const reel_shape *in, int nin, const reel_op_attrs *a,
                          reel_shape *out, char *err, size_t errlen);
     /* Role names of the inputs ("x", "w", ...), used in error messages. */
@@ -97,7 +94,6 @@ typedef struct reel_launch {
     int64_t rows;                 /* token rows of this launch */
     const reel_meta_view *meta;
     reel_stream *stream;
-    void *impl_state;             /* from impl->prepare, or NULL */
     /* Launch with programmatic dependent launch: the kernel may start
      * before its same-stream predecessor finishes, and must wait for it
      * (cudaGridDependencySynchronize) before touching memory. Set only for
@@ -114,7 +110,9 @@ typedef struct reel_op_impl {
     bool fixed_context;           /* honours the fixed-context metadata limits */
     bool pdl_ok;                  /* honours reel_launch.pdl (waits on its producer grid first) */
     bool inplace_ok;              /* out[0] may start at in[0]'s address (the planner gives it
-                                     the input's bytes when the input dies at this op) */
+                                     the input's bytes when the input dies at this op). The one
+                                     source of in-place reuse: a kernel declares what it was
+                                     written for, per backend (docs/decisions.md) */
     /* May this impl run this node on this device? shapes are per node with
      * dims[0] = the largest bucket for token tensors. */
     bool (*can_use)(const reel_shape *in, int nin, const reel_shape *out, const reel_op_attrs *a,

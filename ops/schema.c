@@ -373,22 +373,22 @@ static reel_status infer_lse_combine(const reel_shape *in, int nin, const reel_o
     return REEL_OK;
 }
 
+/* In-place reuse is not a property of the op kind: each kernel declares it
+ * (reel_op_impl.inplace_ok). */
 static const reel_op_schema schemas[REEL_OP_COUNT] = {
-    [REEL_OP_EMBEDDING] = { "embedding", 2, 1, -1, infer_embedding, { "table", "ids" } },
-    [REEL_OP_MATMUL] = { "matmul", 2, 1, -1, infer_matmul, { "x", "w" } },
-    [REEL_OP_ADD] = { "add", 2, 1, 0, infer_binary, { "a", "b" } },
-    [REEL_OP_MUL] = { "mul", 2, 1, 0, infer_binary, { "a", "b" } },
-    /* rmsnorm reads its row twice (sum of squares, then scale): not in place. */
-    [REEL_OP_RMSNORM] = { "rmsnorm", 2, 1, -1, infer_rmsnorm, { "x", "w" } },
-    /* The output is half as wide as the input: not in place. */
-    [REEL_OP_SILU_AND_MUL] = { "silu_and_mul", 1, 1, -1, infer_silu_and_mul, { "x" } },
-    [REEL_OP_ROPE] = { "rope", 2, 1, 0, infer_rope, { "x", "positions" } },
-    [REEL_OP_SOFTMAX] = { "softmax", 1, 1, 0, infer_softmax, { "x" } },
-    [REEL_OP_ARGMAX] = { "argmax", 1, 1, -1, infer_argmax, { "x" } },
-    [REEL_OP_PAGED_ATTENTION] = { "paged_attention", 5, 1, -1, infer_paged_attention,
+    [REEL_OP_EMBEDDING] = { "embedding", 2, 1, infer_embedding, { "table", "ids" } },
+    [REEL_OP_MATMUL] = { "matmul", 2, 1, infer_matmul, { "x", "w" } },
+    [REEL_OP_ADD] = { "add", 2, 1, infer_binary, { "a", "b" } },
+    [REEL_OP_MUL] = { "mul", 2, 1, infer_binary, { "a", "b" } },
+    [REEL_OP_RMSNORM] = { "rmsnorm", 2, 1, infer_rmsnorm, { "x", "w" } },
+    [REEL_OP_SILU_AND_MUL] = { "silu_and_mul", 1, 1, infer_silu_and_mul, { "x" } },
+    [REEL_OP_ROPE] = { "rope", 2, 1, infer_rope, { "x", "positions" } },
+    [REEL_OP_SOFTMAX] = { "softmax", 1, 1, infer_softmax, { "x" } },
+    [REEL_OP_ARGMAX] = { "argmax", 1, 1, infer_argmax, { "x" } },
+    [REEL_OP_PAGED_ATTENTION] = { "paged_attention", 5, 1, infer_paged_attention,
                                   { "q", "k", "v", "k_cache", "v_cache" } },
-    [REEL_OP_TOPK] = { "topk", 3, 1, -1, infer_topk, { "scores", "lengths", "page_table" } },
-    [REEL_OP_LSE_COMBINE] = { "lse_combine", 2, 2, -1, infer_lse_combine, { "outs", "lses" } },
+    [REEL_OP_TOPK] = { "topk", 3, 1, infer_topk, { "scores", "lengths", "page_table" } },
+    [REEL_OP_LSE_COMBINE] = { "lse_combine", 2, 2, infer_lse_combine, { "outs", "lses" } },
 };
 
 const reel_op_schema *reel_op_schema_get(reel_op_kind k)

@@ -1,4 +1,4 @@
-/* Internal (L0): CUDA backend specifics used by the CUDA kernels (ops/cuda)
+/* Internal (L1): CUDA backend specifics used by the CUDA kernels (ops/cuda)
  * and the gpu tests. Included from C and from CUDA C++. */
 #ifndef REEL_BACKEND_CUDA_H
 #define REEL_BACKEND_CUDA_H

@@ -1,4 +1,4 @@
-/* Internal (L0): host backend specifics used by host kernels and tests.
+/* Internal (L1): host backend specifics used by host kernels and tests.
  *
  * Semantics of the host backend (reel_host_backend_create):
  * - A stream is a worker thread running a FIFO of items (kernel launch,

@@ -1,4 +1,4 @@
-/* Internal (L1): helpers shared by the CUDA kernels. Kernels store f32, f16
+/* Internal (L2): helpers shared by the CUDA kernels. Kernels store f32, f16
  * or bf16 and compute in float32, like the host reference kernels
  * (ops/host); every op's float operands share one dtype (ops/schema.c), so
  * each kernel is a template over that storage type. */

@@ -1,4 +1,4 @@
-/* Internal (L1): the CUDA backend's kernels, as an impl table for the
+/* Internal (L2): the CUDA backend's kernels, as an impl table for the
  * registry (ops/registry.c picks from it when reel is built with CUDA).
  * Every op of ops/op.h has a CUDA impl with the host reference kernel's
  * semantics (ops/host); launches take device pointers and run on the

@@ -1,4 +1,4 @@
-/* Internal (L1): helpers shared by the host reference kernels. A kernel
+/* Internal (L2): helpers shared by the host reference kernels. A kernel
  * trusts its launch (the schema and registry checked shapes and dtypes); it
  * only guards what step metadata can get wrong, by reporting REEL_E_LIMIT
  * into the metadata's err_word instead of reading out of bounds. */

@@ -51,14 +51,49 @@ Test(ctx, cuda_without_a_usable_device_is_unsupported_not_a_crash)
     cr_assert_null(c);
 }
 
-Test(ctx, a_header_of_another_version_is_refused)
+Test(ctx, a_header_of_another_major_version_is_refused)
 {
     reel_ctx *c = (reel_ctx *)1;
     reel_ctx_opts o = REEL_CTX_OPTS_INIT;
-    o.header_version = REEL_VERSION_NUMBER + 100;
+    o.version = REEL_VERSION_NUMBER + 10000;
     cr_assert_eq(reel_ctx_create(&o, &c), REEL_E_VERSION);
     cr_assert_null(c);
     cr_assert_eq(reel_version(), REEL_VERSION_NUMBER);
+}
+
+Test(ctx, a_header_of_another_minor_version_with_the_same_struct_is_accepted)
+{
+    unsetenv("REEL_BACKEND");
+    reel_ctx *c = NULL;
+    reel_ctx_opts o = REEL_CTX_OPTS_INIT;
+    o.version = REEL_VERSION_NUMBER + 100;
+    o.backend = REEL_BACKEND_HOST;
+    cr_assert_eq(reel_ctx_create(&o, &c), REEL_OK);
+    reel_ctx_destroy(c);
+}
+
+Test(ctx, options_left_undefined_take_their_defaults)
+{
+    setenv("REEL_BACKEND", "host", 1);
+    reel_ctx *c = NULL;
+    reel_ctx_opts o = REEL_CTX_OPTS_INIT;
+    cr_assert_eq(o.backend, REEL_UNDEF_INT);
+    cr_assert_eq(reel_ctx_create(&o, &c), REEL_OK); /* auto: REEL_BACKEND */
+    cr_assert_eq(reel_ctx_backend(c), REEL_BACKEND_HOST);
+    reel_ctx_destroy(c);
+}
+
+Test(ctx, options_not_initialised_or_larger_than_the_library_knows_are_refused)
+{
+    reel_ctx *c = (reel_ctx *)1;
+    reel_ctx_opts zero = {0};
+    cr_assert_eq(reel_ctx_create(&zero, &c), REEL_E_VERSION);
+    cr_assert_null(c);
+    /* A newer header's struct, with an option this library cannot honour. */
+    struct { reel_ctx_opts o; int newer_option; } big = {REEL_CTX_OPTS_INIT, 1};
+    big.o.size = sizeof big;
+    cr_assert_eq(reel_ctx_create(&big.o, &c), REEL_E_VERSION);
+    cr_assert_null(c);
 }
 
 Test(ctx, every_status_and_backend_has_a_name)

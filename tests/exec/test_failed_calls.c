@@ -9,9 +9,10 @@
 
 #include "tests/exec/opgraphs.h"
 #include "exec/plan.h"
+#include "tests/core/opts.h"
 
 static reel_ctx *ctx;
-static void setup(void) { cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_HOST, 0}, &ctx), REEL_OK); }
+static void setup(void) { cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &ctx), REEL_OK); }
 static void teardown(void) { reel_ctx_destroy(ctx); }
 
 /* Nodes in schedule order: 0 matmul (stream 0), 1 matmul (stream 1),

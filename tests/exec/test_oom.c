@@ -10,6 +10,7 @@
 
 #include "core/halloc.h"
 #include "tests/exec/opgraphs.h"
+#include "tests/core/opts.h"
 
 static atomic_long armed_left; /* allocations left before the failing one; < 0: off */
 static atomic_long live;       /* allocations made and not freed */
@@ -61,7 +62,7 @@ static reel_ctx *ctx;
 static void setup(void)
 {
     atomic_store(&armed_left, -1);
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_HOST, 0}, &ctx), REEL_OK);
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &ctx), REEL_OK);
 }
 static void teardown(void) { reel_ctx_destroy(ctx); }
 

@@ -5,9 +5,10 @@
 #include <string.h>
 
 #include "tests/exec/opgraphs.h"
+#include "tests/core/opts.h"
 
 static reel_ctx *ctx;
-static void setup(void) { cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_HOST, 0}, &ctx), REEL_OK); }
+static void setup(void) { cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &ctx), REEL_OK); }
 static void teardown(void) { reel_ctx_destroy(ctx); }
 
 #define HAS(s) cr_assert(strstr(reel_ctx_last_error(ctx), (s)) != NULL, "message '%s' lacks '%s'", reel_ctx_last_error(ctx), (s))
@@ -22,6 +23,29 @@ static reel_plan *attention_plan(og_graph *og)
     reel_plan *p;
     cr_assert_eq(reel_compile(og->g, &o, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
     return p;
+}
+
+Test(step_errors, compile_options_follow_the_option_struct_rule, .init = setup, .fini = teardown)
+{
+    og_graph og;
+    cr_assert_eq(og_build(ctx, OG_ADD, REEL_F32, 3, &og), REEL_OK);
+    reel_plan *p = NULL;
+    /* Another minor version with a struct of a known size: accepted. */
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.version = REEL_VERSION_NUMBER + 100;
+    cr_assert_eq(reel_compile(og.g, &o, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_plan_stats st;
+    cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
+    cr_assert_eq(st.num_buckets, 7); /* num_buckets undefined: the default buckets */
+    reel_plan_destroy(p);
+    p = NULL;
+    /* A newer header's larger struct: refused, with both sizes named. */
+    struct { reel_compile_opts o; int newer_option; } big = {REEL_COMPILE_OPTS_INIT, 1};
+    big.o.size = sizeof big;
+    cr_assert_eq(reel_compile(og.g, &big.o, &p), REEL_E_VERSION);
+    cr_assert_null(p);
+    HAS("knows");
+    og_free(&og);
 }
 
 Test(step_errors, bad_compile_options_are_refused_with_the_value, .init = setup, .fini = teardown)
@@ -40,7 +64,7 @@ Test(step_errors, bad_compile_options_are_refused_with_the_value, .init = setup,
     cr_assert_eq(reel_compile(og.g, &o, &p), REEL_E_INVALID_ARG);
     HAS("max_context");
     o = (reel_compile_opts)REEL_COMPILE_OPTS_INIT;
-    o.header_version = 99999;
+    o.version = 99999; /* major 9 */
     cr_assert_eq(reel_compile(og.g, &o, &p), REEL_E_VERSION);
     cr_assert_null(p);
     cr_assert_eq(reel_compile(og.g, NULL, &p), REEL_OK);

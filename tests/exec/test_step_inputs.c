@@ -4,9 +4,10 @@
 #include <string.h>
 
 #include "reel/reel.h"
+#include "tests/core/opts.h"
 
 static reel_ctx *ctx;
-static void setup(void) { cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_HOST, 0}, &ctx), REEL_OK); }
+static void setup(void) { cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &ctx), REEL_OK); }
 static void teardown(void) { reel_ctx_destroy(ctx); }
 
 #define HAS(s) cr_assert(strstr(reel_ctx_last_error(ctx), (s)) != NULL, "message '%s' lacks '%s'", reel_ctx_last_error(ctx), (s))

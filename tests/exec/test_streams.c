@@ -7,9 +7,10 @@
 #include "backend/host/host.h"
 #include "backend/ctx.h"
 #include "exec/plan.h"
+#include "tests/core/opts.h"
 
 static reel_ctx *ctx;
-static void setup(void) { cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_HOST, 0}, &ctx), REEL_OK); }
+static void setup(void) { cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &ctx), REEL_OK); }
 static void teardown(void) { reel_ctx_destroy(ctx); }
 
 /* Two branches (x*w1 -> rmsnorm 'normed', x*w2 -> softmax) joined by add,
