@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "reel/memory.h"
-#include "backend/ctx.h"
 #include "exec/plan.h"
 
 reel_status reel_plan_check_open(reel_plan *p)
@@ -27,12 +26,12 @@ void reel_plan_check_close(reel_plan *p)
 
 static uint64_t ev_key(const reel_event *e) { return (uint64_t)(uintptr_t)e; }
 
-reel_status reel_plan_check_record(reel_plan *p, reel_event *e, int stream)
+static reel_status check_record(reel_plan *p, reel_event *e, int stream)
 {
     return reel_checker_event_record(p->chk, ev_key(e), (uint64_t)stream);
 }
 
-reel_status reel_plan_check_wait(reel_plan *p, int stream, reel_event *e)
+static reel_status check_wait(reel_plan *p, int stream, reel_event *e)
 {
     return reel_checker_event_wait(p->chk, (uint64_t)stream, ev_key(e));
 }
@@ -55,7 +54,7 @@ static void describe(const reel_plan *p, const reel_layout *L, uint32_t t, char 
 /* Declared accesses of node i: its inputs read, its outputs written; paged
  * attention also writes its KV caches and reads the step metadata. The
  * kernels' error word is an atomic flag and is not declared. */
-reel_status reel_plan_check_node(reel_plan *p, const reel_layout *L, int i)
+static reel_status check_node(reel_plan *p, const reel_layout *L, int i)
 {
     const reel_node *n = &p->nodes[i];
     const reel_launch *l = &L->launches[i];
@@ -80,14 +79,17 @@ reel_status reel_plan_check_node(reel_plan *p, const reel_layout *L, int i)
     }
     if (n->op == REEL_OP_PAGED_ATTENTION) {
         snprintf(desc[na], sizeof desc[na], "step metadata (static)");
-        acc[na] = (reel_check_access){0, (uint64_t)(uintptr_t)(L->stat_dev + L->off_pos),
-                                      L->stat_bytes - L->off_pos, false, desc[na]};
+        const char *meta;
+        size_t meta_bytes;
+        reel_staging_meta_range(L, &meta, &meta_bytes);
+        acc[na] = (reel_check_access){0, (uint64_t)(uintptr_t)meta, meta_bytes, false, desc[na]};
         na++;
     }
-    snprintf(op, sizeof op, "%s (node %d -> '%s')", reel_op_schema_get(n->op)->name, i,
-             p->tensors[n->out[0]].name);
+    reel_plan_node_label(p, i, op, sizeof op);
     return reel_checker_op(p->chk, (uint64_t)n->stream, op, na, acc);
 }
+
+const reel_issue_sink reel_issue_check = {check_record, check_wait, check_node};
 
 reel_status reel_plan_check_upload(reel_plan *p, const reel_layout *L, size_t bytes)
 {

@@ -1,13 +1,15 @@
-/* Internal (L5): the compiled plan and its executor state.
- *
- * compile (executor.c): validate -> order -> streams and events -> kernel
- * selection -> memory plan per bucket -> allocation -> capture per bucket,
- * largest first. step (step.c): validate the step -> choose replay or eager
- * (with a reason) -> build metadata into pinned staging -> one upload ->
- * replay or eager -> download outputs and the kernels' error word. */
+/* Internal (L5): the compiled plan and its executor state, and the executor's
+ * files, one per concept: compile.c (the pipeline), schedule.c (streams,
+ * events, waits, PDL), layout.c (the planner problem, binding), staging.c
+ * (the step region), issue.c (one walk with sinks), check.c (the hazard
+ * checker's sink), capture.c, step.c (validation, one choose_layout), and
+ * plan_io.c (inputs, params, states, outputs, stats, placement). */
 #ifndef REEL_EXEC_PLAN_H
 #define REEL_EXEC_PLAN_H
 
+#include <time.h>
+
+#include "backend/ctx.h"
 #include "graph/ir.h"
 #include "ops/op.h"
 #include "backend/backend.h"
@@ -131,31 +133,83 @@ struct reel_plan {
 reel_status reel_compile_debug(reel_graph *g, const reel_compile_opts *opts, const reel_plan_debug *dbg,
                                reel_plan **out);
 
-/* executor.c */
-reel_status reel_layout_build(reel_plan *p, reel_layout *L, int64_t rows, int32_t max_seqs, int32_t max_blocks,
-                              bool allocate);
-void reel_layout_free(reel_plan *p, reel_layout *L, bool owns_memory);
-/* Issues every node of the plan on its stream against layout L, with the
- * fork/join and cross-stream events: the eager path, also what is captured. */
+/* Every offset of the arena and the static region is a multiple of this. */
+#define REEL_PLAN_ALIGN 256
+static inline size_t reel_align_up(size_t x, size_t a) { return (x + a - 1) & ~(a - 1); }
+static inline double reel_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+static inline const char *reel_plan_tname(const reel_plan *p, uint32_t t) { return p->tensors[t].name; }
+/* Block-table entries a context of len tokens needs; in 64 bits, as len
+ * may be close to INT32_MAX (len >= 1, bs >= 1: the result fits). */
+static inline int32_t reel_blocks_for(int32_t len, int32_t bs) { return (int32_t)(((int64_t)len + bs - 1) / bs); }
+
+/* Who calls whom (no circle): compile -> schedule, layout, staging, capture;
+ * capture -> issue, staging, layout; step -> staging, layout, issue;
+ * layout -> schedule, staging; issue -> check (a sink). */
+
+/* issue.c: one walk over the plan, with sinks. */
+typedef struct reel_issue_sink {
+    reel_status (*record)(reel_plan *p, reel_event *e, int stream);
+    reel_status (*wait)(reel_plan *p, int stream, reel_event *e);
+    reel_status (*node)(reel_plan *p, const reel_layout *L, int node);
+} reel_issue_sink;
+extern const reel_issue_sink reel_issue_launch; /* issue.c: to the backend's streams */
+extern const reel_issue_sink reel_issue_check;  /* check.c: to the hazard checker */
+/* Walks every node of the plan against layout L, with the fork/join and
+ * cross-stream events, telling each of the n sinks in order. */
+reel_status reel_plan_issue_to(reel_plan *p, const reel_layout *L, const reel_issue_sink *const *sinks, int n);
+/* The eager path, also what is captured: the launch sink alone. */
 reel_status reel_plan_issue(reel_plan *p, const reel_layout *L);
-/* The same walk: launch = issue to the backend; feed = tell the hazard
- * checker each op's accesses and each event (a replay is checked by walking
- * the captured sequence with launch false). */
-reel_status reel_plan_issue_ex(reel_plan *p, const reel_layout *L, bool launch, bool feed);
+/* "add (node 3 -> 'h')" and "op 'add' (node 3 -> 'h')": one label format. */
+const char *reel_plan_node_label(const reel_plan *p, int i, char *buf, size_t len);
+const char *reel_plan_node_name(const reel_plan *p, int i, char *buf, size_t len);
+
+/* schedule.c: streams, events, edges, waits, PDL. */
+reel_status reel_schedule_streams(reel_plan *p);
+/* Data and state edges of the schedule plus one sink edge per stream;
+ * from/to NULL counts them. last_state: scratch of ntensors ints. */
+int reel_schedule_edges(const reel_plan *p, int *from, int *to, int *last_state);
+reel_status reel_schedule_waits(reel_plan *p, reel_layout *L, const int *from, const int *to, int ne,
+                                const int *new_from, const int *new_to, int nnew);
+bool reel_schedule_pdl(const reel_plan *p, const reel_layout *L, int i);
 reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L);
+
+/* layout.c: the planner problem, offsets, launches. */
+void reel_plan_node_shapes(const reel_plan *p, int i, int64_t rows, reel_shape *in, reel_shape *out);
+reel_status reel_layout_build(reel_plan *p, reel_layout *L, int64_t rows, int32_t stat_tokens, int32_t max_seqs,
+                              int32_t max_blocks, bool allocate);
+reel_status reel_layout_bind(reel_plan *p, reel_layout *L, char *arena, char *stat_dev, char *stat_host);
+void reel_layout_free(reel_plan *p, reel_layout *L, bool owns_memory);
 void *reel_plan_tensor_dev(const reel_plan *p, const reel_layout *L, uint32_t t);
+
+/* staging.c: the one owner of the step region. */
+void reel_staging_layout(reel_plan *p, reel_layout *L, int32_t max_tokens, int32_t max_seqs, int32_t max_blocks);
+void reel_staging_bind(reel_layout *L, char *stat_dev, char *stat_host);
+void reel_staging_meta_range(const reel_layout *L, const char **dev, size_t *bytes);
+/* Writes the step (s NULL: an empty one) into L's pinned staging; returns
+ * the bytes to upload. */
+size_t reel_staging_fill(reel_plan *p, const reel_layout *L, const reel_step_info *s);
+/* Fills the static region with a padded (empty) step and uploads it. */
+reel_status reel_plan_upload_padding(reel_plan *p, const reel_layout *L);
 /* Sizes the pinned output buffer for rows per output. */
 reel_status reel_plan_out_reserve(reel_plan *p, int64_t rows);
-/* step.c: fills the static region with a padded (empty) step and uploads it. */
-reel_status reel_plan_upload_padding(reel_plan *p, const reel_layout *L);
+reel_status reel_staging_download(reel_plan *p, const reel_layout *L, int32_t n);
+int32_t reel_staging_error_word(const reel_plan *p);
+reel_status reel_staging_refused(reel_plan *p, int32_t code, const reel_layout *L);
 
+/* capture.c */
+reel_status reel_capture_all(reel_plan *p);
 
-/* check.c: feeding the hazard checker from a step. */
+/* plan_io.c */
+int reel_plan_find_tensor(const reel_plan *p, const char *name, reel_tensor_kind kind);
+
+/* check.c: the hazard checker's side of a step. */
 reel_status reel_plan_check_open(reel_plan *p);
 void reel_plan_check_close(reel_plan *p);
-reel_status reel_plan_check_record(reel_plan *p, reel_event *e, int stream);
-reel_status reel_plan_check_wait(reel_plan *p, int stream, reel_event *e);
-reel_status reel_plan_check_node(reel_plan *p, const reel_layout *L, int node);
 /* The step's upload (writes the static region) and download (reads outputs). */
 reel_status reel_plan_check_upload(reel_plan *p, const reel_layout *L, size_t bytes);
 reel_status reel_plan_check_download(reel_plan *p, const reel_layout *L, int32_t rows);

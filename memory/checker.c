@@ -4,23 +4,9 @@
 #include <string.h>
 
 #include "memory/checker_internal.h"
+#include "core/grow.h"
 #include "core/halloc.h"
 #include "backend/ctx.h"
-
-bool reel_chk_grow(void **arr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t n = *cap ? *cap * 2 : 16;
-    while (n < need)
-        n *= 2;
-    void *p = reel_hrealloc(*arr, n * elem);
-    if (!p)
-        return false;
-    *arr = p;
-    *cap = n;
-    return true;
-}
 
 reel_status reel_checker_create(reel_ctx *ctx, reel_checker **out)
 {
@@ -146,10 +132,10 @@ static int64_t reel_chk_event(reel_checker *c, uint64_t key, bool create)
     if ((c->ne + 1) * 2 > c->ecap && !reel_chk_rehash(c))
         return -1;
     size_t cap = c->ne;
-    if (!reel_chk_grow((void **)&c->evc, &cap, c->ne + 1, sizeof *c->evc))
+    if (!reel_grow((void **)&c->evc, &cap, c->ne + 1, sizeof *c->evc))
         return -1;
     cap = c->ne;
-    if (!reel_chk_grow((void **)&c->erec, &cap, c->ne + 1, sizeof *c->erec))
+    if (!reel_grow((void **)&c->erec, &cap, c->ne + 1, sizeof *c->erec))
         return -1;
     size_t h = reel_chk_hash(key) & (c->ecap - 1);
     while (c->eslot[h] >= 0)
@@ -220,7 +206,7 @@ reel_status reel_checker_host_sync(reel_checker *c, uint64_t stream)
 /* A new record for the op in progress on slot s. -1 when out of memory. */
 static int64_t reel_chk_rec(reel_checker *c, int s, const char *op, const char *alloc, bool write)
 {
-    if (!reel_chk_grow((void **)&c->rec, &c->caprec, c->nrec + 1, sizeof *c->rec))
+    if (!reel_grow((void **)&c->rec, &c->caprec, c->nrec + 1, sizeof *c->rec))
         return -1;
     const char *o = reel_chk_intern(c, op), *a = reel_chk_intern(c, alloc);
     if (!o || !a)
@@ -328,8 +314,8 @@ reel_status reel_checker_alloc(reel_checker *c, uint64_t stream, uint32_t space,
         return REEL_E_LIMIT;
     const char *d = reel_chk_intern(c, desc);
     int64_t r = d ? reel_chk_rec(c, s, "alloc", d, true) : -1;
-    if (r < 0 || !reel_chk_grow((void **)&c->al, &c->capal, c->nal + 1, sizeof *c->al) ||
-        !reel_chk_grow((void **)&c->live, &c->caplive, c->nlive + 1, sizeof *c->live))
+    if (r < 0 || !reel_grow((void **)&c->al, &c->capal, c->nal + 1, sizeof *c->al) ||
+        !reel_grow((void **)&c->live, &c->caplive, c->nlive + 1, sizeof *c->live))
         return reel_seterr(c->err, REEL_E_OOM, "checker alloc '%s': out of host memory", desc ? desc : "");
     chk_alloc n = { .space = space, .lo = addr, .hi = addr + size, .desc = d, .rec = r, .free_rec = -1, .live = true };
     reel_status st = reel_chk_alias(c, &n, r);

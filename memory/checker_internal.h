@@ -77,8 +77,6 @@ struct reel_checker {
     size_t op_first;        /* first report of the op being checked */
 };
 
-/* Grows *arr (elements of elem bytes) to hold need; false when out of memory. */
-bool reel_chk_grow(void **arr, size_t *cap, size_t need, size_t elem);
 /* The checker's copy of s ("" for NULL); NULL when out of memory. */
 const char *reel_chk_intern(reel_checker *c, const char *s);
 /* Whether record r happens before the current point of stream slot s. */

@@ -3,38 +3,24 @@
  * must be joined back into the origin before the capture ends. Items issued
  * to capturing streams are recorded in issue order (a topological order of
  * the recorded dependencies), not run. */
+#include "core/grow.h"
 #include "core/halloc.h"
 #include "core/err.h"
 #include "backend/host/host_internal.h"
-
-static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t n = *cap ? *cap * 2 : 16;
-    while (n < need)
-        n *= 2;
-    void *p = reel_hrealloc(*arr, n * elem);
-    if (!p)
-        return false;
-    *arr = p;
-    *cap = n;
-    return true;
-}
 
 /* Makes room first, so that the updates that follow cannot fail halfway. */
 static bool reserve(host_capture *c, size_t items, size_t streams, size_t events)
 {
     size_t sc = c->cap_streams, ec = c->cap_events;
-    if (!grow((void **)&c->items, &c->cap_items, c->nitems + items, sizeof *c->items))
+    if (!reel_grow((void **)&c->items, &c->cap_items, c->nitems + items, sizeof *c->items))
         return false;
-    if (!grow((void **)&c->streams, &sc, c->nstreams + streams, sizeof *c->streams))
+    if (!reel_grow((void **)&c->streams, &sc, c->nstreams + streams, sizeof *c->streams))
         return false;
-    if (!grow((void **)&c->last, &c->cap_streams, c->nstreams + streams, sizeof *c->last))
+    if (!reel_grow((void **)&c->last, &c->cap_streams, c->nstreams + streams, sizeof *c->last))
         return false;
-    if (!grow((void **)&c->events, &ec, c->nevents + events, sizeof *c->events))
+    if (!reel_grow((void **)&c->events, &ec, c->nevents + events, sizeof *c->events))
         return false;
-    return grow((void **)&c->last_rec, &c->cap_events, c->nevents + events, sizeof *c->last_rec);
+    return reel_grow((void **)&c->last_rec, &c->cap_events, c->nevents + events, sizeof *c->last_rec);
 }
 
 static int64_t append(host_capture *c, size_t slot, host_item *it, size_t evi, int64_t rec)

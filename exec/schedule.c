@@ -1,0 +1,127 @@
+/* Schedule: streams, the events ordering them, the dependency edges of the
+ * schedule, each node's cross-stream waits, and programmatic dependent
+ * launch. What several ranks will have to agree on is fixed here. */
+#include "core/halloc.h"
+#include "exec/plan.h"
+
+reel_status reel_schedule_streams(reel_plan *p)
+{
+    const reel_backend_vt *vt = p->be->vt;
+    p->nstreams = 1;
+    for (int i = 0; i < p->nnodes; i++)
+        if (p->nodes[i].stream + 1 > p->nstreams)
+            p->nstreams = p->nodes[i].stream + 1;
+    p->first_on_stream = reel_hcalloc(REEL_MAX_STREAMS, sizeof(int));
+    p->last_on_stream = reel_hcalloc(REEL_MAX_STREAMS, sizeof(int));
+    p->node_ev = reel_hcalloc((size_t)p->nnodes + 1, sizeof *p->node_ev);
+    if (!p->first_on_stream || !p->last_on_stream || !p->node_ev)
+        return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory");
+    for (int s = 0; s < REEL_MAX_STREAMS; s++)
+        p->first_on_stream[s] = p->last_on_stream[s] = -1;
+    for (int i = 0; i < p->nnodes; i++) {
+        int s = p->nodes[i].stream;
+        if (p->first_on_stream[s] < 0)
+            p->first_on_stream[s] = i;
+        p->last_on_stream[s] = i;
+    }
+    for (int s = 0; s < p->nstreams; s++)
+        REEL_TRY(vt->stream_create(p->be, &p->streams[s]));
+    if (p->nstreams > 1) {
+        REEL_TRY(vt->event_create(p->be, &p->fork_ev));
+        for (int s = 1; s < p->nstreams; s++)
+            REEL_TRY(vt->event_create(p->be, &p->join_ev[s]));
+    }
+    return REEL_OK;
+}
+
+/* Data edges (producer -> consumer), edges chaining the accessors of each
+ * state tensor in schedule order (paged attention writes its KV cache), plus
+ * a sink after every stream's last node, where outputs are read back.
+ * last_state is scratch of ntensors ints. */
+int reel_schedule_edges(const reel_plan *p, int *from, int *to, int *last_state)
+{
+    int ne = 0;
+    for (int t = 0; t < p->ntensors; t++)
+        last_state[t] = -1;
+    for (int i = 0; i < p->nnodes; i++)
+        for (int k = 0; k < p->nodes[i].nin; k++) {
+            uint32_t t = p->nodes[i].in[k];
+            int f = -1;
+            if (t && p->tensors[t].kind == REEL_T_ACT)
+                f = p->tensors[t].producer;
+            else if (t && p->tensors[t].kind == REEL_T_STATE) {
+                f = last_state[t];
+                last_state[t] = i;
+            }
+            if (f < 0 || f == i)
+                continue;
+            if (from) {
+                from[ne] = f;
+                to[ne] = i;
+            }
+            ne++;
+        }
+    for (int s = 0; s < p->nstreams; s++)
+        if (p->last_on_stream[s] >= 0) {
+            if (from) {
+                from[ne] = p->last_on_stream[s];
+                to[ne] = p->nnodes;
+            }
+            ne++;
+        }
+    return ne;
+}
+
+/* The cross-stream waits of each node of layout L (CSR by node): producers
+ * of its inputs on other streams (the ne data edges from -> to) and the
+ * planner's nnew added edges, without duplicates; and which nodes record
+ * their event after them. REEL_E_OOM without a message (the caller names
+ * the layout). */
+reel_status reel_schedule_waits(reel_plan *p, reel_layout *L, const int *from, const int *to, int ne,
+                                const int *new_from, const int *new_to, int nnew)
+{
+    L->new_wait_start = reel_hcalloc((size_t)p->nnodes + 2, sizeof(int));
+    L->new_wait_from = reel_hcalloc((size_t)ne + (size_t)nnew + 1, sizeof(int));
+    L->rec = reel_hcalloc((size_t)p->nnodes + 1, 1);
+    if (!L->new_wait_start || !L->new_wait_from || !L->rec)
+        return REEL_E_OOM;
+    int w = 0;
+    for (int i = 0; i < p->nnodes; i++) {
+        L->new_wait_start[i] = w;
+        for (int e = 0; e < ne + nnew; e++) {
+            int f = e < ne ? from[e] : new_from[e - ne], d = e < ne ? to[e] : new_to[e - ne];
+            if (d != i || p->nodes[f].stream == p->nodes[i].stream || p->dbg.drop_waits_of == i + 1)
+                continue;
+            bool dup = false;
+            for (int k = L->new_wait_start[i]; k < w; k++)
+                dup |= L->new_wait_from[k] == f;
+            if (!dup)
+                L->new_wait_from[w++] = f;
+        }
+    }
+    L->new_wait_start[p->nnodes] = w;
+    for (int k = 0; k < w; k++)
+        L->rec[L->new_wait_from[k]] = 1;
+    return REEL_OK;
+}
+
+/* Programmatic dependent launch for node i: asked for, on the device, the
+ * kernel honours it, it is not its stream's first node and waits on no
+ * other stream (an event wait keeps its full dependency). */
+bool reel_schedule_pdl(const reel_plan *p, const reel_layout *L, int i)
+{
+    if (!p->opts.pdl || !p->be->caps.pdl || !p->impl[i]->pdl_ok || p->first_on_stream[p->nodes[i].stream] == i)
+        return false;
+    return L->new_wait_start[i] == L->new_wait_start[i + 1];
+}
+
+reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L)
+{
+    for (int i = 0; i < p->nnodes; i++)
+        for (int k = L->new_wait_start[i]; k < L->new_wait_start[i + 1]; k++) {
+            int f = L->new_wait_from[k];
+            if (!p->node_ev[f])
+                REEL_TRY(p->be->vt->event_create(p->be, &p->node_ev[f]));
+        }
+    return REEL_OK;
+}
