@@ -134,16 +134,6 @@ fail:
     return st;
 }
 
-void *reel_plan_tensor_dev(const reel_plan *p, const reel_layout *L, uint32_t t)
-{
-    switch (p->tensors[t].kind) {
-    case REEL_T_ACT: return L->arena + L->act_off[t];
-    case REEL_T_INPUT: return L->stat_dev + L->in_off[t];
-    case REEL_T_META: return L->stat_dev + L->off_pos;
-    default: return p->tensor_ptr[t];
-    }
-}
-
 /* Points the layout at its memory and resolves every launch. */
 reel_status reel_layout_bind(reel_plan *p, reel_layout *L, char *arena, char *stat_dev, char *stat_host)
 {

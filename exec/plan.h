@@ -47,6 +47,14 @@ typedef struct reel_plan_debug {
                                     allocated (pinned memory ran out); 0: none */
 } reel_plan_debug;
 
+/* A plan is two things kept apart: the schedule, fixed when compile returns
+ * (the graph in schedule order, kernels, streams and events, the bucket
+ * layouts and their graphs; what several ranks running one model must agree
+ * on, and what a collective-sequence hash will cover), and the serving
+ * loop's state that calls between and during steps write (inputs, outputs,
+ * the overflow layout, stats, the checker). Only reel_plan_bind_state and
+ * reel_plan_write_param touch the schedule's memory after compile: they
+ * re-point a state (and re-capture) or write a parameter, never the order. */
 struct reel_plan {
     reel_ctx *ctx;
     reel_err *err;               /* the context's error buffer */
@@ -54,79 +62,85 @@ struct reel_plan {
     reel_compile_opts opts;
     reel_plan_debug dbg;
 
-    /* The graph, copied; nodes in schedule order. */
-    int ntensors;
-    reel_tinfo *tensors;
-    int nnodes;
-    reel_node *nodes;
-    int noutputs;
-    reel_goutput *outputs;
-    const reel_op_impl **impl;   /* [nnodes] */
-    bool has_attention;
-    bool checks_limits;          /* some kernel may write the error word */
-    int32_t block_size;          /* smallest block size of the attention ops */
-    int32_t kv_slots;            /* slots of the smallest KV cache */
-    int32_t kv_blocks;
+    /* ---- the schedule (immutable after compile) ---------------------------- */
+    struct {
+        /* The graph, copied; nodes in schedule order. */
+        int ntensors;
+        reel_tinfo *tensors;
+        int nnodes;
+        reel_node *nodes;
+        int noutputs;
+        reel_goutput *outputs;
+        const reel_op_impl **impl;   /* [nnodes] */
+        bool has_attention;
+        bool checks_limits;          /* some kernel may write the error word */
+        int32_t block_size;          /* smallest block size of the attention ops */
+        int32_t kv_slots;            /* slots of the smallest KV cache */
+        int32_t kv_blocks;
+        /* What a step walks, found at compile instead of scanning every
+         * tensor (parameters and activations included) three times a step. */
+        int ninputs;
+        uint32_t *input_ids;         /* [ninputs] INPUT tensors */
 
-    /* Streams and the events ordering them. */
-    int nstreams;
-    reel_stream *streams[REEL_MAX_STREAMS];
-    reel_event **node_ev;        /* [nnodes]: recorded after the node, or NULL */
-    int *wait_start, *wait_from; /* CSR: producer nodes on other streams each node waits for */
-    reel_event *fork_ev, *join_ev[REEL_MAX_STREAMS];
-    int *first_on_stream;        /* [nstreams] first node of each stream (-1) */
-    int *last_on_stream;
+        /* Streams and the events ordering them. */
+        int nstreams;
+        reel_stream *streams[REEL_MAX_STREAMS];
+        reel_event **node_ev;        /* [nnodes]: recorded after the node, or NULL */
+        reel_event *fork_ev, *join_ev[REEL_MAX_STREAMS];
+        int *first_on_stream;        /* [nstreams] first node of each stream (-1) */
+        int *last_on_stream;
 
-    /* Memory. */
-    void **tensor_ptr;           /* [ntensors] PARAM and STATE device pointers */
-    bool *param_written;         /* [ntensors] deferred params written */
-    bool *state_borrowed;        /* [ntensors] state bound to caller memory */
-    char *arena;
-    size_t arena_bytes;
-    char *stat_dev, *stat_host;
-    size_t stat_bytes;
-    char *out_host;              /* pinned: err word, then each output at max rows */
-    size_t *out_off;             /* [noutputs] */
-    size_t out_bytes;
-    int64_t out_cap_rows;        /* rows out_host holds per output */
-    int64_t out_rows;            /* rows of the last step's outputs */
-    /* Inputs the caller set for the next step (host copies). */
-    char **stash;                /* [ntensors] for INPUT tensors */
-    size_t *stash_cap;
-    int64_t *stash_rows;         /* -1: not set */
-    bool *staged;                /* [ntensors] the input sits in the static staging
-                                    (set_input wrote it in place), not in stash */
-    /* What a step walks, found at compile instead of scanning every tensor
-     * (parameters and activations included) three times a step. */
-    int ninputs;
-    uint32_t *input_ids;         /* [ninputs] INPUT tensors */
-    int params_unwritten;        /* deferred parameters not written yet */
+        /* Memory every bucket shares. */
+        void **tensor_ptr;           /* [ntensors] PARAM and STATE device pointers */
+        bool *state_borrowed;        /* [ntensors] state bound to caller memory */
+        char *arena;
+        size_t arena_bytes;
+        char *stat_dev, *stat_host;  /* the static region (staging.c lays it out) */
+        size_t stat_bytes;
 
-    /* Buckets. */
-    int nbuckets;
-    int32_t buckets[REEL_MAX_BUCKETS];
-    reel_layout bucket[REEL_MAX_BUCKETS];
-    reel_exec_graph *graph[REEL_MAX_BUCKETS];
-    reel_fallback bucket_reason[REEL_MAX_BUCKETS]; /* why a bucket cannot replay */
-    reel_fallback plan_reason;   /* a reason that holds for every bucket */
+        /* Buckets. */
+        int nbuckets;
+        int32_t buckets[REEL_MAX_BUCKETS];
+        reel_layout bucket[REEL_MAX_BUCKETS];
+        reel_exec_graph *graph[REEL_MAX_BUCKETS];
+        reel_fallback bucket_reason[REEL_MAX_BUCKETS]; /* why a bucket cannot replay */
+        reel_fallback plan_reason;   /* a reason that holds for every bucket */
+    };
 
-    /* The overflow layout for eager steps past the fixed limits (cached,
-     * grown when a larger step comes). */
-    reel_layout over;
-    bool over_valid;
+    /* ---- the serving loop's state (written by set_input, step, trim, ...) --- */
+    struct {
+        bool *param_written;         /* [ntensors] deferred params written */
+        int params_unwritten;        /* deferred parameters not written yet */
+        /* Inputs the caller set for the next step (host copies). */
+        char **stash;                /* [ntensors] for INPUT tensors */
+        size_t *stash_cap;
+        int64_t *stash_rows;         /* -1: not set */
+        bool *staged;                /* [ntensors] the input sits in the static staging
+                                        (set_input wrote it in place), not in stash */
+        char *out_host;              /* pinned: err word, then each output at max rows */
+        size_t *out_off;             /* [noutputs] */
+        size_t out_bytes;
+        int64_t out_cap_rows;        /* rows out_host holds per output */
+        int64_t out_rows;            /* rows of the last step's outputs */
 
-    reel_fallback last_fallback;
-    reel_plan_stats st;
+        /* The overflow layout for eager steps past the fixed limits (cached,
+         * grown when a larger step comes). */
+        reel_layout over;
+        bool over_valid;
 
-    /* The stream-aware workspace allocator: eager steps past the fixed
-     * limits take their arena from it (deferred frees across streams). */
-    struct reel_ws *ws;
-    /* Pinned staging (inputs, metadata, outputs) from a jemalloc arena over
-     * page-locked extents. */
-    struct reel_pinned *pinned;
+        reel_fallback last_fallback;
+        reel_plan_stats st;
 
-    /* The hazard checker, when the plan runs under it (check_hazards). */
-    struct reel_checker *chk;
+        /* The stream-aware workspace allocator: eager steps past the fixed
+         * limits take their arena from it (deferred frees across streams). */
+        struct reel_ws *ws;
+        /* Pinned staging (inputs, metadata, outputs) from a jemalloc arena
+         * over page-locked extents. */
+        struct reel_pinned *pinned;
+
+        /* The hazard checker, when the plan runs under it (check_hazards). */
+        struct reel_checker *chk;
+    };
 };
 
 /* Compile with internal test hooks. */
@@ -146,6 +160,17 @@ static inline const char *reel_plan_tname(const reel_plan *p, uint32_t t) { retu
 /* Block-table entries a context of len tokens needs; in 64 bits, as len
  * may be close to INT32_MAX (len >= 1, bs >= 1: the result fits). */
 static inline int32_t reel_blocks_for(int32_t len, int32_t bs) { return (int32_t)(((int64_t)len + bs - 1) / bs); }
+
+/* Where tensor t lives in layout L (device memory). */
+static inline void *reel_plan_tensor_dev(const reel_plan *p, const reel_layout *L, uint32_t t)
+{
+    switch (p->tensors[t].kind) {
+    case REEL_T_ACT: return L->arena + L->act_off[t];
+    case REEL_T_INPUT: return L->stat_dev + L->in_off[t];
+    case REEL_T_META: return L->stat_dev + L->off_pos;
+    default: return p->tensor_ptr[t];
+    }
+}
 
 /* Who calls whom (no circle): compile -> schedule, layout, staging, capture;
  * capture -> issue, staging, layout; step -> staging, layout, issue;
@@ -184,7 +209,6 @@ reel_status reel_layout_build(reel_plan *p, reel_layout *L, int64_t rows, int32_
                               int32_t max_blocks, bool allocate);
 reel_status reel_layout_bind(reel_plan *p, reel_layout *L, char *arena, char *stat_dev, char *stat_host);
 void reel_layout_free(reel_plan *p, reel_layout *L, bool owns_memory);
-void *reel_plan_tensor_dev(const reel_plan *p, const reel_layout *L, uint32_t t);
 
 /* staging.c: the one owner of the step region. */
 void reel_staging_layout(reel_plan *p, reel_layout *L, int32_t max_tokens, int32_t max_seqs, int32_t max_blocks);
@@ -199,6 +223,9 @@ reel_status reel_plan_upload_padding(reel_plan *p, const reel_layout *L);
 reel_status reel_plan_out_reserve(reel_plan *p, int64_t rows);
 reel_status reel_staging_download(reel_plan *p, const reel_layout *L, int32_t n);
 int32_t reel_staging_error_word(const reel_plan *p);
+/* Where set_input writes input t in place: its rows in the pinned staging
+ * that every bucket shares (valid for rows up to the largest bucket). */
+char *reel_staging_input_slot(reel_plan *p, uint32_t t);
 reel_status reel_staging_refused(reel_plan *p, int32_t code, const reel_layout *L);
 
 /* capture.c */

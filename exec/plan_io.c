@@ -44,7 +44,7 @@ reel_status reel_plan_set_input(reel_plan *p, const char *name, const void *data
         /* It fits the static staging every bucket shares: write it in place,
          * so a replayed step copies the input once (the previous step's
          * upload finished before that step returned). */
-        memcpy(p->stat_host + p->bucket[0].in_off[t], data, bytes);
+        memcpy(reel_staging_input_slot(p, (uint32_t)t), data, bytes);
         p->staged[t] = true;
         p->stash_rows[t] = rows;
         return REEL_OK;

@@ -1,6 +1,7 @@
 /* Schedule: streams, the events ordering them, the dependency edges of the
  * schedule, each node's cross-stream waits, and programmatic dependent
  * launch. What several ranks will have to agree on is fixed here. */
+#include "core/csr.h"
 #include "core/halloc.h"
 #include "exec/plan.h"
 
@@ -80,17 +81,30 @@ int reel_schedule_edges(const reel_plan *p, int *from, int *to, int *last_state)
 reel_status reel_schedule_waits(reel_plan *p, reel_layout *L, const int *from, const int *to, int ne,
                                 const int *new_from, const int *new_to, int nnew)
 {
+    int n = p->nnodes + 1; /* the sink node (nnodes) is a destination too */
+    int *start = reel_hcalloc((size_t)n + 1, sizeof *start);
+    int *src = reel_hcalloc((size_t)ne + (size_t)nnew + 1, sizeof *src);
     L->new_wait_start = reel_hcalloc((size_t)p->nnodes + 2, sizeof(int));
     L->new_wait_from = reel_hcalloc((size_t)ne + (size_t)nnew + 1, sizeof(int));
     L->rec = reel_hcalloc((size_t)p->nnodes + 1, 1);
-    if (!L->new_wait_start || !L->new_wait_from || !L->rec)
+    if (!start || !src || !L->new_wait_start || !L->new_wait_from || !L->rec) {
+        reel_hfree(start);
+        reel_hfree(src);
         return REEL_E_OOM;
+    }
+    /* Sources of each node's in-edges, data edges first, in edge order. */
+    reel_csr_count(start, to, ne);
+    reel_csr_count(start, new_to, nnew);
+    reel_csr_offsets(start, n);
+    reel_csr_place(start, to, from, ne, src);
+    reel_csr_place(start, new_to, new_from, nnew, src);
+    reel_csr_restore(start, n);
     int w = 0;
     for (int i = 0; i < p->nnodes; i++) {
         L->new_wait_start[i] = w;
-        for (int e = 0; e < ne + nnew; e++) {
-            int f = e < ne ? from[e] : new_from[e - ne], d = e < ne ? to[e] : new_to[e - ne];
-            if (d != i || p->nodes[f].stream == p->nodes[i].stream || p->dbg.drop_waits_of == i + 1)
+        for (int e = start[i]; e < start[i + 1]; e++) {
+            int f = src[e];
+            if (p->nodes[f].stream == p->nodes[i].stream || p->dbg.drop_waits_of == i + 1)
                 continue;
             bool dup = false;
             for (int k = L->new_wait_start[i]; k < w; k++)
@@ -100,6 +114,8 @@ reel_status reel_schedule_waits(reel_plan *p, reel_layout *L, const int *from, c
         }
     }
     L->new_wait_start[p->nnodes] = w;
+    reel_hfree(start);
+    reel_hfree(src);
     for (int k = 0; k < w; k++)
         L->rec[L->new_wait_from[k]] = 1;
     return REEL_OK;

@@ -66,6 +66,8 @@ void reel_staging_meta_range(const reel_layout *L, const char **dev, size_t *byt
     *bytes = L->stat_bytes - L->off_pos;
 }
 
+char *reel_staging_input_slot(reel_plan *p, uint32_t t) { return p->stat_host + p->bucket[0].in_off[t]; }
+
 /* The kernels' error word of the last step (in the pinned output buffer). */
 int32_t reel_staging_error_word(const reel_plan *p) { return *(const int32_t *)p->out_host; }
 
@@ -89,7 +91,7 @@ size_t reel_staging_fill(reel_plan *p, const reel_layout *L, const reel_step_inf
         const reel_tinfo *ti = &p->tensors[t];
         size_t used = s ? reel_shape_bytes(&ti->shape, ti->shape.tokens ? n : 1) : 0;
         size_t all = reel_shape_bytes(&ti->shape, ti->shape.tokens ? rows : 1);
-        const char *src = p->staged[t] ? p->stat_host + p->bucket[0].in_off[t] : p->stash[t];
+        const char *src = p->staged[t] ? reel_staging_input_slot(p, t) : p->stash[t];
         if (used && src != h + L->in_off[t])
             memcpy(h + L->in_off[t], src, used);
         memset(h + L->in_off[t] + used, 0, all - used);

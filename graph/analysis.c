@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "graph/builder.h"
+#include "core/csr.h"
 #include "core/halloc.h"
 
 const char *reel_node_desc(const reel_graph *g, int i, char *buf, size_t len)
@@ -125,17 +126,12 @@ reel_status reel_graph_topo_order(const reel_graph *g, int *order)
     if (!indeg || !start || !adj || !heap)
         goto fail;
     /* Successor lists in CSR form. */
-    for (int e = 0; e < ne; e++) {
-        start[from[e] + 1]++;
-        indeg[to[e]]++;
-    }
-    for (int v = 0; v < nn; v++)
-        start[v + 1] += start[v];
     for (int e = 0; e < ne; e++)
-        adj[start[from[e]]++] = to[e];
-    for (int v = nn; v > 0; v--)
-        start[v] = start[v - 1];
-    start[0] = 0;
+        indeg[to[e]]++;
+    reel_csr_count(start, from, ne);
+    reel_csr_offsets(start, nn);
+    reel_csr_place(start, from, to, ne, adj);
+    reel_csr_restore(start, nn);
     int nh = 0, done = 0;
     for (int v = 0; v < nn; v++)
         if (indeg[v] == 0)
