@@ -11,16 +11,14 @@
 const char *reel_plan_node_label(const reel_plan *p, int i, char *buf, size_t len)
 {
     const reel_node *n = &p->nodes[i];
-    snprintf(buf, len, "%s (node %d -> '%s')", reel_op_schema_get(n->op)->name, i, p->tensors[n->out[0]].name);
-    return buf;
+    return reel_op_node_label(n->op, i, p->tensors[n->out[0]].name, false, buf, len);
 }
 
 /* "op 'add' (node 3 -> 'l0.h')". */
 const char *reel_plan_node_name(const reel_plan *p, int i, char *buf, size_t len)
 {
     const reel_node *n = &p->nodes[i];
-    snprintf(buf, len, "op '%s' (node %d -> '%s')", reel_op_schema_get(n->op)->name, i, p->tensors[n->out[0]].name);
-    return buf;
+    return reel_op_node_label(n->op, i, p->tensors[n->out[0]].name, true, buf, len);
 }
 
 /* The launch sink: puts the work on the backend's streams (the eager path,

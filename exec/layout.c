@@ -36,9 +36,12 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
     int *bufidx = reel_hcalloc((size_t)p->ntensors, sizeof *bufidx);
     if (!bufidx)
         return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory planning %lld rows", (long long)rows);
-    int ne = reel_schedule_edges(p, NULL, NULL, bufidx);
+    int ne = 0, *from = NULL, *to = NULL;
+    if (reel_schedule_edges(p, &from, &to, &ne) != REEL_OK) {
+        reel_hfree(bufidx);
+        return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory planning %lld rows", (long long)rows);
+    }
     int *stream = reel_hcalloc((size_t)nn, sizeof *stream);
-    int *from = reel_hcalloc((size_t)ne + 1, sizeof *from), *to = reel_hcalloc((size_t)ne + 1, sizeof *to);
     int *nacc = reel_hcalloc((size_t)p->ntensors, sizeof *nacc);
     int *acc = NULL;
     reel_mem_buf *bufs = reel_hcalloc((size_t)p->ntensors, sizeof *bufs);
@@ -47,7 +50,6 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
         goto fail;
     for (int i = 0; i < p->nnodes; i++)
         stream[i] = p->nodes[i].stream;
-    reel_schedule_edges(p, from, to, bufidx);
 
     /* Count accesses per ACT tensor, then lay them out. */
     int total = 0;
@@ -61,6 +63,7 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
     if (!acc)
         goto fail;
     int nb = 0, pos = 0;
+    bufidx[0] = -1; /* the invalid tensor is no buffer */
     for (int t = 1; t < p->ntensors; t++) {
         if (p->tensors[t].kind != REEL_T_ACT) {
             bufidx[t] = -1;

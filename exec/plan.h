@@ -195,9 +195,9 @@ const char *reel_plan_node_name(const reel_plan *p, int i, char *buf, size_t len
 
 /* schedule.c: streams, events, edges, waits, PDL. */
 reel_status reel_schedule_streams(reel_plan *p);
-/* Data and state edges of the schedule plus one sink edge per stream;
- * from/to NULL counts them. last_state: scratch of ntensors ints. */
-int reel_schedule_edges(const reel_plan *p, int *from, int *to, int *last_state);
+/* Data and state edges of the schedule plus one sink edge per stream
+ * (allocated; REEL_E_OOM without a message). */
+reel_status reel_schedule_edges(const reel_plan *p, int **from, int **to, int *nedges);
 reel_status reel_schedule_waits(reel_plan *p, reel_layout *L, const int *from, const int *to, int ne,
                                 const int *new_from, const int *new_to, int nnew);
 bool reel_schedule_pdl(const reel_plan *p, const reel_layout *L, int i);

@@ -35,42 +35,32 @@ reel_status reel_schedule_streams(reel_plan *p)
     return REEL_OK;
 }
 
-/* Data edges (producer -> consumer), edges chaining the accessors of each
- * state tensor in schedule order (paged attention writes its KV cache), plus
- * a sink after every stream's last node, where outputs are read back.
- * last_state is scratch of ntensors ints. */
-int reel_schedule_edges(const reel_plan *p, int *from, int *to, int *last_state)
+/* The schedule's dependency edges (graph/: producer -> consumer, and the
+ * accessors of each state tensor chained in schedule order, since paged
+ * attention writes its KV cache), plus a sink after every stream's last
+ * node, where outputs are read back. Allocated (reel_hfree); REEL_E_OOM
+ * without a message. */
+reel_status reel_schedule_edges(const reel_plan *p, int **from, int **to, int *nedges)
 {
-    int ne = 0;
-    for (int t = 0; t < p->ntensors; t++)
-        last_state[t] = -1;
-    for (int i = 0; i < p->nnodes; i++)
-        for (int k = 0; k < p->nodes[i].nin; k++) {
-            uint32_t t = p->nodes[i].in[k];
-            int f = -1;
-            if (t && p->tensors[t].kind == REEL_T_ACT)
-                f = p->tensors[t].producer;
-            else if (t && p->tensors[t].kind == REEL_T_STATE) {
-                f = last_state[t];
-                last_state[t] = i;
-            }
-            if (f < 0 || f == i)
-                continue;
-            if (from) {
-                from[ne] = f;
-                to[ne] = i;
-            }
-            ne++;
+    REEL_TRY(reel_dag_edges(p->nodes, p->nnodes, p->tensors, p->ntensors, p->nstreams + 1, from, to, nedges));
+    if (!*from) {
+        /* No node reads anything: room for the sink edges alone. */
+        *from = reel_halloc(((size_t)p->nstreams + 1) * sizeof **from);
+        *to = reel_halloc(((size_t)p->nstreams + 1) * sizeof **to);
+        if (!*from || !*to) {
+            reel_hfree(*from);
+            reel_hfree(*to);
+            *from = *to = NULL;
+            return REEL_E_OOM;
         }
+    }
     for (int s = 0; s < p->nstreams; s++)
         if (p->last_on_stream[s] >= 0) {
-            if (from) {
-                from[ne] = p->last_on_stream[s];
-                to[ne] = p->nnodes;
-            }
-            ne++;
+            (*from)[*nedges] = p->last_on_stream[s];
+            (*to)[*nedges] = p->nnodes;
+            (*nedges)++;
         }
-    return ne;
+    return REEL_OK;
 }
 
 /* The cross-stream waits of each node of layout L (CSR by node): producers

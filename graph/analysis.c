@@ -16,9 +16,7 @@ const char *reel_node_desc(const reel_graph *g, int i, char *buf, size_t len)
         return buf;
     }
     const reel_node *n = &g->nodes[i];
-    const reel_op_schema *sc = reel_op_schema_get(n->op);
-    snprintf(buf, len, "op '%s' (node %d -> '%s')", sc ? sc->name : "?", i, g->tensors[n->out[0]].name);
-    return buf;
+    return reel_op_node_label(n->op, i, g->tensors[n->out[0]].name, true, buf, len);
 }
 
 /* Adds edge p -> v unless it is a self edge or already among v's edges,
@@ -35,30 +33,31 @@ static void add_edge(int *from, int *to, int *n, int start, int p, int v)
     (*n)++;
 }
 
-reel_status reel_graph_edges(const reel_graph *g, int **from, int **to, int *nedges)
+reel_status reel_dag_edges(const reel_node *nodes, int nnodes, const reel_tinfo *tensors, int ntensors, int extra,
+                           int **from, int **to, int *nedges)
 {
     *from = *to = NULL;
     *nedges = 0;
-    size_t cap = (size_t)g->nnodes * REEL_OP_MAX_IN;
+    size_t cap = (size_t)nnodes * REEL_OP_MAX_IN + (size_t)extra;
     int *f = NULL, *t = NULL, *last = NULL;
     if (cap == 0)
         return REEL_OK;
     f = reel_halloc(cap * sizeof *f);
     t = reel_halloc(cap * sizeof *t);
-    last = reel_halloc((size_t)g->ntensors * sizeof *last); /* last node accessing each state */
+    last = reel_halloc(((size_t)ntensors + 1) * sizeof *last); /* last node accessing each state */
     if (!f || !t || !last)
         goto fail;
-    for (int i = 0; i < g->ntensors; i++)
+    for (int i = 0; i < ntensors; i++)
         last[i] = -1;
     int n = 0;
-    for (int v = 0; v < g->nnodes; v++) {
-        const reel_node *nd = &g->nodes[v];
+    for (int v = 0; v < nnodes; v++) {
+        const reel_node *nd = &nodes[v];
         int start = n;
         for (int i = 0; i < nd->nin; i++) {
             uint32_t id = nd->in[i];
             if (!id)
                 continue;
-            const reel_tinfo *ti = &g->tensors[id];
+            const reel_tinfo *ti = &tensors[id];
             if (ti->kind == REEL_T_ACT)
                 add_edge(f, t, &n, start, ti->producer, v);
             else if (ti->kind == REEL_T_STATE) {
@@ -76,7 +75,14 @@ fail:
     reel_hfree(f);
     reel_hfree(t);
     reel_hfree(last);
-    return reel_seterr(reel_ctx_err(g->ctx), REEL_E_OOM, "graph edges: out of host memory");
+    return REEL_E_OOM;
+}
+
+reel_status reel_graph_edges(const reel_graph *g, int **from, int **to, int *nedges)
+{
+    if (reel_dag_edges(g->nodes, g->nnodes, g->tensors, g->ntensors, 0, from, to, nedges) != REEL_OK)
+        return reel_seterr(reel_ctx_err(g->ctx), REEL_E_OOM, "graph edges: out of host memory");
+    return REEL_OK;
 }
 
 /* Min-heap of node indices: Kahn's with the lowest ready index first keeps

@@ -63,6 +63,11 @@ const char *reel_node_desc(const reel_graph *g, int i, char *buf, size_t len);
  * Deduplicated. *from and *to are allocated with reel_halloc (free with
  * reel_hfree; NULL when there are no edges). */
 reel_status reel_graph_edges(const reel_graph *g, int **from, int **to, int *nedges);
+/* The same edges over any node array (the executor's copy in schedule
+ * order), with room for `extra` more edges after them; REEL_E_OOM without a
+ * message. */
+reel_status reel_dag_edges(const reel_node *nodes, int nnodes, const reel_tinfo *tensors, int ntensors, int extra,
+                           int **from, int **to, int *nedges);
 
 /* A topological order of the nodes (Kahn's, stable: ties in build order).
  * order has g->nnodes entries. REEL_E_INVALID_ARG on a cycle. */

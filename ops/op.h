@@ -10,8 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "reel/reel.h"
 #include "backend/backend.h"
+#include "core/shape.h"
+#include "reel/reel.h"
 
 typedef enum reel_op_kind {
     REEL_OP_EMBEDDING = 0,
@@ -41,13 +42,6 @@ typedef union reel_op_attrs {
     struct { int num_heads; } lse;
 } reel_op_attrs;
 
-/* A tensor's shape: dims[0] is the token count when `tokens` is set. */
-typedef struct reel_shape {
-    reel_dtype dtype;
-    int ndim;
-    int64_t dims[REEL_MAX_DIMS];
-    bool tokens;
-} reel_shape;
 
 /* Static description of an op kind. `infer` checks operand shapes and dtypes
  * and fills the outputs' shapes; on error it writes a message (without the
@@ -65,9 +59,11 @@ typedef struct reel_op_schema {
 /* NULL for a kind out of range. */
 const reel_op_schema *reel_op_schema_get(reel_op_kind k);
 
-/* Writes "[T,256]" (token dim as T), "[512,1024]", or "[]" for an absent
- * shape (ndim 0) into buf; returns buf. */
-const char *reel_shape_format(const reel_shape *s, char *buf, size_t len);
+/* How messages, reports and pictures name node `node` of kind k producing
+ * the tensor named out: "op 'add' (node 3 -> 'h')", or with quoted false
+ * "add (node 3 -> 'h')". Returns buf. */
+const char *reel_op_node_label(reel_op_kind k, int node, const char *out, bool quoted, char *buf, size_t len);
+
 
 /* Step metadata as seen by kernels: device pointers into the plan's static
  * buffers (or into an eager step's own buffers) and the limits they were
@@ -129,11 +125,5 @@ const reel_op_impl *reel_registry_select(reel_backend_kind b, reel_op_kind k, co
 /* Every impl of a backend (for tests that exercise each one). */
 const reel_op_impl *const *reel_registry_all(reel_backend_kind b, int *count);
 
-/* Elements and bytes of a shape with `rows` substituted for the token dim. */
-int64_t reel_shape_numel(const reel_shape *s, int64_t rows);
-size_t reel_shape_bytes(const reel_shape *s, int64_t rows);
-/* Elements per token row (product of dims[1..]); numel for untokened shapes.
- * All three give 0 for an absent shape (ndim 0). */
-int64_t reel_shape_row_numel(const reel_shape *s);
 
 #endif
