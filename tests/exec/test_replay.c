@@ -1,5 +1,6 @@
 /* Replay == eager, bitwise, for every op, dtype and bucket (padded buckets
- * included), and replay runs no executor dispatch. */
+ * included), and replay runs no executor dispatch. Parameterized over
+ * backends (REEL_TEST_BACKEND): host here, CUDA in the gpu suite. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -7,7 +8,11 @@
 #include "tests/core/opts.h"
 
 static reel_ctx *ctx;
-static void setup(void) { cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &ctx), REEL_OK); }
+static void setup(void)
+{
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(reel_test_backend()), &ctx), REEL_OK,
+                 "backend '%s' is not available", reel_backend_name(reel_test_backend()));
+}
 static void teardown(void) { reel_ctx_destroy(ctx); }
 
 static size_t out_bytes(reel_plan *p, const char *name, const void **d)
@@ -50,6 +55,8 @@ static void check_kind(int kind)
         cr_assert_eq(reel_compile(gb.g, &o, &pb), REEL_OK, "%s", reel_ctx_last_error(ctx));
         reel_plan_stats s0;
         reel_plan_stats_get(pa, &s0);
+        cr_assert_eq(s0.graphs_captured, 4, "%s: %llu graphs captured", og_name(kind),
+                     (unsigned long long)s0.graphs_captured);
         for (int32_t n = 1; n <= 8; n++) {
             og_step sa, sb;
             cr_assert_eq(og_make_step(pa, kind, dts[d], n, 1000 + n, 20 + n, &sa), REEL_OK);

@@ -1,10 +1,13 @@
-/* The context: backend choice (option, REEL_BACKEND, auto), version check,
+/* The context (backend/ctx.c): backend choice (option, REEL_BACKEND, auto), option structs,
  * status names, error text. */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "reel/reel.h"
+#include "tests/core/opts.h"
 
 Test(ctx, an_explicit_host_backend_wins_over_the_environment)
 {
@@ -109,4 +112,34 @@ Test(ctx, every_status_and_backend_has_a_name)
     for (int f = 0; f < REEL_FALLBACK_COUNT; f++)
         cr_assert_str_neq(reel_fallback_str((reel_fallback)f), "unknown");
     cr_assert_eq(reel_dtype_size(REEL_BF16), 2);
+}
+
+static void *fail_other_call(void *arg)
+{
+    reel_ctx *c = arg;
+    reel_graph *g = NULL;
+    cr_assert_eq(reel_graph_create(c, &g), REEL_OK);
+    /* A different failure on another thread. */
+    reel_tensor bad = reel_add(g, (reel_tensor){0}, (reel_tensor){0});
+    (void)bad;
+    reel_graph_destroy(g);
+    return NULL;
+}
+
+Test(ctx, the_last_error_a_thread_read_does_not_change_when_another_thread_fails)
+{
+    unsetenv("REEL_BACKEND");
+    reel_ctx *c = NULL;
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &c), REEL_OK);
+    cr_assert_eq(reel_graph_create(c, NULL), REEL_E_INVALID_ARG);
+    const char *mine = reel_ctx_last_error(c);
+    char before[512];
+    snprintf(before, sizeof before, "%s", mine);
+    cr_assert(strstr(before, "out is NULL"), "%s", before);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, fail_other_call, c), 0);
+    pthread_join(t, NULL);
+    cr_assert_str_eq(mine, before, "the text this thread read changed under it");
+    cr_assert_str_neq(reel_ctx_last_error(c), before, "the other thread's failure is the context's last error");
+    reel_ctx_destroy(c);
 }
