@@ -27,30 +27,12 @@ void reel_plan_node_shapes(const reel_plan *p, int i, int64_t rows, reel_shape *
     }
 }
 
-/* Collects each ACT tensor's accesses (producer first, consumers, the sink
- * for outputs) into a planner problem. */
-static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
+/* The planner's buffers: one per ACT tensor (bufidx maps tensors to them,
+ * -1 for the rest), with its accesses in schedule order: its producer, its
+ * consumers, the sink (nnodes) for outputs. nacc: scratch of ntensors ints.
+ * Returns the buffer count, -1 when out of memory. */
+static int layout_buffers(reel_plan *p, int64_t rows, int *bufidx, int *nacc, reel_mem_buf *bufs, int **acc_out)
 {
-    reel_status st = REEL_E_OOM;
-    int nn = p->nnodes + 1;
-    int *bufidx = reel_hcalloc((size_t)p->ntensors, sizeof *bufidx);
-    if (!bufidx)
-        return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory planning %lld rows", (long long)rows);
-    int ne = 0, *from = NULL, *to = NULL;
-    if (reel_schedule_edges(p, &from, &to, &ne) != REEL_OK) {
-        reel_hfree(bufidx);
-        return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory planning %lld rows", (long long)rows);
-    }
-    int *stream = reel_hcalloc((size_t)nn, sizeof *stream);
-    int *nacc = reel_hcalloc((size_t)p->ntensors, sizeof *nacc);
-    int *acc = NULL;
-    reel_mem_buf *bufs = reel_hcalloc((size_t)p->ntensors, sizeof *bufs);
-    reel_mem_plan plan = {0};
-    if (!stream || !from || !to || !bufidx || !nacc || !bufs)
-        goto fail;
-    for (int i = 0; i < p->nnodes; i++)
-        stream[i] = p->nodes[i].stream;
-
     /* Count accesses per ACT tensor, then lay them out. */
     int total = 0;
     for (int i = 0; i < p->nnodes; i++)
@@ -59,9 +41,10 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
     for (int t = 1; t < p->ntensors; t++)
         if (p->tensors[t].kind == REEL_T_ACT)
             total += ++nacc[t] + 1; /* producer, sink */
-    acc = reel_hcalloc((size_t)total + 1, sizeof *acc);
+    int *acc = reel_hcalloc((size_t)total + 1, sizeof *acc);
     if (!acc)
-        goto fail;
+        return -1;
+    *acc_out = acc;
     int nb = 0, pos = 0;
     bufidx[0] = -1; /* the invalid tensor is no buffer */
     for (int t = 1; t < p->ntensors; t++) {
@@ -93,6 +76,14 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
             ((int *)b->acc)[b->nacc++] = p->nnodes;
         }
     }
+    return nb;
+}
+
+/* In-place pairs: the output of a node whose kernel declares inplace_ok may
+ * take the bytes of its first input when that input is an activation the
+ * node reads once and is no smaller (the planner checks it dies there). */
+static void layout_inplace(reel_plan *p, int64_t rows, const int *bufidx, reel_mem_buf *bufs)
+{
     for (int i = 0; i < p->nnodes; i++) {
         const reel_node *n = &p->nodes[i];
         uint32_t src = n->in[0];
@@ -103,6 +94,37 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
             reel_shape_bytes(&p->tensors[n->out[0]].shape, rows) <= bufs[bufidx[src]].size)
             bufs[bufidx[n->out[0]]].inplace_src = bufidx[src];
     }
+}
+
+/* The planner problem of `rows` token rows (buffers, accesses, in-place
+ * pairs, the schedule's edges), solved into L's arena offsets and bounds;
+ * then L's cross-stream waits (schedule.c) with the edges the planner added. */
+static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
+{
+    reel_status st = REEL_E_OOM;
+    int nn = p->nnodes + 1;
+    int *bufidx = reel_hcalloc((size_t)p->ntensors, sizeof *bufidx);
+    if (!bufidx)
+        return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory planning %lld rows", (long long)rows);
+    int ne = 0, *from = NULL, *to = NULL;
+    if (reel_schedule_edges(p, &from, &to, &ne) != REEL_OK) {
+        reel_hfree(bufidx);
+        return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory planning %lld rows", (long long)rows);
+    }
+    int *stream = reel_hcalloc((size_t)nn, sizeof *stream);
+    int *nacc = reel_hcalloc((size_t)p->ntensors, sizeof *nacc);
+    int *acc = NULL;
+    reel_mem_buf *bufs = reel_hcalloc((size_t)p->ntensors, sizeof *bufs);
+    reel_mem_plan plan = {0};
+    if (!stream || !from || !to || !bufidx || !nacc || !bufs)
+        goto fail;
+    for (int i = 0; i < p->nnodes; i++)
+        stream[i] = p->nodes[i].stream;
+
+    int nb = layout_buffers(p, rows, bufidx, nacc, bufs, &acc);
+    if (nb < 0)
+        goto fail;
+    layout_inplace(p, rows, bufidx, bufs);
     reel_mem_problem prob = {
         .nnodes = nn, .stream = stream, .nedges = ne, .edge_from = from, .edge_to = to,
         .nbufs = nb, .bufs = bufs, .alignment = REEL_PLAN_ALIGN, .allow_new_edges = true,

@@ -217,6 +217,7 @@ void reel_staging_meta_range(const reel_layout *L, const char **dev, size_t *byt
 /* Writes the step (s NULL: an empty one) into L's pinned staging; returns
  * the bytes to upload. */
 size_t reel_staging_fill(reel_plan *p, const reel_layout *L, const reel_step_info *s);
+reel_status reel_staging_upload(reel_plan *p, const reel_layout *L, size_t bytes);
 /* Fills the static region with a padded (empty) step and uploads it. */
 reel_status reel_plan_upload_padding(reel_plan *p, const reel_layout *L);
 /* Sizes the pinned output buffer for rows per output. */

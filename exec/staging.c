@@ -122,10 +122,16 @@ size_t reel_staging_fill(reel_plan *p, const reel_layout *L, const reel_step_inf
     return L->off_bt + 4 * (size_t)ns * (size_t)L->max_blocks;
 }
 
+/* The step's one upload: the used prefix of the staging, on stream 0. */
+reel_status reel_staging_upload(reel_plan *p, const reel_layout *L, size_t bytes)
+{
+    return p->be->vt->copy(p->be, p->streams[0], L->stat_dev, L->stat_host, bytes, REEL_COPY_H2D);
+}
+
 reel_status reel_plan_upload_padding(reel_plan *p, const reel_layout *L)
 {
     size_t bytes = reel_staging_fill(p, L, NULL);
-    REEL_TRY(p->be->vt->copy(p->be, p->streams[0], L->stat_dev, L->stat_host, bytes, REEL_COPY_H2D));
+    REEL_TRY(reel_staging_upload(p, L, bytes));
     return p->be->vt->stream_sync(p->be, p->streams[0]);
 }
 

@@ -189,7 +189,7 @@ static reel_status run_step(reel_plan *p, const reel_layout *L, int b, bool repl
     bool feed = p->chk != NULL;
     if (feed)
         REEL_TRY(reel_plan_check_upload(p, L, up));
-    REEL_TRY(be->vt->copy(be, p->streams[0], L->stat_dev, L->stat_host, up, REEL_COPY_H2D));
+    REEL_TRY(reel_staging_upload(p, L, up));
     /* The checker hears of every op before it runs (a replay: the sequence
      * its graph was captured from). */
     const reel_issue_sink *const checked[] = {&reel_issue_check, &reel_issue_launch};
