@@ -36,6 +36,7 @@
 
 #include "reel/reel.h"
 #include "backend/cuda/cuda.h" /* reel's kernels by hand (the diagnostic rows) */
+#include "backend/ctx.h"
 extern "C" {
 #include "ops/op.h"
 }
