@@ -27,8 +27,8 @@ timeout 240 bash -c "meson setup '$B' -Dcuda=enabled -Dbuildtype=release && ninj
 build_rc=$?
 grep -E "^FAILED|error:" "$OUT/build.log" | head -20
 tail -2 "$OUT/build.log"
-for t in tests/gpu/test_gpu_ops tests/gpu/test_gpu_backend tests/gpu/test_gpu_plan tests/gpu/test_gpu_replay tests/gpu/test_gpu_memory \
-         bench/bench_chain; do
+for t in tests/gpu/test_gpu_ops tests/gpu/test_gpu_attention tests/gpu/test_gpu_backend tests/gpu/test_gpu_plan \
+         tests/gpu/test_gpu_replay tests/gpu/test_gpu_memory bench/bench_chain bench/bench_attention; do
     [ -x "$B/$t" ] || { echo "BUILD FAILED: $t missing (ninja exit $build_rc)"; exit 1; }
 done
 [ $build_rc = 0 ] || echo "BUILD INCOMPLETE (ninja exit $build_rc): running what was built"
@@ -51,6 +51,12 @@ else
     echo "no PyTorch on this machine"
 fi
 
+phase bench attention
+timeout 200 "$B/bench/bench_attention" 20 2>&1 | tee "$OUT/bench-attention.md"
+if python3 -c "import torch" 2>/dev/null; then
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_attention.py 20 2>&1 | tee "$OUT/bench-torch-attention.md"
+fi
+
 phase reel check on cuda
 [ -x "$B/tools/reel" ] && timeout 90 "$B/tools/reel" check --backend cuda --quiet 2>&1 | tee "$OUT/check-cuda.md"
 
@@ -61,16 +67,24 @@ for be in cuda host; do
     timeout 60 "$B/tools/reel" demo --backend "$be" --quiet 2>&1
     echo "exit $?"
 done >"$OUT/demo.log" 2>&1
+# The decode benchmark model of the attention issue (8 layers, hidden 1024,
+# 16 heads of 64, ffn 4096, vocab 32000, bf16).
+echo "--- reel demo --backend cuda, 8 x 1024 model" >>"$OUT/demo.log"
+timeout 120 "$B/tools/reel" demo --backend cuda --quiet --layers 8 --hidden 1024 --heads 16 --ffn 4096 \
+    --vocab 32000 --max-context 2048 >>"$OUT/demo.log" 2>&1
+echo "exit $?" >>"$OUT/demo.log"
 grep -E "^--- |backend|replays|eager steps|step latency|compile|checksum|^exit|rror" "$OUT/demo.log"
 
 if [ "${REEL_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
     # memcheck: out-of-bounds and misaligned accesses; racecheck: shared
     # memory races (top-k, attention). Criterion forks each test: follow them.
-    for run in "memcheck test_gpu_ops" "memcheck test_gpu_plan" "racecheck test_gpu_ops"; do
-        set -- $run
+    for run in "memcheck test_gpu_ops" "memcheck test_gpu_plan" "racecheck test_gpu_ops" \
+               "memcheck test_gpu_attention *guards*" "racecheck test_gpu_attention *mixed*"; do
+        set -f; set -- $run; set +f
+        filter=${3:+--filter=$3}
         phase "compute-sanitizer $1, $2"
         timeout 120 compute-sanitizer --tool "$1" --target-processes all --error-exitcode 3 \
-            "$B/tests/gpu/$2" --jobs 8 >>"$OUT/sanitizer.log" 2>&1
+            "$B/tests/gpu/$2" --jobs 8 $filter >>"$OUT/sanitizer.log" 2>&1
         echo "compute-sanitizer $1 $2: exit $?"
     done
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|\[FAIL\]|Synthesis" "$OUT/sanitizer.log" |

@@ -180,8 +180,11 @@ reel_tensor reel_paged_attention(reel_graph *g, reel_tensor q, reel_tensor k, re
     }
     uint32_t in[REEL_OP_MAX_IN] = { q.id, k.id, v.id, k_cache.id, v_cache.id };
     reel_op_attrs a = { .attn = { *p } };
-    if (add_node(g, REEL_OP_PAGED_ATTENTION, in, 0, &a, &out) != REEL_OK)
+    /* The second output is the op's split-KV workspace, not the caller's. */
+    reel_tensor res[REEL_OP_MAX_OUT] = { { 0 } };
+    if (add_node(g, REEL_OP_PAGED_ATTENTION, in, 0, &a, res) != REEL_OK)
         return out;
+    out = res[0];
     /* Resolved once here so every backend uses the same scale. */
     reel_attn_params *np = &g->nodes[g->nnodes - 1].attrs.attn.p;
     if (np->scale == 0.0f)

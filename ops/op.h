@@ -33,6 +33,16 @@ typedef enum reel_op_kind {
 #define REEL_OP_MAX_IN 6
 #define REEL_OP_MAX_OUT 2
 
+/* Paged attention's second output is its split-KV workspace: partial
+ * results of REEL_ATTN_SPLIT_SLOTS (token, chunk) pairs, each num_heads
+ * rows of head_dim float32 outputs followed by num_heads float32
+ * log-sum-exps ([slots, H*Dh + H] f32, no token dim, so every bucket plans
+ * the same bytes). It is planned memory like any activation: placed by the
+ * planner, captured with the graph, declared to the hazard checker. A
+ * kernel splits a token's keys into at most SLOTS / rows chunks; the host
+ * reference does not split and leaves it untouched. */
+#define REEL_ATTN_SPLIT_SLOTS 256
+
 typedef union reel_op_attrs {
     struct { bool w_transposed; } matmul;
     struct { float eps; } rmsnorm;

@@ -255,6 +255,8 @@ static reel_status infer_paged_attention(const reel_shape *in, int nin, const re
         return bad(err, len, REEL_E_SHAPE, "k_cache has %lld blocks, v_cache %lld", (long long)in[3].dims[0],
                    (long long)in[4].dims[0]);
     set_tok(&out[0], in[0].dtype, 2, qw, 0);
+    out[1] = (reel_shape){ .dtype = REEL_F32, .ndim = 2, .tokens = false,
+                           .dims = { REEL_ATTN_SPLIT_SLOTS, qw + p->num_heads, 0, 0 } };
     return REEL_OK;
 }
 
@@ -317,7 +319,7 @@ static const reel_op_schema schemas[REEL_OP_COUNT] = {
     [REEL_OP_ROPE] = { "rope", 2, 1, infer_rope, { "x", "positions" } },
     [REEL_OP_SOFTMAX] = { "softmax", 1, 1, infer_softmax, { "x" } },
     [REEL_OP_ARGMAX] = { "argmax", 1, 1, infer_argmax, { "x" } },
-    [REEL_OP_PAGED_ATTENTION] = { "paged_attention", 5, 1, infer_paged_attention,
+    [REEL_OP_PAGED_ATTENTION] = { "paged_attention", 5, 2, infer_paged_attention,
                                   { "q", "k", "v", "k_cache", "v_cache" } },
     [REEL_OP_TOPK] = { "topk", 3, 1, infer_topk, { "scores", "lengths", "page_table" } },
     [REEL_OP_LSE_COMBINE] = { "lse_combine", 2, 2, infer_lse_combine, { "outs", "lses" } },

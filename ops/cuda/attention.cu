@@ -1,26 +1,29 @@
 /* CUDA paged attention over a mixed prefill/decode batch, the host
- * reference's semantics (ops/host/attention.c) in two kernels on one stream:
- *  1. every token's k/v goes into its cache slot (slot -1: skipped; a slot
- *     outside the cache: REEL_E_LIMIT in err_word, skipped);
- *  2. one block per (token, head) attends causally over its sequence's
- *     positions 0 .. its own, read through the block table, with an online
- *     softmax: each warp takes every 4th key, keeps its running max, sum and
- *     accumulators, and the warps are merged at the end (fixed order, so the
- *     same launch gives the same bits).
- * Metadata is never trusted to stay in range: a padding token (sequence -1)
- * gets zeros; a sequence past max_seqs, a context past max_context, a
- * position outside [0, context), or a block index or cache block out of
- * range sets REEL_E_LIMIT and gives zeros: never a truncated context. */
-#include "ops/cuda/common.cuh"
+ * reference's semantics (ops/host/attention.c). Two impls:
+ *  - cuda.paged_attention (attention.cuh: the KV write, then tensor-core
+ *    prefill for multi-token runs, split-KV decode for the other tokens and
+ *    the combine of its chunks), for the dtypes and head dims its kernels
+ *    are built for;
+ *  - cuda.paged_attention.ref, for any head dim: one block per (token,
+ *    head) walks the keys with an online softmax, each warp every 4th key,
+ *    the warps merged at the end in a fixed order.
+ * Both write every token's k/v into its cache slot first (slot -1: skipped;
+ * a slot outside the cache: REEL_E_LIMIT in err_word, skipped). Metadata is
+ * never trusted to stay in range: a padding token (sequence -1) gets zeros;
+ * a sequence past max_seqs, a context past max_context, a position outside
+ * [0, context), or a block index or cache block out of range sets
+ * REEL_E_LIMIT and gives zeros: never a truncated context. */
+#include "ops/cuda/attention.cuh"
 #include "ops/cuda/impls.h"
 
 namespace reel_cu {
 
 enum { ATTN_WARPS = 4, ATTN_THREADS = ATTN_WARPS * 32 };
 
+/* One block per token; 16-byte copies when the rows allow them. */
 template <typename T>
 __global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_meta_view m, int64_t nslots,
-                                     int64_t kvrow)
+                                     int64_t kvrow, bool vec)
 {
     int64_t t = blockIdx.x;
     int64_t slot = m.slot_mapping[t];
@@ -31,16 +34,21 @@ __global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_
             report(&m, REEL_E_LIMIT);
         return;
     }
+    if (vec) {
+        typedef pack<T> P;
+        const P *ks = (const P *)(k + t * kvrow), *vs = (const P *)(v + t * kvrow);
+        P *kd = (P *)(kc + slot * kvrow), *vd = (P *)(vc + slot * kvrow);
+        for (int64_t i = threadIdx.x; i < kvrow / P::n; i += blockDim.x) {
+            kd[i] = ks[i];
+            vd[i] = vs[i];
+        }
+        return;
+    }
     for (int64_t i = threadIdx.x; i < kvrow; i += blockDim.x) {
         kc[slot * kvrow + i] = k[t * kvrow + i];
         vc[slot * kvrow + i] = v[t * kvrow + i];
     }
 }
-
-typedef struct attn_geom {
-    int64_t h, hkv, dh, bs, nblocks, kvrow, qrow, group;
-    float scale;
-} attn_geom;
 
 /* The host's guard for token t, evaluated by the whole block: false means
  * zeros (reported unless the token is padding). */
@@ -130,7 +138,7 @@ __global__ void attn_kernel(const T *q, const T *kc, const T *vc, T *out, reel_m
     }
 }
 
-static attn_geom attn_geom_of(const reel_launch *l)
+attn_geom attn_geom_of(const reel_launch *l)
 {
     const reel_attn_params *p = &l->attrs->attn.p;
     attn_geom g;
@@ -143,20 +151,61 @@ static attn_geom attn_geom_of(const reel_launch *l)
     g.qrow = g.h * g.dh;
     g.group = g.hkv > 0 ? g.h / g.hkv : 1;
     g.scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)g.dh);
+    g.bs_shift = -1;
+    for (int32_t k = 0; k < 31; k++)
+        if ((int64_t)1 << k == g.bs)
+            g.bs_shift = k;
     return g;
 }
 
-template <typename T>
-static void attn_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)
+template <typename T> static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g)
 {
-    const reel_meta_view m = *l->meta;
-    attn_write_kv_kernel<T><<<(unsigned)l->rows, 128, 0, st>>>((const T *)l->in[1], (const T *)l->in[2],
-                                                                (T *)l->in[3], (T *)l->in[4], m,
-                                                                g.nblocks * g.bs, g.kvrow);
+    bool vec = g.kvrow % pack<T>::n == 0 && aligned16(l->in[1]) && aligned16(l->in[2]) && aligned16(l->in[3]) &&
+               aligned16(l->in[4]);
+    int threads = row_threads(vec ? g.kvrow / pack<T>::n : g.kvrow, 256);
+    attn_write_kv_kernel<T><<<(unsigned)l->rows, threads, 0, st>>>((const T *)l->in[1], (const T *)l->in[2],
+                                                                   (T *)l->in[3], (T *)l->in[4], *l->meta,
+                                                                   g.nblocks * g.bs, g.kvrow, vec);
+}
+
+template <typename T> static void attn_ref_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)
+{
+    write_kv<T>(l, st, g);
     size_t smem = (size_t)(1 + ATTN_WARPS) * (size_t)g.dh * sizeof(float);
     dim3 grid((unsigned)l->rows, (unsigned)g.h);
     attn_kernel<T><<<grid, ATTN_THREADS, smem, st>>>((const T *)l->in[0], (const T *)l->in[3], (const T *)l->in[4],
-                                                     (T *)l->out[0], m, g);
+                                                     (T *)l->out[0], *l->meta, g);
+}
+
+/* No metadata: nothing can be attended; keep the output defined. */
+static reel_status attn_no_meta(reel_backend *be, const reel_launch *l, const attn_geom &g, cudaStream_t st,
+                                const char *impl)
+{
+    size_t bytes = (size_t)(l->rows * g.qrow) * reel_dtype_size(l->out_shape[0].dtype);
+    return name_err(be, REEL_CUDA_CHECK(be->err, cudaMemsetAsync(l->out[0], 0, bytes, st)), impl);
+}
+
+static reel_status attn_ref_launch(reel_backend *be, const reel_launch *l)
+{
+    attn_geom g = attn_geom_of(l);
+    if (l->rows <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    if (!l->meta)
+        return attn_no_meta(be, l, g, st, "cuda.paged_attention.ref");
+    REEL_CU_DISPATCH(l->in_shape[0].dtype, attn_ref_run<T>(l, st, g));
+    return REEL_CU_LAUNCHED(be, "cuda.paged_attention.ref");
+}
+
+/* The fast kernels read whole rows 16 bytes at a time: the planner aligns
+ * its tensors, and a caller's bound cache is checked here, so an unaligned
+ * one takes the reference kernel instead of faulting. */
+static bool attn_fast_aligned(const reel_launch *l)
+{
+    for (int i = 0; i < 5; i++)
+        if (!aligned16(l->in[i]))
+            return false;
+    return aligned16(l->out[0]) && aligned16(l->out[1]);
 }
 
 static reel_status attn_launch(reel_backend *be, const reel_launch *l)
@@ -164,25 +213,53 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     attn_geom g = attn_geom_of(l);
     if (l->rows <= 0)
         return REEL_OK;
+    if (!attn_fast_aligned(l))
+        return attn_ref_launch(be, l);
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
-    if (!l->meta) { /* no metadata: nothing can be attended; keep the output defined */
-        size_t bytes = (size_t)(l->rows * g.qrow) * reel_dtype_size(l->out_shape[0].dtype);
-        return name_err(be, REEL_CUDA_CHECK(be->err, cudaMemsetAsync(l->out[0], 0, bytes, st)),
-                        "cuda.paged_attention");
-    }
-    REEL_CU_DISPATCH(l->in_shape[0].dtype, attn_run<T>(l, st, g));
-    return REEL_CU_LAUNCHED(be, "cuda.paged_attention");
+    if (!l->meta)
+        return attn_no_meta(be, l, g, st, "cuda.paged_attention");
+    reel_dtype dt = l->in_shape[0].dtype;
+    REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g));
+    bool prefill = l->rows > 1 && attn_prefill_supports(dt, g.dh);
+    cudaError_t e = cudaSuccess;
+    if (prefill)
+        e = attn_prefill_launch(l, st, g);
+    if (e == cudaSuccess)
+        e = attn_decode_launch(l, st, g, attn_decode_chunks(be, g, l->rows, l->meta->max_context), prefill);
+    return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
 }
 
-static bool use_attn(REEL_CU_USE_ARGS)
+static bool use_attn_common(REEL_CU_USE_ARGS)
 {
     const reel_attn_params *p = &a->attn.p;
     return nin >= 5 && same_float_dtype(in, 5, out, 1) && p->num_heads > 0 && p->num_kv_heads > 0 &&
-           p->head_dim > 0 && p->head_dim <= REEL_CUDA_ATTN_MAX_HEAD_DIM && p->block_size > 0 &&
-           p->num_heads % p->num_kv_heads == 0 && p->num_heads <= 65535 && in[0].dims[0] <= 0x7fffffffLL;
+           p->head_dim > 0 && p->block_size > 0 && p->num_heads % p->num_kv_heads == 0 &&
+           in[0].dims[0] <= 0x7fffffffLL;
+}
+
+static bool use_attn_ref(REEL_CU_USE_ARGS)
+{
+    const reel_attn_params *p = &a->attn.p;
+    return use_attn_common(in, nin, out, a, caps) && p->head_dim <= REEL_CUDA_ATTN_MAX_HEAD_DIM &&
+           p->num_heads <= 65535;
+}
+
+/* The split-KV grid is tokens x chunks x kv heads x head groups of 8 (at
+ * most max(rows, SLOTS) x num_heads blocks, one dimension) and its partials
+ * go to out[1], which must have the schema's shape. */
+static bool use_attn(REEL_CU_USE_ARGS)
+{
+    const reel_attn_params *p = &a->attn.p;
+    if (!use_attn_common(in, nin, out, a, caps) || !attn_decode_supports(in[0].dtype, p->head_dim))
+        return false;
+    int64_t slot = (int64_t)p->num_heads * p->head_dim + p->num_heads;
+    return out[1].ndim == 2 && out[1].dtype == REEL_F32 && !out[1].tokens && out[1].dims[0] == REEL_ATTN_SPLIT_SLOTS &&
+           out[1].dims[1] == slot && (in[0].dims[0] > REEL_ATTN_SPLIT_SLOTS ? in[0].dims[0] : REEL_ATTN_SPLIT_SLOTS) * p->num_heads <= 0x7fffffffLL;
 }
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_paged_attention_impl, "cuda.paged_attention", REEL_OP_PAGED_ATTENTION, 10, false, false,
+REEL_CU_IMPL(reel_cu_paged_attention_impl, "cuda.paged_attention", REEL_OP_PAGED_ATTENTION, 20, false, false,
              reel_cu::use_attn, reel_cu::attn_launch);
+REEL_CU_IMPL(reel_cu_paged_attention_ref_impl, "cuda.paged_attention.ref", REEL_OP_PAGED_ATTENTION, 10, false,
+             false, reel_cu::use_attn_ref, reel_cu::attn_ref_launch);

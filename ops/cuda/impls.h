@@ -9,6 +9,7 @@ extern "C" {
 #endif
 
 extern const reel_op_impl reel_cu_embedding_impl;
+extern const reel_op_impl reel_cu_matmul_gemv_impl;
 extern const reel_op_impl reel_cu_matmul_lt_impl;
 extern const reel_op_impl reel_cu_matmul_sgemm_impl;
 extern const reel_op_impl reel_cu_add_impl;
@@ -19,6 +20,7 @@ extern const reel_op_impl reel_cu_softmax_impl;
 extern const reel_op_impl reel_cu_argmax_impl;
 extern const reel_op_impl reel_cu_rope_impl;
 extern const reel_op_impl reel_cu_paged_attention_impl;
+extern const reel_op_impl reel_cu_paged_attention_ref_impl;
 extern const reel_op_impl reel_cu_topk_impl;
 extern const reel_op_impl reel_cu_lse_combine_impl;
 

@@ -243,13 +243,33 @@ static void compare_tensor(const char *what, const char *impl, const char *tenso
     }
 }
 
-int gt_check(reel_ctx *host, reel_ctx *cuda, const gt_op *op, uint64_t seed, const char *what)
+static void compare_result(const gt_op *op, const reel_op_impl *impl, const gt_result *want, const gt_result *got,
+                           uint64_t seed, const char *what)
+{
+    for (int i = 0; i < op->nout; i++)
+        if (!op->scratch[i])
+            compare_tensor(what, impl->name, i ? "out1" : "out0", &op->out[i], op->rows, want->out[i], got->out[i],
+                           op->op, false, seed);
+    for (int i = 0; i < op->nin; i++)
+        if (op->inout[i])
+            compare_tensor(what, impl->name, "written input", &op->in[i], op->rows, want->inout[i], got->inout[i],
+                           op->op, true, seed);
+    cr_assert_eq(got->err, want->err, "%s: %s error word %d, host %d (seed %llu)", what, impl->name, got->err,
+                 want->err, (unsigned long long)seed);
+}
+
+static void host_run(reel_ctx *host, const gt_op *op, gt_result *want, const char *what)
 {
     const reel_op_impl *href = reel_registry_select(REEL_BACKEND_HOST, op->op, op->in, op->nin, op->out,
                                                     &op->attrs, &host->be->caps);
     cr_assert_not_null(href, "%s: no host impl", what);
+    cr_assert_eq(gt_run(host->be, href, op, want), REEL_OK, "%s: host: %s", what, reel_ctx_last_error(host));
+}
+
+int gt_check(reel_ctx *host, reel_ctx *cuda, const gt_op *op, uint64_t seed, const char *what)
+{
     gt_result want;
-    cr_assert_eq(gt_run(host->be, href, op, &want), REEL_OK, "%s: host: %s", what, reel_ctx_last_error(host));
+    host_run(host, op, &want, what);
     int ran = 0;
     for (int k = 0; k < reel_cuda_nimpls; k++) {
         const reel_op_impl *impl = reel_cuda_impls[k];
@@ -258,18 +278,33 @@ int gt_check(reel_ctx *host, reel_ctx *cuda, const gt_op *op, uint64_t seed, con
         gt_result got;
         cr_assert_eq(gt_run(cuda->be, impl, op, &got), REEL_OK, "%s: %s: %s", what, impl->name,
                      reel_ctx_last_error(cuda));
-        for (int i = 0; i < op->nout; i++)
-            compare_tensor(what, impl->name, i ? "out1" : "out0", &op->out[i], op->rows, want.out[i], got.out[i],
-                           op->op, false, seed);
-        for (int i = 0; i < op->nin; i++)
-            if (op->inout[i])
-                compare_tensor(what, impl->name, "written input", &op->in[i], op->rows, want.inout[i],
-                               got.inout[i], op->op, true, seed);
-        cr_assert_eq(got.err, want.err, "%s: %s error word %d, host %d (seed %llu)", what, impl->name, got.err,
-                     want.err, (unsigned long long)seed);
+        compare_result(op, impl, &want, &got, seed, what);
         gt_result_free(&got);
         ran++;
     }
     gt_result_free(&want);
     return ran;
+}
+
+const reel_op_impl *gt_cuda_impl(const char *name)
+{
+    for (int k = 0; k < reel_cuda_nimpls; k++)
+        if (strcmp(reel_cuda_impls[k]->name, name) == 0)
+            return reel_cuda_impls[k];
+    cr_assert_fail("no CUDA impl named %s", name);
+    return NULL;
+}
+
+void gt_check_impl(reel_ctx *host, reel_ctx *cuda, const gt_op *op, const char *name, uint64_t seed,
+                   const char *what)
+{
+    const reel_op_impl *impl = gt_cuda_impl(name);
+    cr_assert(impl->can_use(op->in, op->nin, op->out, &op->attrs, &cuda->be->caps), "%s: %s refuses the node",
+              what, name);
+    gt_result want, got;
+    host_run(host, op, &want, what);
+    cr_assert_eq(gt_run(cuda->be, impl, op, &got), REEL_OK, "%s: %s: %s", what, name, reel_ctx_last_error(cuda));
+    compare_result(op, impl, &want, &got, seed, what);
+    gt_result_free(&got);
+    gt_result_free(&want);
 }

@@ -25,6 +25,7 @@ typedef struct gt_op {
     int64_t rows;
     void *data[REEL_OP_MAX_IN];  /* host data in storage format; NULL for an absent input */
     bool inout[REEL_OP_MAX_IN];  /* inputs the op writes (KV caches): compared after the run too */
+    bool scratch[REEL_OP_MAX_OUT]; /* outputs that are an impl's workspace: not compared */
     const gt_meta *meta;         /* NULL: none */
 } gt_op;
 
@@ -62,6 +63,11 @@ void gt_result_free(gt_result *r);
  * written inputs exactly, the error word equal. Returns how many CUDA impls
  * ran (a test asserts at least one did). */
 int gt_check(reel_ctx *host, reel_ctx *cuda, const gt_op *op, uint64_t seed, const char *what);
+/* gt_check against one CUDA impl, named; asserts that it accepts the node. */
+void gt_check_impl(reel_ctx *host, reel_ctx *cuda, const gt_op *op, const char *impl, uint64_t seed,
+                   const char *what);
+/* The CUDA impl of that name (asserted to exist). */
+const reel_op_impl *gt_cuda_impl(const char *name);
 void gt_op_free_data(gt_op *op);
 
 #endif

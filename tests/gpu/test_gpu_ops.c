@@ -260,7 +260,7 @@ static void attn_meta(attn_case *c)
 
 static gt_op attn_op(reel_dtype dt, int hd, const attn_case *c)
 {
-    gt_op op = op_new(REEL_OP_PAGED_ATTENTION, c->t, 5, 1);
+    gt_op op = op_new(REEL_OP_PAGED_ATTENTION, c->t, 5, 2);
     op.attrs.attn.p = (reel_attn_params){AH, AHKV, hd, ABS, 0.0f};
     int64_t t = c->t;
     op.in[0] = gt_shape(dt, true, 2, (int64_t[]){t, AH * hd});
@@ -269,6 +269,8 @@ static gt_op attn_op(reel_dtype dt, int hd, const attn_case *c)
     op.in[3] = gt_shape(dt, false, 4, (int64_t[]){ANB, ABS, AHKV, hd});
     op.in[4] = op.in[3];
     op.out[0] = op.in[0];
+    op.out[1] = gt_shape(REEL_F32, false, 2, (int64_t[]){REEL_ATTN_SPLIT_SLOTS, AH * hd + AH});
+    op.scratch[1] = true;
     op.data[0] = gt_random(&rng, dt, t * AH * hd, -1, 1);
     op.data[1] = gt_random(&rng, dt, t * AHKV * hd, -1, 1);
     op.data[2] = gt_random(&rng, dt, t * AHKV * hd, -1, 1);

@@ -61,6 +61,8 @@ static int node_shapes(reel_op_kind k, reel_dtype dt, reel_shape *in, reel_shape
         a->attn.p = (reel_attn_params){ 4, 2, 16, 16, 0.0f };
         in[1] = in[2] = tshape(dt, true, 2, 0, 32, 0, 0);
         in[3] = in[4] = tshape(dt, false, 4, 8, 16, 2, 16);
+        /* the split-KV workspace: SLOTS x (H*Dh + H) f32 */
+        out[1] = tshape(REEL_F32, false, 2, REEL_ATTN_SPLIT_SLOTS, 4 * 16 + 4, 0, 0);
         return 5;
     case REEL_OP_TOPK:
         a->topk.k = 8, a->topk.page_size = 16, a->topk.has_page_table = true;

@@ -1,0 +1,111 @@
+/* Internal to ops/cuda: what the paged-attention kernels share. One op runs
+ * in up to four kernels on one stream (attention.cu issues them):
+ *  1. the KV write: every token's k/v into its cache slot;
+ *  2. prefill (attn_prefill.cu): tokens of multi-token runs (a run is a
+ *     maximal range of consecutive tokens of one sequence), a tile of query
+ *     tokens at a time on tensor cores;
+ *  3. decode (attn_decode.cu): every other token, its keys cut into chunks
+ *     that separate blocks attend in parallel (split-KV), the query heads of
+ *     one kv head in one block;
+ *  4. combine (attn_decode.cu): the chunks' partials of a token merged by
+ *     their log-sum-exps into its output.
+ * Which kernel takes a token is decided on the device from the metadata by
+ * the same predicate in every kernel (attn_in_run), and how a token's keys
+ * are chunked depends only on its position and the launch's chunk count
+ * (attn_chunking), which the host derives from the launch configuration
+ * alone: so a replayed graph and an eager step give the same bits. */
+#ifndef REEL_OPS_CUDA_ATTENTION_CUH
+#define REEL_OPS_CUDA_ATTENTION_CUH
+
+#include "ops/cuda/common.cuh"
+
+namespace reel_cu {
+
+typedef struct attn_geom {
+    int64_t h, hkv, dh, bs, nblocks, kvrow, qrow, group;
+    float scale;
+    int32_t bs_shift; /* log2(bs) when bs is a power of two, else -1 */
+} attn_geom;
+
+/* Key position j's block index and offset in it, without a division for
+ * power-of-two block sizes. */
+__device__ __forceinline__ int32_t attn_blk(const attn_geom &g, int32_t j)
+{
+    return g.bs_shift >= 0 ? j >> g.bs_shift : j / (int32_t)g.bs;
+}
+
+__device__ __forceinline__ int32_t attn_in_blk(const attn_geom &g, int32_t j)
+{
+    return g.bs_shift >= 0 ? j & (int32_t)(g.bs - 1) : j % (int32_t)g.bs;
+}
+
+attn_geom attn_geom_of(const reel_launch *l);
+
+/* The token-level guard of the host reference, without the block-table
+ * walk: 1 valid, 0 padding (sequence -1: zeros, not reported), -1 a breach
+ * (zeros and REEL_E_LIMIT). */
+__device__ __forceinline__ int attn_token_ok(const reel_meta_view &m, const attn_geom &g, int64_t t, int32_t *seq,
+                                             int32_t *pos)
+{
+    int32_t s = m.token_seq[t];
+    int32_t p = m.positions[t];
+    *seq = s;
+    *pos = p;
+    if (s == -1)
+        return 0;
+    if (s < 0 || s >= m.max_seqs)
+        return -1;
+    int32_t ctx = m.context_lens[s];
+    return ctx <= m.max_context && p >= 0 && p < ctx && p / g.bs < m.max_blocks ? 1 : -1;
+}
+
+/* Is token t part of a multi-token run (a neighbour of the same, real
+ * sequence)? Those tokens go to the prefill kernel when it runs. */
+__device__ __forceinline__ bool attn_in_run(const reel_meta_view &m, int64_t t, int64_t rows)
+{
+    int32_t s = m.token_seq[t];
+    if (s == -1)
+        return false;
+    return (t > 0 && m.token_seq[t - 1] == s) || (t + 1 < rows && m.token_seq[t + 1] == s);
+}
+
+/* Split-KV: a token at position p has n = p + 1 keys, cut into chunks of
+ * len keys (a multiple of ATTN_CHUNK_ALIGN, at least ATTN_MIN_CHUNK) so that
+ * at most nchunks are used; returns how many are. */
+enum { ATTN_MIN_CHUNK = 64, ATTN_CHUNK_ALIGN = 64 };
+
+__host__ __device__ __forceinline__ int attn_chunking(int32_t p, int nchunks, int32_t *len)
+{
+    int32_t n = p + 1;
+    int32_t l = (n + nchunks - 1) / nchunks;
+    l = (l + ATTN_CHUNK_ALIGN - 1) / ATTN_CHUNK_ALIGN * ATTN_CHUNK_ALIGN;
+    if (l < ATTN_MIN_CHUNK)
+        l = ATTN_MIN_CHUNK;
+    *len = l;
+    return (int)((n + l - 1) / l);
+}
+
+/* A chunk whose block table breaches the limits writes this bit pattern as
+ * its log-sum-exp (a NaN no arithmetic produces): the combine gives the
+ * token zeros. */
+#define REEL_ATTN_BAD_LSE 0x7fbad000u
+
+/* The partials' workspace (out[1]): slot-major, each slot H*Dh outputs then
+ * H log-sum-exps (base 2). */
+__host__ __device__ __forceinline__ int64_t attn_ws_slot_floats(const attn_geom &g)
+{
+    return g.qrow + g.h;
+}
+
+/* Launchers (attn_decode.cu, attn_prefill.cu); each returns the launch's
+ * cudaError_t. */
+int attn_decode_chunks(const reel_backend *be, const attn_geom &g, int64_t rows, int32_t max_context);
+bool attn_decode_supports(reel_dtype dt, int64_t dh);
+cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
+                               bool skip_runs);
+bool attn_prefill_supports(reel_dtype dt, int64_t dh);
+cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g);
+
+} /* namespace reel_cu */
+
+#endif

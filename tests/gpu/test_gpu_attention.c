@@ -1,0 +1,286 @@
+/* The fast paged attention (cuda.paged_attention: split-KV decode, tensor-
+ * core prefill, the combine) against the host reference, over the shapes
+ * reel promises: f32/f16/bf16, head dims 64 and 128, GQA 1, 4 and 8, block
+ * sizes 16 and 32, contexts 1 to 8191, batches 1 to 64, prefill runs and
+ * mixed batches; every guard of the reference; determinism. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/gpu/oprun.h"
+#include "backend/ctx.h"
+#include "tests/core/opts.h"
+
+static reel_ctx *hctx, *cctx;
+static uint64_t seed;
+static gt_rng rng;
+
+static void setup(void)
+{
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &hctx), REEL_OK);
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &cctx), REEL_OK,
+                 "cuda context: %s", cctx ? reel_ctx_last_error(cctx) : "no context");
+    seed = gt_fresh_seed();
+    rng.s = seed;
+}
+
+static void teardown(void)
+{
+    reel_ctx_destroy(cctx);
+    reel_ctx_destroy(hctx);
+}
+
+static const reel_dtype dts[3] = {REEL_F32, REEL_F16, REEL_BF16};
+
+enum { MAXS = 80 };
+
+/* A batch: sequence s has qlen[s] query tokens, its last ones, ending at
+ * context ctx[s]; tokens sequence after sequence, then npad padding tokens. */
+typedef struct acase {
+    int h, hkv, dh, bs;
+    int nseq, npad; /* 1 .. MAXS, >= 0 */
+    int32_t qlen[MAXS], ctx[MAXS];
+    /* built */
+    gt_meta m;
+    int32_t *pos, *slot, *tseq, *ctxs, *bt;
+    int64_t t, nblocks;
+} acase;
+
+static void build(acase *c, int32_t max_context)
+{
+    cr_assert(c->nseq > 0 && c->nseq <= MAXS);
+    c->t = c->npad;
+    int32_t maxb = 1;
+    c->nblocks = 0;
+    for (int s = 0; s < c->nseq; s++) {
+        c->t += c->qlen[s];
+        int32_t nb = (c->ctx[s] + c->bs - 1) / c->bs;
+        maxb = nb > maxb ? nb : maxb;
+        c->nblocks += nb;
+    }
+    c->nblocks += 3; /* spare blocks nobody's table names */
+    int32_t mb = maxb + 1;
+    c->pos = calloc((size_t)c->t, sizeof(int32_t));
+    c->slot = calloc((size_t)c->t, sizeof(int32_t));
+    c->tseq = calloc((size_t)c->t, sizeof(int32_t));
+    c->ctxs = calloc((size_t)(c->nseq & 0xff), sizeof(int32_t));
+    c->bt = calloc((size_t)c->nseq * (size_t)mb, sizeof(int32_t));
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)c->nblocks);
+    for (int64_t i = 0; i < c->nblocks; i++)
+        perm[i] = (int32_t)i;
+    for (int64_t i = c->nblocks - 1; i > 0; i--) {
+        int64_t j = gt_int(&rng, 0, i);
+        int32_t x = perm[i];
+        perm[i] = perm[j];
+        perm[j] = x;
+    }
+    int64_t at = 0, tok = 0;
+    for (int s = 0; s < c->nseq; s++) {
+        c->ctxs[s] = c->ctx[s];
+        int32_t nb = (c->ctx[s] + c->bs - 1) / c->bs;
+        for (int32_t b = 0; b < mb; b++)
+            c->bt[(int64_t)s * mb + b] = b < nb ? perm[at + b] : -1;
+        at += nb;
+        for (int32_t i = 0; i < c->qlen[s]; i++, tok++) {
+            int32_t p = c->ctx[s] - c->qlen[s] + i;
+            c->tseq[tok] = s;
+            c->pos[tok] = p;
+            c->slot[tok] = c->bt[(int64_t)s * mb + p / c->bs] * c->bs + p % c->bs;
+        }
+    }
+    for (; tok < c->t; tok++) {
+        c->tseq[tok] = -1;
+        c->slot[tok] = -1;
+    }
+    free(perm);
+    c->m = (gt_meta){c->pos, c->slot, c->tseq, c->ctxs, c->bt, c->nseq, mb, max_context};
+}
+
+static void case_free(acase *c)
+{
+    free(c->pos);
+    free(c->slot);
+    free(c->tseq);
+    free(c->ctxs);
+    free(c->bt);
+}
+
+static gt_op op_of(reel_dtype dt, const acase *c)
+{
+    gt_op op;
+    memset(&op, 0, sizeof op);
+    op.op = REEL_OP_PAGED_ATTENTION;
+    op.rows = c->t;
+    op.nin = 5;
+    op.nout = 2;
+    op.attrs.attn.p = (reel_attn_params){c->h, c->hkv, c->dh, c->bs, 0.0f};
+    op.attrs.attn.p.scale = 1.0f / sqrtf((float)c->dh);
+    int64_t t = c->t, qw = (int64_t)c->h * c->dh, kw = (int64_t)c->hkv * c->dh;
+    op.in[0] = gt_shape(dt, true, 2, (int64_t[]){t, qw});
+    op.in[1] = gt_shape(dt, true, 2, (int64_t[]){t, kw});
+    op.in[2] = op.in[1];
+    op.in[3] = gt_shape(dt, false, 4, (int64_t[]){c->nblocks, c->bs, c->hkv, c->dh});
+    op.in[4] = op.in[3];
+    op.out[0] = op.in[0];
+    op.out[1] = gt_shape(REEL_F32, false, 2, (int64_t[]){REEL_ATTN_SPLIT_SLOTS, qw + c->h});
+    op.scratch[1] = true;
+    int64_t cache = c->nblocks * c->bs * kw;
+    op.data[0] = gt_random(&rng, dt, t * qw, -1, 1);
+    op.data[1] = gt_random(&rng, dt, t * kw, -1, 1);
+    op.data[2] = gt_random(&rng, dt, t * kw, -1, 1);
+    op.data[3] = gt_random(&rng, dt, cache, -1, 1); /* the history, already cached */
+    op.data[4] = gt_random(&rng, dt, cache, -1, 1);
+    op.inout[3] = op.inout[4] = true;
+    op.meta = &c->m;
+    return op;
+}
+
+static void run_case(acase *c, reel_dtype dt, int32_t max_context, const char *what)
+{
+    build(c, max_context);
+    gt_op op = op_of(dt, c);
+    char w[160];
+    snprintf(w, sizeof w, "%s (%s, H %d/%d, dh %d, bs %d, %lld tokens)", what, reel_dtype_name(dt), c->h, c->hkv,
+             c->dh, c->bs, (long long)c->t);
+    gt_check_impl(hctx, cctx, &op, "cuda.paged_attention", seed, w);
+    gt_op_free_data(&op);
+    case_free(c);
+}
+
+static const int gqas[3] = {1, 4, 8};
+
+/* Decode batches: one query token per sequence, contexts that cross chunk
+ * and block edges. */
+Test(gpu_attention, decode_matches_host, .init = setup, .fini = teardown, .timeout = 240)
+{
+    static const int32_t ctxs[8] = {1, 15, 16, 17, 127, 2048, 300, 64};
+    for (int d = 0; d < 3; d++)
+        for (int hd = 64; hd <= 128; hd *= 2)
+            for (int gq = 0; gq < 3; gq++)
+                for (int bs = 16; bs <= 32; bs *= 2) {
+                    acase c = {.h = 8, .hkv = 8 / gqas[gq], .dh = hd, .bs = bs, .nseq = 8, .npad = 1};
+                    for (int s = 0; s < 8; s++) {
+                        c.qlen[s] = 1;
+                        c.ctx[s] = ctxs[(s + gq + bs / 16) % 8];
+                    }
+                    run_case(&c, dts[d], 4096, "decode");
+                }
+}
+
+Test(gpu_attention, decode_batch_1_long_context_and_batch_64, .init = setup, .fini = teardown, .timeout = 240)
+{
+    for (int d = 0; d < 3; d++) {
+        acase one = {.h = 8, .hkv = 2, .dh = 128, .bs = 16, .nseq = 1};
+        one.qlen[0] = 1;
+        one.ctx[0] = 8191;
+        run_case(&one, dts[d], 8192, "decode at 8191");
+        acase many = {.h = 4, .hkv = 4, .dh = 64, .bs = 32, .nseq = 64, .npad = 0};
+        for (int s = 0; s < 64; s++) {
+            many.qlen[s] = 1;
+            many.ctx[s] = (int32_t)gt_int(&rng, 1, 600);
+        }
+        run_case(&many, dts[d], 1024, "decode batch 64");
+    }
+}
+
+/* Mixed batches: a fresh prefill, a chunked prefill over cached history,
+ * decodes, a two-token run, padding. */
+Test(gpu_attention, mixed_batch_matches_host, .init = setup, .fini = teardown, .timeout = 240)
+{
+    for (int d = 0; d < 3; d++)
+        for (int hd = 64; hd <= 128; hd *= 2)
+            for (int gq = 0; gq < 3; gq++)
+                for (int bs = 16; bs <= 32; bs *= 2) {
+                    acase c = {.h = 8, .hkv = 8 / gqas[gq], .dh = hd, .bs = bs, .nseq = 6, .npad = 3};
+                    int32_t q[6] = {100, 1, 37, 2, 1, 70}, x[6] = {100, 2048, 300, 17, 1, 127};
+                    memcpy(c.qlen, q, sizeof q);
+                    memcpy(c.ctx, x, sizeof x);
+                    run_case(&c, dts[d], 4096, "mixed");
+                }
+}
+
+Test(gpu_attention, long_prefills_match_host, .init = setup, .fini = teardown, .timeout = 240)
+{
+    for (int d = 1; d < 3; d++) {
+        acase a = {.h = 2, .hkv = 1, .dh = 128, .bs = 16, .nseq = 1};
+        a.qlen[0] = 512;
+        a.ctx[0] = 2048;
+        run_case(&a, dts[d], 4096, "prefill 512 over 2048");
+        acase b = {.h = 2, .hkv = 2, .dh = 64, .bs = 32, .nseq = 1};
+        b.qlen[0] = 2048;
+        b.ctx[0] = 2048;
+        run_case(&b, dts[d], 4096, "prefill 2048");
+    }
+}
+
+/* Every guard of the reference, on a decode token split into many chunks
+ * (the bad block in a late chunk) and on a prefill run. */
+Test(gpu_attention, guards_match_host, .init = setup, .fini = teardown, .timeout = 240)
+{
+    for (int d = 0; d < 3; d++)
+        for (int breach = 0; breach < 6; breach++) {
+            acase c = {.h = 4, .hkv = 2, .dh = 64, .bs = 16, .nseq = 3, .npad = 2};
+            int32_t q[3] = {1, 40, 1}, x[3] = {3000, 200, 50};
+            memcpy(c.qlen, q, sizeof q);
+            memcpy(c.ctx, x, sizeof x);
+            build(&c, 4096);
+            int32_t mb = c.m.max_blocks;
+            switch (breach) {
+            case 0: c.ctxs[0] = 4097; break;                 /* a context past max_context */
+            case 1: c.slot[3] = (int32_t)(c.nblocks * c.bs); break; /* a slot outside the cache */
+            case 2: c.bt[0 * mb + 150] = -1; break;          /* a hole late in a long decode */
+            case 3: c.bt[1 * mb + 11] = (int32_t)c.nblocks; break; /* a block past the cache in a run */
+            case 4: c.pos[c.t - 3] = 60; break;              /* a position past its context */
+            default: c.tseq[1] = 7; break;                   /* a sequence past max_seqs, in a run */
+            }
+            gt_op op = op_of(dts[d], &c);
+            char w[64];
+            snprintf(w, sizeof w, "guard %d (%s)", breach, reel_dtype_name(dts[d]));
+            gt_check_impl(hctx, cctx, &op, "cuda.paged_attention", seed, w);
+            gt_op_free_data(&op);
+            case_free(&c);
+        }
+}
+
+/* The same launch twice gives the same bits (chunking depends on the launch,
+ * never on timing). */
+Test(gpu_attention, deterministic, .init = setup, .fini = teardown)
+{
+    const reel_op_impl *impl = gt_cuda_impl("cuda.paged_attention");
+    for (int d = 1; d < 3; d++) {
+        acase c = {.h = 8, .hkv = 1, .dh = 128, .bs = 16, .nseq = 3, .npad = 1};
+        int32_t q[3] = {1, 65, 1}, x[3] = {5000, 400, 33};
+        memcpy(c.qlen, q, sizeof q);
+        memcpy(c.ctx, x, sizeof x);
+        build(&c, 8192);
+        gt_op op = op_of(dts[d], &c);
+        gt_result a, b;
+        cr_assert_eq(gt_run(cctx->be, impl, &op, &a), REEL_OK);
+        cr_assert_eq(gt_run(cctx->be, impl, &op, &b), REEL_OK);
+        size_t bytes = reel_shape_bytes(&op.out[0], op.rows);
+        cr_assert(memcmp(a.out[0], b.out[0], bytes) == 0, "two runs differ (%s)", reel_dtype_name(dts[d]));
+        gt_result_free(&a);
+        gt_result_free(&b);
+        gt_op_free_data(&op);
+        case_free(&c);
+    }
+}
+
+/* Head dims the fast kernels are not built for take the reference impl. */
+Test(gpu_attention, other_head_dims_take_the_reference, .init = setup, .fini = teardown)
+{
+    acase c = {.h = 4, .hkv = 2, .dh = 40, .bs = 16, .nseq = 2, .npad = 1};
+    int32_t q[2] = {3, 1}, x[2] = {30, 90};
+    memcpy(c.qlen, q, sizeof q);
+    memcpy(c.ctx, x, sizeof x);
+    build(&c, 128);
+    gt_op op = op_of(REEL_BF16, &c);
+    const reel_op_impl *sel = reel_registry_select(REEL_BACKEND_CUDA, op.op, op.in, op.nin, op.out, &op.attrs,
+                                                   &cctx->be->caps);
+    cr_assert_str_eq(sel->name, "cuda.paged_attention.ref");
+    gt_check_impl(hctx, cctx, &op, "cuda.paged_attention.ref", seed, "dh 40");
+    gt_op_free_data(&op);
+    case_free(&c);
+}
