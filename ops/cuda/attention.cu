@@ -225,7 +225,7 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     if (prefill)
         e = attn_prefill_launch(l, st, g);
     if (e == cudaSuccess)
-        e = attn_decode_launch(l, st, g, attn_decode_chunks(be, g, l->rows, l->meta->max_context), prefill);
+        e = attn_decode_launch(l, st, g, attn_decode_chunks(be, g, dt, l->rows, l->meta->max_context), prefill);
     return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
 }
 

@@ -97,12 +97,19 @@ __host__ __device__ __forceinline__ int64_t attn_ws_slot_floats(const attn_geom 
     return g.qrow + g.h;
 }
 
-/* Launchers (attn_decode.cu, attn_prefill.cu); each returns the launch's
- * cudaError_t. */
-int attn_decode_chunks(const reel_backend *be, const attn_geom &g, int64_t rows, int32_t max_context);
+/* Launchers (attn_decode.cu, attn_decode_mma.cu, attn_prefill.cu); each
+ * returns the launch's cudaError_t. attn_decode_launch picks the
+ * tensor-core decode where it is built for the dtype and head dim, the
+ * CUDA-core one elsewhere, then the combine. */
+int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
+                       int32_t max_context);
 bool attn_decode_supports(reel_dtype dt, int64_t dh);
 cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
                                bool skip_runs);
+bool attn_decode_mma_supports(reel_dtype dt, int64_t dh);
+int attn_decode_mma_group(void);
+cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
+                                   bool skip_runs);
 bool attn_prefill_supports(reel_dtype dt, int64_t dh);
 cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g);
 

@@ -323,9 +323,13 @@ bool attn_decode_supports(reel_dtype dt, int64_t dh)
            (dh == 64 || dh == 128 || (dh == 256 && dh / vec <= 32));
 }
 
-int attn_decode_chunks(const reel_backend *be, const attn_geom &g, int64_t rows, int32_t max_context)
+/* The chunk count of a launch: a function of the launch alone (rows, the
+ * heads a block takes, the device's SM count, the plan's max_context), so
+ * replay and eager chunk alike (docs/attention.md). */
+int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
+                       int32_t max_context)
 {
-    int64_t G = head_group(g);
+    int64_t G = attn_decode_mma_supports(dt, g.dh) ? attn_decode_mma_group() : head_group(g);
     int64_t units = rows * g.hkv * ((g.group + G - 1) / G);
     int64_t sms = be->caps.sm_count > 0 ? be->caps.sm_count : 132;
     int64_t n = (4 * sms + units - 1) / units;
@@ -338,6 +342,14 @@ int attn_decode_chunks(const reel_backend *be, const attn_geom &g, int64_t rows,
     return n < 1 ? 1 : (int)n;
 }
 
+template <typename T>
+static void combine_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip)
+{
+    if (nchunks > 1)
+        attn_combine_kernel<T><<<(unsigned)(l->rows * g.h), DEC_THREADS, 0, st>>>(
+            (T *)l->out[0], (const float *)l->out[1], *l->meta, g, l->rows, nchunks, skip);
+}
+
 template <typename T, int DH, int G>
 static cudaError_t decode_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip)
 {
@@ -348,9 +360,6 @@ static cudaError_t decode_run(const reel_launch *l, cudaStream_t st, const attn_
     attn_decode_kernel<T, DH, G, U><<<grid, DEC_THREADS, 0, st>>>(
         (const T *)l->in[0], (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows,
         nchunks, hsplit, skip);
-    if (nchunks > 1)
-        attn_combine_kernel<T><<<(unsigned)(l->rows * g.h), DEC_THREADS, 0, st>>>((T *)l->out[0], ws, *l->meta, g, l->rows,
-                                                                          nchunks, skip);
     return cudaSuccess;
 }
 
@@ -387,7 +396,13 @@ cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn
                                bool skip_runs)
 {
     cudaError_t e = cudaSuccess;
-    REEL_CU_DISPATCH(l->in_shape[0].dtype, e = decode_t<T>(l, st, g, nchunks, skip_runs));
+    reel_dtype dt = l->in_shape[0].dtype;
+    if (attn_decode_mma_supports(dt, g.dh))
+        e = attn_decode_mma_launch(l, st, g, nchunks, skip_runs);
+    else
+        REEL_CU_DISPATCH(dt, e = decode_t<T>(l, st, g, nchunks, skip_runs));
+    if (e == cudaSuccess)
+        REEL_CU_DISPATCH(dt, combine_run<T>(l, st, g, nchunks, skip_runs));
     return e;
 }
 

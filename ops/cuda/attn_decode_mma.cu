@@ -1,0 +1,319 @@
+/* Split-KV decode on tensor cores (f16/bf16, head dims 64 and 128): the
+ * same work split, chunking, guards and partials as attn_decode.cu, with
+ * the query heads of one kv head as the rows of an m16n8k16 tile (up to 16
+ * heads a block; GQA 8 fills half the rows, which costs nothing in a
+ * kernel bound by the K/V stream).
+ *
+ * A block takes one (token, kv head, head group, chunk). The chunk's keys
+ * come through the block table in tiles of DM_BN keys, staged in shared
+ * memory by cp.async two tiles deep, so the next tile is in flight while
+ * this one is computed; each warp takes 16 keys of every tile (S = Q K^T,
+ * online softmax in base 2, O += P V) and the four warps' states are merged
+ * in shared memory in warp order at the end. The chunk's block ids are
+ * checked once before the first load. */
+#include <atomic>
+
+#include "ops/cuda/attention.cuh"
+#include "ops/cuda/mma.cuh"
+
+namespace reel_cu {
+
+enum { DM_BN = 64, DM_WARPS = 4, DM_THREADS = DM_WARPS * 32, DM_PAD = 8, DM_ROWS = 16 };
+
+template <typename T, int DH> static constexpr size_t dm_stage_bytes()
+{
+    return sizeof(T) * 2 * 2 * DM_BN * (DH + DM_PAD); /* 2 stages of K and V */
+}
+
+template <typename T, int DH> static constexpr size_t dm_merge_bytes()
+{
+    return sizeof(float) * DM_WARPS * DM_ROWS * (DH + 2);
+}
+
+template <typename T, int DH> static constexpr size_t dm_smem()
+{
+    return dm_stage_bytes<T, DH>() > dm_merge_bytes<T, DH>() ? dm_stage_bytes<T, DH>() : dm_merge_bytes<T, DH>();
+}
+
+template <typename T, int DH>
+__global__ void __launch_bounds__(DM_THREADS)
+    attn_decode_mma_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
+                           T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g,
+                           int64_t rows, int nchunks, int hsplit, bool skip_runs)
+{
+    constexpr int LD = DH + DM_PAD;
+    constexpr int KSTEPS = DH / 16, DTILES = DH / 8, CPR = DH / 8;
+    extern __shared__ __align__(16) unsigned char dm_smem_raw[];
+    T(*ks_all)[DM_BN * LD] = (T(*)[DM_BN * LD])dm_smem_raw;
+    T(*vs_all)[DM_BN * LD] = (T(*)[DM_BN * LD])(dm_smem_raw + sizeof(T) * 2 * DM_BN * LD);
+    float *mrg = (float *)dm_smem_raw; /* after the loop: [warp][row][DH + 2] */
+
+    const int64_t ny = g.hkv * hsplit;
+    const int64_t y = blockIdx.x % ny, tc = blockIdx.x / ny;
+    const int64_t t = tc / nchunks;
+    const int c = (int)(tc % nchunks);
+    const int64_t kvh = y / hsplit;
+    const int hs = (int)(y % hsplit);
+    const int64_t h0 = kvh * g.group + (int64_t)hs * DM_ROWS;
+    const int nh = (int)min((int64_t)DM_ROWS, g.group - (int64_t)hs * DM_ROWS);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int gi = lane >> 2, ti = lane & 3;
+
+    if (skip_runs && attn_in_run(m, t, rows))
+        return;
+    int32_t s, p;
+    const int ok = attn_token_ok(m, g, t, &s, &p);
+    int32_t clen = 0;
+    const int nact = ok == 1 ? attn_chunking(p, nchunks, &clen) : 1;
+    if (c >= nact)
+        return;
+    T *orow = out + t * g.qrow + h0 * DH;
+    if (ok != 1) {
+        for (int i = threadIdx.x; i < nh * DH; i += DM_THREADS)
+            orow[i] = from_f<T>(0.0f);
+        if (ok < 0 && threadIdx.x == 0)
+            report(&m, REEL_E_LIMIT);
+        return;
+    }
+    const int32_t k0 = c * clen, k1 = min(p + 1, k0 + clen);
+    const int32_t *bt = m.block_tables + (int64_t)s * m.max_blocks;
+    const int32_t bs = (int32_t)g.bs;
+
+    /* The chunk's block ids, checked before any is used. */
+    int mybad = 0;
+    for (int32_t b = attn_blk(g, k0) + threadIdx.x; b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
+        int32_t blk = bt[b];
+        mybad |= blk < 0 || blk >= g.nblocks;
+    }
+    if (__syncthreads_or(mybad)) {
+        if (threadIdx.x == 0)
+            report(&m, REEL_E_LIMIT);
+        if (nact == 1) {
+            for (int i = threadIdx.x; i < nh * DH; i += DM_THREADS)
+                orow[i] = from_f<T>(0.0f);
+        } else if (threadIdx.x < nh) {
+            float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
+            slot[g.qrow + h0 + threadIdx.x] = __uint_as_float(REEL_ATTN_BAD_LSE);
+        }
+        return;
+    }
+
+    auto load_tile = [&](int32_t kt, int stage) {
+        T *ks = ks_all[stage], *vs = vs_all[stage];
+        for (int i = threadIdx.x; i < DM_BN * CPR; i += DM_THREADS) {
+            int r = i / CPR, part = i % CPR;
+            int32_t j = kt + r;
+            const T *ksrc = kc, *vsrc = vc;
+            int bytes = 0;
+            if (j < k1) {
+                int64_t row = ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
+                ksrc = kc + row;
+                vsrc = vc + row;
+                bytes = 16;
+            }
+            cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
+            cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
+        }
+        cp_async_commit();
+    };
+    const int ntiles = (k1 - k0 + DM_BN - 1) / DM_BN;
+    load_tile(k0, 0);
+
+    /* Rows gi and gi + 8 are heads h0 + gi and h0 + gi + 8. */
+    uint32_t qf[KSTEPS][4];
+    {
+        const bool in0 = gi < nh, in1 = gi + 8 < nh;
+        const T *q0 = q + t * g.qrow + (h0 + gi) * DH, *q1 = q0 + 8 * DH;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+            int d = kk * 16 + ti * 2;
+            qf[kk][0] = in0 ? *(const uint32_t *)(q0 + d) : 0u;
+            qf[kk][1] = in1 ? *(const uint32_t *)(q1 + d) : 0u;
+            qf[kk][2] = in0 ? *(const uint32_t *)(q0 + d + 8) : 0u;
+            qf[kk][3] = in1 ? *(const uint32_t *)(q1 + d + 8) : 0u;
+        }
+    }
+    const float qscale = g.scale * 1.4426950408889634f;
+    float o[DTILES][4];
+#pragma unroll
+    for (int n = 0; n < DTILES; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+    for (int it = 0; it < ntiles; it++) {
+        const int32_t kt = k0 + it * DM_BN;
+        if (it + 1 < ntiles)
+            load_tile(kt + DM_BN, (it + 1) & 1);
+        else
+            cp_async_commit();
+        cp_async_wait_1();
+        __syncthreads();
+        const T *ks = ks_all[it & 1], *vs = vs_all[it & 1];
+        const int32_t kw = kt + warp * 16; /* this warp's 16 keys */
+        if (kw < k1) {
+            float sc[2][4];
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+                sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                uint32_t b[4];
+                int key = warp * 16 + (lane >> 4) * 8 + (lane & 7);
+                int dim = kk * 16 + ((lane >> 3) & 1) * 8;
+                ldsm_x4(b, &ks[key * LD + dim]);
+                mma_op<T>::run(sc[0], qf[kk], b);
+                mma_op<T>::run(sc[1], qf[kk], b + 2);
+            }
+            float mx0 = m0, mx1 = m1;
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    bool live = kw + n * 8 + ti * 2 + e < k1;
+                    sc[n][e] = live ? sc[n][e] * qscale : -INFINITY;
+                    sc[n][2 + e] = live ? sc[n][2 + e] * qscale : -INFINITY;
+                    mx0 = fmaxf(mx0, sc[n][e]);
+                    mx1 = fmaxf(mx1, sc[n][2 + e]);
+                }
+            }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            /* The warp's first key is live, so mx0 and mx1 are finite. */
+            float c0 = exp2f(m0 - mx0), c1 = exp2f(m1 - mx1);
+            m0 = mx0;
+            m1 = mx1;
+            l0 *= c0;
+            l1 *= c1;
+#pragma unroll
+            for (int n = 0; n < DTILES; n++) {
+                o[n][0] *= c0;
+                o[n][1] *= c0;
+                o[n][2] *= c1;
+                o[n][3] *= c1;
+            }
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                sc[n][0] = exp2f(sc[n][0] - mx0);
+                sc[n][1] = exp2f(sc[n][1] - mx0);
+                sc[n][2] = exp2f(sc[n][2] - mx1);
+                sc[n][3] = exp2f(sc[n][3] - mx1);
+                l0 += sc[n][0] + sc[n][1];
+                l1 += sc[n][2] + sc[n][3];
+            }
+            uint32_t a[4];
+            a[0] = mma_op<T>::pack2(sc[0][0], sc[0][1]);
+            a[1] = mma_op<T>::pack2(sc[0][2], sc[0][3]);
+            a[2] = mma_op<T>::pack2(sc[1][0], sc[1][1]);
+            a[3] = mma_op<T>::pack2(sc[1][2], sc[1][3]);
+#pragma unroll
+            for (int n = 0; n < DTILES; n += 2) {
+                uint32_t b[4];
+                int key = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+                int dim = (n + (lane >> 4)) * 8;
+                ldsm_x4_t(b, &vs[key * LD + dim]);
+                mma_op<T>::run(o[n], a, b);
+                mma_op<T>::run(o[n + 1], a, b + 2);
+            }
+        }
+        __syncthreads(); /* the next prefetch reuses this stage */
+    }
+
+    /* Merge the warps: each writes its rows' (O, m, l); fixed order below. */
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float *mw = mrg + (size_t)warp * DM_ROWS * (DH + 2);
+#pragma unroll
+    for (int n = 0; n < DTILES; n++) {
+        int d = n * 8 + ti * 2;
+        mw[gi * (DH + 2) + d] = o[n][0];
+        mw[gi * (DH + 2) + d + 1] = o[n][1];
+        mw[(gi + 8) * (DH + 2) + d] = o[n][2];
+        mw[(gi + 8) * (DH + 2) + d + 1] = o[n][3];
+    }
+    if (ti == 0) {
+        mw[gi * (DH + 2) + DH] = m0;
+        mw[gi * (DH + 2) + DH + 1] = l0;
+        mw[(gi + 8) * (DH + 2) + DH] = m1;
+        mw[(gi + 8) * (DH + 2) + DH + 1] = l1;
+    }
+    __syncthreads();
+    float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
+    for (int x = threadIdx.x; x < nh * DH; x += DM_THREADS) {
+        int r = x / DH, d = x % DH;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DM_WARPS; w++)
+            M = fmaxf(M, mrg[(w * DM_ROWS + r) * (DH + 2) + DH]);
+        float L = 0.0f, acc = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DM_WARPS; w++) {
+            const float *row = mrg + (w * DM_ROWS + r) * (DH + 2);
+            float mv = row[DH];
+            float f = mv == -INFINITY ? 0.0f : exp2f(mv - M);
+            L += row[DH + 1] * f;
+            acc += row[d] * f;
+        }
+        if (nact == 1) {
+            orow[x] = from_f<T>(acc / L);
+        } else {
+            slot[(h0 + r) * DH + d] = acc / L;
+            if (d == 0)
+                slot[g.qrow + h0 + r] = M + log2f(L);
+        }
+    }
+}
+
+bool attn_decode_mma_supports(reel_dtype dt, int64_t dh)
+{
+    return (dt == REEL_F16 || dt == REEL_BF16) && (dh == 64 || dh == 128);
+}
+
+int attn_decode_mma_group(void)
+{
+    return DM_ROWS;
+}
+
+/* The shared-memory opt-in past 48 KB, once per kernel, at its first launch
+ * (a warm-up before any capture). */
+template <typename T, int DH> static cudaError_t dm_opt_in()
+{
+    static std::atomic<int> done(0);
+    if (done.load(std::memory_order_acquire))
+        return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(attn_decode_mma_kernel<T, DH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)dm_smem<T, DH>());
+    if (e == cudaSuccess)
+        done.store(1, std::memory_order_release);
+    return e;
+}
+
+template <typename T, int DH>
+static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip)
+{
+    cudaError_t e = dm_opt_in<T, DH>();
+    if (e != cudaSuccess)
+        return e;
+    int hsplit = (int)((g.group + DM_ROWS - 1) / DM_ROWS);
+    dim3 grid((unsigned)(l->rows * nchunks * g.hkv * hsplit));
+    attn_decode_mma_kernel<T, DH><<<grid, DM_THREADS, dm_smem<T, DH>(), st>>>(
+        (const T *)l->in[0], (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], (float *)l->out[1], *l->meta,
+        g, l->rows, nchunks, hsplit, skip);
+    return cudaSuccess;
+}
+
+cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
+                                   bool skip_runs)
+{
+    bool bf = l->in_shape[0].dtype == REEL_BF16;
+    if (g.dh == 64)
+        return bf ? dm_run<__nv_bfloat16, 64>(l, st, g, nchunks, skip_runs)
+                  : dm_run<__half, 64>(l, st, g, nchunks, skip_runs);
+    return bf ? dm_run<__nv_bfloat16, 128>(l, st, g, nchunks, skip_runs)
+              : dm_run<__half, 128>(l, st, g, nchunks, skip_runs);
+}
+
+} /* namespace reel_cu */
