@@ -20,10 +20,10 @@
 
 extern "C" {
 #include "ops/cuda/cuda_ops.h"
-#include "runtime/backend.h"
-#include "runtime/ctx.h"
+#include "backend/backend.h"
+#include "backend/ctx.h"
 }
-#include "runtime/cuda/cuda.h"
+#include "backend/cuda/cuda.h"
 
 #define CK(x)                                                                              \
     do {                                                                                   \
@@ -230,7 +230,8 @@ int main(int argc, char **argv)
     int reps = argc > 1 ? atoi(argv[1]) : 20;
     int only = argc > 2 ? atoi(argv[2]) : -1; /* one point, by its row number (for profiling) */
     reel_ctx *ctx;
-    reel_ctx_opts o = {REEL_VERSION_NUMBER, REEL_BACKEND_CUDA, 0};
+    reel_ctx_opts o = REEL_CTX_OPTS_INIT;
+    o.backend = REEL_BACKEND_CUDA;
     if (reel_ctx_create(&o, &ctx) != REEL_OK) {
         fprintf(stderr, "no CUDA context\n");
         return 1;

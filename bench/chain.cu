@@ -35,7 +35,8 @@
 #include <vector>
 
 #include "reel/reel.h"
-#include "runtime/cuda/cuda.h" /* reel's kernels by hand (the diagnostic rows) */
+#include "backend/cuda/cuda.h" /* reel's kernels by hand (the diagnostic rows) */
+#include "backend/ctx.h"
 extern "C" {
 #include "ops/op.h"
 }

@@ -30,7 +30,8 @@
 #include <vector>
 
 #include "reel/reel.h"
-#include "runtime/cuda/cuda.h"
+#include "backend/cuda/cuda.h"
+#include "backend/ctx.h"
 extern "C" {
 #include "ops/op.h"
 }

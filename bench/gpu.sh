@@ -27,8 +27,8 @@ timeout 240 bash -c "meson setup '$B' -Dcuda=enabled -Dbuildtype=release && ninj
 build_rc=$?
 grep -E "^FAILED|error:" "$OUT/build.log" | head -20
 tail -2 "$OUT/build.log"
-for t in tests/gpu/test_gpu_ops tests/gpu/test_gpu_attention tests/gpu/test_gpu_backend tests/gpu/test_gpu_plan tests/gpu/test_gpu_memory \
-         bench/bench_chain bench/bench_attention; do
+for t in tests/gpu/test_gpu_ops tests/gpu/test_gpu_attention tests/gpu/test_gpu_backend tests/gpu/test_gpu_plan \
+         tests/gpu/test_gpu_replay tests/gpu/test_gpu_memory bench/bench_chain bench/bench_attention; do
     [ -x "$B/$t" ] || { echo "BUILD FAILED: $t missing (ninja exit $build_rc)"; exit 1; }
 done
 [ $build_rc = 0 ] || echo "BUILD INCOMPLETE (ninja exit $build_rc): running what was built"

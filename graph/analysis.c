@@ -1,10 +1,11 @@
 /* Analyses of a built graph: dependency edges, a stable topological order,
- * liveness over a schedule, and validation before compile. */
+ * and validation before compile. */
 #include <stdio.h>
 #include <string.h>
 
 #include "graph/builder.h"
-#include "memory/halloc.h"
+#include "core/csr.h"
+#include "core/halloc.h"
 
 const char *reel_node_desc(const reel_graph *g, int i, char *buf, size_t len)
 {
@@ -15,9 +16,7 @@ const char *reel_node_desc(const reel_graph *g, int i, char *buf, size_t len)
         return buf;
     }
     const reel_node *n = &g->nodes[i];
-    const reel_op_schema *sc = reel_op_schema_get(n->op);
-    snprintf(buf, len, "op '%s' (node %d -> '%s')", sc ? sc->name : "?", i, g->tensors[n->out[0]].name);
-    return buf;
+    return reel_op_node_label(n->op, i, g->tensors[n->out[0]].name, true, buf, len);
 }
 
 /* Adds edge p -> v unless it is a self edge or already among v's edges,
@@ -34,30 +33,31 @@ static void add_edge(int *from, int *to, int *n, int start, int p, int v)
     (*n)++;
 }
 
-reel_status reel_graph_edges(const reel_graph *g, int **from, int **to, int *nedges)
+reel_status reel_dag_edges(const reel_node *nodes, int nnodes, const reel_tinfo *tensors, int ntensors, int extra,
+                           int **from, int **to, int *nedges)
 {
     *from = *to = NULL;
     *nedges = 0;
-    size_t cap = (size_t)g->nnodes * REEL_OP_MAX_IN;
+    size_t cap = (size_t)nnodes * REEL_OP_MAX_IN + (size_t)extra;
     int *f = NULL, *t = NULL, *last = NULL;
     if (cap == 0)
         return REEL_OK;
     f = reel_halloc(cap * sizeof *f);
     t = reel_halloc(cap * sizeof *t);
-    last = reel_halloc((size_t)g->ntensors * sizeof *last); /* last node accessing each state */
+    last = reel_halloc(((size_t)ntensors + 1) * sizeof *last); /* last node accessing each state */
     if (!f || !t || !last)
         goto fail;
-    for (int i = 0; i < g->ntensors; i++)
+    for (int i = 0; i < ntensors; i++)
         last[i] = -1;
     int n = 0;
-    for (int v = 0; v < g->nnodes; v++) {
-        const reel_node *nd = &g->nodes[v];
+    for (int v = 0; v < nnodes; v++) {
+        const reel_node *nd = &nodes[v];
         int start = n;
         for (int i = 0; i < nd->nin; i++) {
             uint32_t id = nd->in[i];
             if (!id)
                 continue;
-            const reel_tinfo *ti = &g->tensors[id];
+            const reel_tinfo *ti = &tensors[id];
             if (ti->kind == REEL_T_ACT)
                 add_edge(f, t, &n, start, ti->producer, v);
             else if (ti->kind == REEL_T_STATE) {
@@ -75,7 +75,14 @@ fail:
     reel_hfree(f);
     reel_hfree(t);
     reel_hfree(last);
-    return reel_seterr(g->ctx, REEL_E_OOM, "graph edges: out of host memory");
+    return REEL_E_OOM;
+}
+
+reel_status reel_graph_edges(const reel_graph *g, int **from, int **to, int *nedges)
+{
+    if (reel_dag_edges(g->nodes, g->nnodes, g->tensors, g->ntensors, 0, from, to, nedges) != REEL_OK)
+        return reel_seterr(reel_ctx_err(g->ctx), REEL_E_OOM, "graph edges: out of host memory");
+    return REEL_OK;
 }
 
 /* Min-heap of node indices: Kahn's with the lowest ready index first keeps
@@ -125,17 +132,12 @@ reel_status reel_graph_topo_order(const reel_graph *g, int *order)
     if (!indeg || !start || !adj || !heap)
         goto fail;
     /* Successor lists in CSR form. */
-    for (int e = 0; e < ne; e++) {
-        start[from[e] + 1]++;
-        indeg[to[e]]++;
-    }
-    for (int v = 0; v < nn; v++)
-        start[v + 1] += start[v];
     for (int e = 0; e < ne; e++)
-        adj[start[from[e]]++] = to[e];
-    for (int v = nn; v > 0; v--)
-        start[v] = start[v - 1];
-    start[0] = 0;
+        indeg[to[e]]++;
+    reel_csr_count(start, from, ne);
+    reel_csr_offsets(start, nn);
+    reel_csr_place(start, from, to, ne, adj);
+    reel_csr_restore(start, nn);
     int nh = 0, done = 0;
     for (int v = 0; v < nn; v++)
         if (indeg[v] == 0)
@@ -152,14 +154,14 @@ reel_status reel_graph_topo_order(const reel_graph *g, int *order)
         while (indeg[stuck] == 0)
             stuck++;
         char d[128];
-        st = reel_seterr(g->ctx, REEL_E_INVALID_ARG, "graph has a cycle through %s",
+        st = reel_seterr(reel_ctx_err(g->ctx), REEL_E_INVALID_ARG, "graph has a cycle through %s",
                          reel_node_desc(g, stuck, d, sizeof d));
         goto fail;
     }
     st = REEL_OK;
 fail:
     if (st == REEL_E_OOM)
-        reel_seterr(g->ctx, st, "topological order: out of host memory");
+        reel_seterr(reel_ctx_err(g->ctx), st, "topological order: out of host memory");
     reel_hfree(from);
     reel_hfree(to);
     reel_hfree(indeg);
@@ -167,35 +169,6 @@ fail:
     reel_hfree(adj);
     reel_hfree(heap);
     return st;
-}
-
-void reel_graph_liveness(const reel_graph *g, const int *order, int *first, int *last)
-{
-    for (int i = 0; i < g->ntensors; i++)
-        first[i] = last[i] = -1;
-    for (int p = 0; p < g->nnodes; p++) {
-        const reel_node *n = &g->nodes[order[p]];
-        for (int i = 0; i < n->nin; i++) {
-            uint32_t id = n->in[i];
-            if (!id)
-                continue;
-            if (first[id] < 0 || (g->tensors[id].kind != REEL_T_ACT && p < first[id]))
-                first[id] = p;
-            if (p > last[id])
-                last[id] = p;
-        }
-        for (int i = 0; i < n->nout; i++) {
-            first[n->out[i]] = p;
-            if (last[n->out[i]] < p)
-                last[n->out[i]] = p;
-        }
-    }
-    for (int o = 0; o < g->noutputs && g->nnodes > 0; o++) {
-        uint32_t id = g->outputs[o].tensor;
-        last[id] = g->nnodes - 1;
-        if (first[id] < 0)
-            first[id] = 0;
-    }
 }
 
 /* The first node (build order) that reads tensor id, -1 if none. */
@@ -211,11 +184,11 @@ static int first_user(const reel_graph *g, uint32_t id)
 static reel_status check_outputs(reel_graph *g)
 {
     if (g->noutputs == 0)
-        return reel_seterr(g->ctx, REEL_E_NO_OUTPUT, "graph has no outputs");
+        return reel_seterr(reel_ctx_err(g->ctx), REEL_E_NO_OUTPUT, "graph has no outputs");
     for (int o = 0; o < g->noutputs; o++) {
         const reel_tinfo *t = &g->tensors[g->outputs[o].tensor];
         if (t->kind != REEL_T_ACT && t->kind != REEL_T_INPUT)
-            return reel_seterr(g->ctx, REEL_E_NO_OUTPUT, "output '%s' is never produced by an op (it is %s '%s')",
+            return reel_seterr(reel_ctx_err(g->ctx), REEL_E_NO_OUTPUT, "output '%s' is never produced by an op (it is %s '%s')",
                                g->outputs[o].name, reel_tensor_kind_name(t->kind), t->name);
     }
     return REEL_OK;
@@ -231,7 +204,7 @@ static reel_status check_params(reel_graph *g)
         char d[128] = "no op";
         if (user >= 0)
             reel_node_desc(g, user, d, sizeof d);
-        return reel_seterr(g->ctx, REEL_E_UNBOUND, "parameter '%s' is neither bound nor deferred (used by %s)",
+        return reel_seterr(reel_ctx_err(g->ctx), REEL_E_UNBOUND, "parameter '%s' is neither bound nor deferred (used by %s)",
                            t->name, d);
     }
     return REEL_OK;
@@ -242,7 +215,7 @@ reel_status reel_graph_validate(reel_graph *g)
     if (!g)
         return REEL_E_INVALID_ARG;
     if (g->err != REEL_OK)
-        return reel_seterr(g->ctx, g->err, "%s", g->errmsg);
+        return reel_seterr(reel_ctx_err(g->ctx), g->err, "%s", g->errmsg);
     reel_status st = check_outputs(g);
     if (st == REEL_OK)
         st = check_params(g);

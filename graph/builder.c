@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "graph/builder.h"
-#include "memory/halloc.h"
+#include "core/halloc.h"
 
 reel_status reel_graph_fail(reel_graph *g, reel_status st, const char *fmt, ...)
 {
@@ -20,7 +20,7 @@ reel_status reel_graph_fail(reel_graph *g, reel_status st, const char *fmt, ...)
         g->err = st;
         memcpy(g->errmsg, msg, sizeof msg);
     }
-    return reel_seterr(g->ctx, st, "%s", msg);
+    return reel_seterr(reel_ctx_err(g->ctx), st, "%s", msg);
 }
 
 bool reel_graph_has(const reel_graph *g, uint32_t id) { return id > 0 && id < (uint32_t)g->ntensors; }
@@ -81,7 +81,7 @@ uint32_t reel_graph_push_tensor(reel_graph *g, const char *name, reel_tensor_kin
 reel_status reel_graph_create(reel_ctx *ctx, reel_graph **out)
 {
     if (!out)
-        return reel_seterr(ctx, REEL_E_INVALID_ARG, "reel_graph_create: out is NULL");
+        return reel_seterr(reel_ctx_err(ctx), REEL_E_INVALID_ARG, "reel_graph_create: out is NULL");
     *out = NULL;
     if (!ctx)
         return REEL_E_INVALID_ARG;
@@ -98,7 +98,7 @@ reel_status reel_graph_create(reel_ctx *ctx, reel_graph **out)
     return REEL_OK;
 fail:
     reel_graph_destroy(g);
-    return reel_seterr(ctx, REEL_E_OOM, "reel_graph_create: out of host memory");
+    return reel_seterr(reel_ctx_err(ctx), REEL_E_OOM, "reel_graph_create: out of host memory");
 }
 
 void reel_graph_destroy(reel_graph *g)

@@ -1,9 +1,9 @@
-/* Internal (L2): the graph IR built through the C API. */
+/* Internal (L3): the graph IR built through the C API. */
 #ifndef REEL_GRAPH_IR_H
 #define REEL_GRAPH_IR_H
 
 #include "ops/op.h"
-#include "runtime/ctx.h"
+#include "backend/ctx.h"
 
 typedef enum reel_tensor_kind {
     REEL_T_INPUT = 0, /* written by the caller before each step */
@@ -63,16 +63,15 @@ const char *reel_node_desc(const reel_graph *g, int i, char *buf, size_t len);
  * Deduplicated. *from and *to are allocated with reel_halloc (free with
  * reel_hfree; NULL when there are no edges). */
 reel_status reel_graph_edges(const reel_graph *g, int **from, int **to, int *nedges);
+/* The same edges over any node array (the executor's copy in schedule
+ * order), with room for `extra` more edges after them; REEL_E_OOM without a
+ * message. */
+reel_status reel_dag_edges(const reel_node *nodes, int nnodes, const reel_tinfo *tensors, int ntensors, int extra,
+                           int **from, int **to, int *nedges);
 
 /* A topological order of the nodes (Kahn's, stable: ties in build order).
  * order has g->nnodes entries. REEL_E_INVALID_ARG on a cycle. */
 reel_status reel_graph_topo_order(const reel_graph *g, int *order);
-
-/* Liveness over a schedule: for each tensor id (arrays of g->ntensors), the
- * index in `order` of its first (production) and last use; -1 if unused.
- * Graph outputs live to the end of the schedule (nnodes - 1). Meant for
- * activations; for other kinds first is the first use. */
-void reel_graph_liveness(const reel_graph *g, const int *order, int *first, int *last);
 
 /* Validates the whole graph for compile: the sticky builder error (its
  * message set again as the context's last error), at least one output,

@@ -4,33 +4,19 @@
 #include <string.h>
 
 #include "memory/checker_internal.h"
-#include "memory/halloc.h"
-#include "runtime/ctx.h"
-
-bool reel_chk_grow(void **arr, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t n = *cap ? *cap * 2 : 16;
-    while (n < need)
-        n *= 2;
-    void *p = reel_hrealloc(*arr, n * elem);
-    if (!p)
-        return false;
-    *arr = p;
-    *cap = n;
-    return true;
-}
+#include "core/grow.h"
+#include "core/halloc.h"
+#include "backend/ctx.h"
 
 reel_status reel_checker_create(reel_ctx *ctx, reel_checker **out)
 {
     if (!out)
-        return reel_seterr(ctx, REEL_E_INVALID_ARG, "checker_create: out is NULL");
+        return reel_seterr(reel_ctx_err(ctx), REEL_E_INVALID_ARG, "checker_create: out is NULL");
     reel_checker *c = reel_hcalloc(1, sizeof *c);
     *out = c;
     if (!c)
-        return reel_seterr(ctx, REEL_E_OOM, "checker_create: out of host memory");
-    c->ctx = ctx;
+        return reel_seterr(reel_ctx_err(ctx), REEL_E_OOM, "checker_create: out of host memory");
+    c->err = reel_ctx_err(ctx);
     c->ns = 1;
     c->skey[0] = REEL_CHECK_HOST;
     return REEL_OK;
@@ -84,7 +70,7 @@ static int reel_chk_issue(reel_checker *c, uint64_t key, const char *what)
 {
     int s = reel_chk_slot(c, key);
     if (s < 0) {
-        reel_seterr(c->ctx, REEL_E_LIMIT, "checker %s: more than %d streams", what, REEL_CHECK_MAX_STREAMS);
+        reel_seterr(c->err, REEL_E_LIMIT, "checker %s: more than %d streams", what, REEL_CHECK_MAX_STREAMS);
         return -1;
     }
     if (s != 0)
@@ -146,10 +132,10 @@ static int64_t reel_chk_event(reel_checker *c, uint64_t key, bool create)
     if ((c->ne + 1) * 2 > c->ecap && !reel_chk_rehash(c))
         return -1;
     size_t cap = c->ne;
-    if (!reel_chk_grow((void **)&c->evc, &cap, c->ne + 1, sizeof *c->evc))
+    if (!reel_grow((void **)&c->evc, &cap, c->ne + 1, sizeof *c->evc))
         return -1;
     cap = c->ne;
-    if (!reel_chk_grow((void **)&c->erec, &cap, c->ne + 1, sizeof *c->erec))
+    if (!reel_grow((void **)&c->erec, &cap, c->ne + 1, sizeof *c->erec))
         return -1;
     size_t h = reel_chk_hash(key) & (c->ecap - 1);
     while (c->eslot[h] >= 0)
@@ -169,7 +155,7 @@ reel_status reel_checker_event_record(reel_checker *c, uint64_t event, uint64_t 
         return REEL_E_LIMIT;
     int64_t e = reel_chk_event(c, event, true);
     if (e < 0)
-        return reel_seterr(c->ctx, REEL_E_OOM, "checker event_record: out of host memory");
+        return reel_seterr(c->err, REEL_E_OOM, "checker event_record: out of host memory");
     memcpy(c->evc[e], c->vc[s], sizeof c->evc[e]);
     c->erec[e] = true;
     c->vc[s][s]++;      /* what follows on s is not part of this record */
@@ -210,7 +196,7 @@ reel_status reel_checker_host_sync(reel_checker *c, uint64_t stream)
     }
     int s = reel_chk_slot(c, stream);
     if (s < 0)
-        return reel_seterr(c->ctx, REEL_E_LIMIT, "checker host_sync: more than %d streams", REEL_CHECK_MAX_STREAMS);
+        return reel_seterr(c->err, REEL_E_LIMIT, "checker host_sync: more than %d streams", REEL_CHECK_MAX_STREAMS);
     reel_chk_join(c->vc[0], c->vc[s]);
     return REEL_OK;
 }
@@ -220,7 +206,7 @@ reel_status reel_checker_host_sync(reel_checker *c, uint64_t stream)
 /* A new record for the op in progress on slot s. -1 when out of memory. */
 static int64_t reel_chk_rec(reel_checker *c, int s, const char *op, const char *alloc, bool write)
 {
-    if (!reel_chk_grow((void **)&c->rec, &c->caprec, c->nrec + 1, sizeof *c->rec))
+    if (!reel_grow((void **)&c->rec, &c->caprec, c->nrec + 1, sizeof *c->rec))
         return -1;
     const char *o = reel_chk_intern(c, op), *a = reel_chk_intern(c, alloc);
     if (!o || !a)
@@ -261,14 +247,14 @@ static reel_status reel_chk_op_at(reel_checker *c, int s, const char *op, int na
         if (!x->size)
             continue;
         if (x->addr > UINT64_MAX - x->size)
-            return reel_seterr(c->ctx, REEL_E_INVALID_ARG, "checker op '%s': access %d wraps around", op, k);
+            return reel_seterr(c->err, REEL_E_INVALID_ARG, "checker op '%s': access %d wraps around", op, k);
         const char *alloc = x->alloc ? x->alloc : reel_chk_lookup(c, x->space, x->addr);
         int64_t r = reel_chk_rec(c, s, op, alloc, x->write);
         if (r < 0)
-            return reel_seterr(c->ctx, REEL_E_OOM, "checker op '%s': out of host memory", op);
+            return reel_seterr(c->err, REEL_E_OOM, "checker op '%s': out of host memory", op);
         reel_status st = reel_chk_access(c, x->space, x->addr, x->addr + x->size, r, s);
         if (st != REEL_OK)
-            return reel_seterr(c->ctx, st, "checker op '%s': out of host memory", op);
+            return reel_seterr(c->err, st, "checker op '%s': out of host memory", op);
     }
     return REEL_OK;
 }
@@ -276,7 +262,7 @@ static reel_status reel_chk_op_at(reel_checker *c, int s, const char *op, int na
 reel_status reel_checker_op(reel_checker *c, uint64_t stream, const char *op, int nacc, const reel_check_access *acc)
 {
     if (!c || !op || nacc < 0 || (nacc > 0 && !acc))
-        return reel_seterr(c ? c->ctx : NULL, REEL_E_INVALID_ARG, "checker op: %s",
+        return reel_seterr(c ? c->err : NULL, REEL_E_INVALID_ARG, "checker op: %s",
                            !c ? "checker is NULL" : !op ? "op name is NULL" : "bad access list");
     int s = reel_chk_start(c, stream, "op");
     if (s < 0)
@@ -321,20 +307,20 @@ reel_status reel_checker_alloc(reel_checker *c, uint64_t stream, uint32_t space,
                                uint64_t size, const char *desc, uint64_t *id)
 {
     if (!c || !id || addr > UINT64_MAX - size)
-        return reel_seterr(c ? c->ctx : NULL, REEL_E_INVALID_ARG, "checker alloc: %s",
+        return reel_seterr(c ? c->err : NULL, REEL_E_INVALID_ARG, "checker alloc: %s",
                            !c ? "checker is NULL" : !id ? "id is NULL" : "range wraps around");
     int s = reel_chk_start(c, stream, "alloc");
     if (s < 0)
         return REEL_E_LIMIT;
     const char *d = reel_chk_intern(c, desc);
     int64_t r = d ? reel_chk_rec(c, s, "alloc", d, true) : -1;
-    if (r < 0 || !reel_chk_grow((void **)&c->al, &c->capal, c->nal + 1, sizeof *c->al) ||
-        !reel_chk_grow((void **)&c->live, &c->caplive, c->nlive + 1, sizeof *c->live))
-        return reel_seterr(c->ctx, REEL_E_OOM, "checker alloc '%s': out of host memory", desc ? desc : "");
+    if (r < 0 || !reel_grow((void **)&c->al, &c->capal, c->nal + 1, sizeof *c->al) ||
+        !reel_grow((void **)&c->live, &c->caplive, c->nlive + 1, sizeof *c->live))
+        return reel_seterr(c->err, REEL_E_OOM, "checker alloc '%s': out of host memory", desc ? desc : "");
     chk_alloc n = { .space = space, .lo = addr, .hi = addr + size, .desc = d, .rec = r, .free_rec = -1, .live = true };
     reel_status st = reel_chk_alias(c, &n, r);
     if (st != REEL_OK)
-        return reel_seterr(c->ctx, st, "checker alloc '%s': out of host memory", d);
+        return reel_seterr(c->err, st, "checker alloc '%s': out of host memory", d);
     c->al[c->nal] = n;
     c->live[c->nlive++] = c->nal;
     *id = ++c->nal;
@@ -346,7 +332,7 @@ static chk_alloc *reel_chk_alloc_of(reel_checker *c, uint64_t id, const char *wh
     if (!c)
         return NULL;
     if (id == 0 || id > c->nal) {
-        reel_seterr(c->ctx, REEL_E_INVALID_ARG, "checker %s: no allocation %llu", what, (unsigned long long)id);
+        reel_seterr(c->err, REEL_E_INVALID_ARG, "checker %s: no allocation %llu", what, (unsigned long long)id);
         return NULL;
     }
     return &c->al[id - 1];
@@ -362,7 +348,7 @@ reel_status reel_checker_free(reel_checker *c, uint64_t stream, uint64_t id)
         return REEL_E_LIMIT;
     int64_t r = reel_chk_rec(c, s, "free", a->desc, true);
     if (r < 0)
-        return reel_seterr(c->ctx, REEL_E_OOM, "checker free '%s': out of host memory", a->desc);
+        return reel_seterr(c->err, REEL_E_OOM, "checker free '%s': out of host memory", a->desc);
     if (!a->live)       /* a double free */
         return reel_chk_report(c, REEL_HAZARD_USE_AFTER_FREE, a->space, a->lo, a->hi, a->free_rec, r);
     a->live = false;
@@ -380,10 +366,10 @@ reel_status reel_checker_use(reel_checker *c, uint64_t stream, const char *op, u
 {
     chk_alloc *a = reel_chk_alloc_of(c, id, "use");
     if (!a || !op)
-        return reel_seterr(c ? c->ctx : NULL, REEL_E_INVALID_ARG, "checker use: %s",
+        return reel_seterr(c ? c->err : NULL, REEL_E_INVALID_ARG, "checker use: %s",
                            !c ? "checker is NULL" : !a ? "no such allocation" : "op name is NULL");
     if (off > a->hi - a->lo || size > a->hi - a->lo - off)
-        return reel_seterr(c->ctx, REEL_E_INVALID_ARG, "checker use '%s': [%llu, +%llu) is outside '%s'", op,
+        return reel_seterr(c->err, REEL_E_INVALID_ARG, "checker use '%s': [%llu, +%llu) is outside '%s'", op,
                            (unsigned long long)off, (unsigned long long)size, a->desc);
     int s = reel_chk_start(c, stream, "use");
     if (s < 0)
@@ -392,7 +378,7 @@ reel_status reel_checker_use(reel_checker *c, uint64_t stream, const char *op, u
     if (!a->live) {
         int64_t r = reel_chk_rec(c, s, op, a->desc, write);
         if (r < 0)
-            return reel_seterr(c->ctx, REEL_E_OOM, "checker use '%s': out of host memory", op);
+            return reel_seterr(c->err, REEL_E_OOM, "checker use '%s': out of host memory", op);
         REEL_TRY(reel_chk_report(c, REEL_HAZARD_USE_AFTER_FREE, a->space, x.addr, x.addr + size, a->free_rec, r));
     }
     return reel_chk_op_at(c, s, op, 1, &x);

@@ -1,7 +1,8 @@
-/* Internal (L1): the hazard checker's state, shared by its files. */
+/* Internal (L2): the hazard checker's state, shared by its files. */
 #ifndef REEL_MEMORY_CHECKER_INTERNAL_H
 #define REEL_MEMORY_CHECKER_INTERNAL_H
 
+#include "core/err.h"
 #include "reel/memory.h"
 
 #define CHK_S (REEL_CHECK_MAX_STREAMS + 1)   /* clock slots; slot 0 is the host */
@@ -41,7 +42,7 @@ typedef struct chk_alloc {
 } chk_alloc;
 
 struct reel_checker {
-    reel_ctx *ctx;
+    reel_err *err;
     int64_t step;
     uint64_t seq;
     /* streams: caller keys and vector clocks */
@@ -76,8 +77,6 @@ struct reel_checker {
     size_t op_first;        /* first report of the op being checked */
 };
 
-/* Grows *arr (elements of elem bytes) to hold need; false when out of memory. */
-bool reel_chk_grow(void **arr, size_t *cap, size_t need, size_t elem);
 /* The checker's copy of s ("" for NULL); NULL when out of memory. */
 const char *reel_chk_intern(reel_checker *c, const char *s);
 /* Whether record r happens before the current point of stream slot s. */

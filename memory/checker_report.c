@@ -3,8 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "memory/checker_internal.h"
-#include "memory/halloc.h"
+#include "core/halloc.h"
 
 static size_t reel_chk_strhash(const char *s)
 {
@@ -75,7 +76,7 @@ reel_status reel_chk_report(reel_checker *c, reel_hazard_kind k, uint32_t space,
     c->total++;
     if (c->nrep >= CHK_MAX_REPORTS)
         return REEL_OK;
-    if (!reel_chk_grow((void **)&c->rep, &c->caprep, c->nrep + 1, sizeof *c->rep))
+    if (!reel_grow((void **)&c->rep, &c->caprep, c->nrep + 1, sizeof *c->rep))
         return REEL_E_OOM;
     c->rep[c->nrep++] = (reel_hazard){ .kind = k, .space = space, .lo = lo, .hi = hi,
                                        .first = reel_chk_side(c, a), .second = reel_chk_side(c, b) };

@@ -4,15 +4,16 @@
  * since, records itself, and merges neighbours whose history became equal. */
 #include <string.h>
 
+#include "core/grow.h"
 #include "memory/checker_internal.h"
-#include "runtime/ctx.h"
+#include "core/err.h"
 
 static chk_space *reel_chk_space(reel_checker *c, uint32_t id)
 {
     for (size_t i = 0; i < c->nsp; i++)
         if (c->sp[i].id == id)
             return &c->sp[i];
-    if (!reel_chk_grow((void **)&c->sp, &c->capsp, c->nsp + 1, sizeof *c->sp))
+    if (!reel_grow((void **)&c->sp, &c->capsp, c->nsp + 1, sizeof *c->sp))
         return NULL;
     chk_space *s = &c->sp[c->nsp++];
     memset(s, 0, sizeof *s);
@@ -37,7 +38,7 @@ static size_t reel_chk_find(const chk_space *s, uint64_t addr)
 /* Inserts seg at position i. */
 static bool reel_chk_insert(chk_space *s, size_t i, const chk_seg *seg)
 {
-    if (!reel_chk_grow((void **)&s->seg, &s->cap, s->n + 1, sizeof *s->seg))
+    if (!reel_grow((void **)&s->seg, &s->cap, s->n + 1, sizeof *s->seg))
         return false;
     memmove(s->seg + i + 1, s->seg + i, (s->n - i) * sizeof *s->seg);
     s->seg[i] = *seg;

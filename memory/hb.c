@@ -5,7 +5,8 @@
 
 #include <string.h>
 
-#include "memory/halloc.h"
+#include "core/csr.h"
+#include "core/halloc.h"
 
 /* Streams are small integers (REEL_MAX_STREAMS in the public API); a larger
  * bound keeps the planner usable for synthetic problems and tests. */
@@ -28,20 +29,6 @@ static reel_status reel_hb_check_edges(int n, int ne, const int *from, const int
     return REEL_OK;
 }
 
-/* Counts in-edges per node into a CSR index (start has n+1 entries). */
-static void reel_hb_count(int n, int ne, const int *to, int *start)
-{
-    (void)n;
-    for (int e = 0; e < ne; e++)
-        start[to[e] + 1]++;
-}
-
-static void reel_hb_fill(int ne, const int *from, const int *to, int *cursor, int *src)
-{
-    for (int e = 0; e < ne; e++)
-        src[cursor[to[e]]++] = from[e];
-}
-
 reel_status reel_hb_build(reel_hb *hb, int n, const int *stream,
                           int ne1, const int *from1, const int *to1,
                           int ne2, const int *from2, const int *to2)
@@ -62,23 +49,22 @@ reel_status reel_hb_build(reel_hb *hb, int n, const int *stream,
             maxs = stream[v];
     }
     int *start = reel_hcalloc((size_t)n + 2, sizeof *start);
-    int *cursor = reel_hcalloc((size_t)n + 1, sizeof *cursor);
     int *src = reel_hcalloc((size_t)(ne1 + ne2) + 1, sizeof *src);
     int *last = reel_halloc(((size_t)maxs + 1) * sizeof *last);
     hb->n = n;
     hb->words = (n + 63) / 64;
     hb->rows = reel_hcalloc((size_t)n * (size_t)hb->words + 1, sizeof *hb->rows);
-    if (!start || !cursor || !src || !last || !hb->rows) {
+    if (!start || !src || !last || !hb->rows) {
         st = REEL_E_OOM;
         goto fail;
     }
-    reel_hb_count(n, ne1, to1, start);
-    reel_hb_count(n, ne2, to2, start);
-    for (int v = 0; v < n; v++)
-        start[v + 1] += start[v];
-    memcpy(cursor, start, (size_t)n * sizeof *cursor);
-    reel_hb_fill(ne1, from1, to1, cursor, src);
-    reel_hb_fill(ne2, from2, to2, cursor, src);
+    /* Predecessors of each node, CSR. */
+    reel_csr_count(start, to1, ne1);
+    reel_csr_count(start, to2, ne2);
+    reel_csr_offsets(start, n);
+    reel_csr_place(start, to1, from1, ne1, src);
+    reel_csr_place(start, to2, from2, ne2, src);
+    reel_csr_restore(start, n);
     for (int s = 0; s <= maxs; s++)
         last[s] = -1;
     for (int v = 0; v < n; v++) {
@@ -91,13 +77,11 @@ reel_status reel_hb_build(reel_hb *hb, int n, const int *stream,
         last[stream[v]] = v;
     }
     reel_hfree(start);
-    reel_hfree(cursor);
     reel_hfree(src);
     reel_hfree(last);
     return REEL_OK;
 fail:
     reel_hfree(start);
-    reel_hfree(cursor);
     reel_hfree(src);
     reel_hfree(last);
     reel_hb_free(hb);

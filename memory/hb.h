@@ -1,4 +1,4 @@
-/* Internal (L1): happens-before over a schedule with several streams.
+/* Internal (L2): happens-before over a schedule with several streams.
  * Node v's row holds every node u that strictly happens before v: u earlier
  * on v's stream, or reaching v through forward edges, transitively. Used by
  * the planner and its verifier. */

@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "memory/halloc.h"
+#include "core/halloc.h"
 #include "reel_config.h"
-#include "runtime/ctx.h"
+#include "core/err.h"
 
 #if REEL_USE_JEMALLOC
 #include <jemalloc/jemalloc.h>
@@ -157,7 +157,7 @@ static reel_status reel_pin_arena_create(reel_pinned *p)
     extent_hooks_t *hp = &p->hooks;
     size_t sz = sizeof p->arena;
     if (mallctl("arenas.create", &p->arena, &sz, &hp, sizeof hp) != 0)
-        return reel_seterr(p->be->ctx, REEL_E_BACKEND, "pinned staging: jemalloc refused a new arena");
+        return reel_seterr(p->be->err, REEL_E_BACKEND, "pinned staging: jemalloc refused a new arena");
     p->have_arena = true;
     return REEL_OK;
 }
@@ -179,16 +179,16 @@ static int reel_pin_flags(const reel_pinned *p) { return (int)MALLOCX_ARENA(p->a
 reel_status reel_pinned_create(reel_backend *be, reel_pinned **out)
 {
     if (!out || !be)
-        return reel_seterr(be ? be->ctx : NULL, REEL_E_INVALID_ARG, "pinned staging create: %s is NULL",
+        return reel_seterr(be ? be->err : NULL, REEL_E_INVALID_ARG, "pinned staging create: %s is NULL",
                            out ? "backend" : "out");
     *out = NULL;
     reel_pinned *p = reel_hcalloc(1, sizeof *p);
     if (!p)
-        return reel_seterr(be->ctx, REEL_E_OOM, "pinned staging create: out of host memory");
+        return reel_seterr(be->err, REEL_E_OOM, "pinned staging create: out of host memory");
     p->be = be;
     if (pthread_mutex_init(&p->mu, NULL) != 0) {
         reel_hfree(p);
-        return reel_seterr(be->ctx, REEL_E_BACKEND, "pinned staging create: cannot make a mutex");
+        return reel_seterr(be->err, REEL_E_BACKEND, "pinned staging create: cannot make a mutex");
     }
 #if REEL_USE_JEMALLOC
     reel_status st = reel_pin_arena_create(p);
@@ -218,7 +218,7 @@ void reel_pinned_destroy(reel_pinned *p)
 reel_status reel_pinned_alloc(reel_pinned *p, size_t bytes, void **out)
 {
     if (!p || !out)
-        return reel_seterr(p ? p->be->ctx : NULL, REEL_E_INVALID_ARG, "pinned alloc: %s is NULL",
+        return reel_seterr(p ? p->be->err : NULL, REEL_E_INVALID_ARG, "pinned alloc: %s is NULL",
                            p ? "out" : "allocator");
 #if REEL_USE_JEMALLOC
     *out = mallocx(bytes ? bytes : 1, reel_pin_flags(p));
@@ -226,7 +226,7 @@ reel_status reel_pinned_alloc(reel_pinned *p, size_t bytes, void **out)
     *out = reel_pin_map(p, bytes ? bytes : 1, 1);
 #endif
     if (!*out)
-        return reel_seterr(p->be->ctx, REEL_E_OOM, "pinned alloc of %zu bytes: no page-locked memory", bytes);
+        return reel_seterr(p->be->err, REEL_E_OOM, "pinned alloc of %zu bytes: no page-locked memory", bytes);
     pthread_mutex_lock(&p->mu);
     p->live++;
     pthread_mutex_unlock(&p->mu);

@@ -1,4 +1,4 @@
-/* Internal (L1): pinned staging memory for host<->device copies.
+/* Internal (L2): pinned staging memory for host<->device copies.
  *
  * Built with jemalloc, small and large staging buffers come from a private
  * jemalloc arena whose extent hooks take page-locked memory from the
@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "runtime/backend.h"
+#include "backend/backend.h"
 
 typedef struct reel_pinned reel_pinned;
 

@@ -19,10 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "memory/halloc.h"
+#include "core/csr.h"
+#include "core/halloc.h"
 #include "memory/hb.h"
 #include "memory/planner_internal.h"
-#include "runtime/ctx.h"
+#include "core/err.h"
 
 enum { REL_FREE = 0, REL_SOFT, REL_HARD, REL_INPLACE, REL_INPLACE_SOFT };
 
@@ -216,7 +217,7 @@ static reel_status reel_pl_graph(reel_pl *pl)
     size_t np = 0;
     REEL_TRY(reel_pl_pairs(pl, &pairs, &np));
     int nb = pl->p->nbufs;
-    int *cur = reel_hcalloc((size_t)nb + 1, sizeof *cur);
+    int *cur = reel_hcalloc((size_t)nb + 2, sizeof *cur);
     pl->nb = reel_halloc((2 * np + 1) * sizeof *pl->nb);
     pl->ivs = reel_halloc((2 * np + 1) * sizeof *pl->ivs);
     if (!cur || !pl->nb || !pl->ivs) {
@@ -224,14 +225,15 @@ static reel_status reel_pl_graph(reel_pl *pl)
         reel_hfree(pairs);
         return REEL_E_OOM;
     }
+    /* Neighbours of each buffer, CSR (core/csr.h; values are pairs). */
     for (size_t k = 0; k < np; k++) {
-        pl->b[pairs[k].i].nnb++;
-        pl->b[pairs[k].j].nnb++;
+        cur[pairs[k].i + 1]++;
+        cur[pairs[k].j + 1]++;
     }
-    int acc = 0;
+    reel_csr_offsets(cur, nb);
     for (int i = 0; i < nb; i++) {
-        pl->b[i].nb0 = cur[i] = acc;
-        acc += pl->b[i].nnb;
+        pl->b[i].nb0 = cur[i];
+        pl->b[i].nnb = cur[i + 1] - cur[i];
     }
     for (size_t k = 0; k < np; k++) {
         pl->nb[cur[pairs[k].i]++] = (reel_pl_nb){ pairs[k].j, pairs[k].rel };

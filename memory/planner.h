@@ -1,4 +1,4 @@
-/* Internal (L1): the static memory planner. Offsets for every activation of
+/* Internal (L2): the static memory planner. Offsets for every activation of
  * a schedule in one arena; two buffers share bytes only when every access of
  * one happens before every access of the other (same stream in schedule
  * order, or across streams through an event edge). */

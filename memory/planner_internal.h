@@ -1,4 +1,5 @@
-/* Internal (L1): planner helpers shared with the hazard checker and tests. */
+/* Internal (L2): the planner's own helpers, shared by the files of memory/planner.c
+ * (happens-before ordering, in-place eligibility, alignment, lower bound). */
 #ifndef REEL_MEMORY_PLANNER_INTERNAL_H
 #define REEL_MEMORY_PLANNER_INTERNAL_H
 

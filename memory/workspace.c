@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "memory/halloc.h"
+#include "core/halloc.h"
 #include "memory/workspace_internal.h"
-#include "runtime/ctx.h"
+#include "core/err.h"
 
 /* ---- lists and keys ------------------------------------------------------- */
 
@@ -51,7 +51,7 @@ static int reel_ws_class(const reel_ws *ws, size_t bytes)
 reel_status reel_ws_create(reel_backend *be, const reel_ws_opts *opts, reel_ws **out)
 {
     if (!out)
-        return reel_seterr(be ? be->ctx : NULL, REEL_E_INVALID_ARG, "workspace create: out is NULL");
+        return reel_seterr(be ? be->err : NULL, REEL_E_INVALID_ARG, "workspace create: out is NULL");
     *out = NULL;
     if (!be || !be->vt)
         return reel_seterr(NULL, REEL_E_INVALID_ARG, "workspace create: backend is NULL");
@@ -59,11 +59,11 @@ reel_status reel_ws_create(reel_backend *be, const reel_ws_opts *opts, reel_ws *
     if (!o.min_block)
         o.min_block = 512;
     if (o.min_block & (o.min_block - 1) || o.policy > REEL_WS_UNSAFE_EAGER)
-        return reel_seterr(be->ctx, REEL_E_INVALID_ARG, "workspace create: %s",
+        return reel_seterr(be->err, REEL_E_INVALID_ARG, "workspace create: %s",
                            o.policy > REEL_WS_UNSAFE_EAGER ? "unknown policy" : "min_block is not a power of two");
     reel_ws *ws = reel_hcalloc(1, sizeof *ws);
     if (!ws)
-        return reel_seterr(be->ctx, REEL_E_OOM, "workspace create: out of host memory");
+        return reel_seterr(be->err, REEL_E_OOM, "workspace create: out of host memory");
     ws->be = be;
     ws->o = o;
     *out = ws;
@@ -198,13 +198,13 @@ static reel_status reel_ws_fresh(reel_ws *ws, int cls, bool capturing, reel_ws_b
     size_t size = (size_t)1 << cls;
     reel_ws_block *b = reel_hcalloc(1, sizeof *b);
     if (!b)
-        return reel_seterr(ws->be->ctx, REEL_E_OOM, "workspace alloc of %zu bytes: out of host memory", size);
+        return reel_seterr(ws->be->err, REEL_E_OOM, "workspace alloc of %zu bytes: out of host memory", size);
     reel_status st = ws->be->vt->dev_alloc(ws->be, size, &b->ptr);
     if (st == REEL_E_OOM && !capturing && reel_ws_release_cached(ws) == REEL_OK)
         st = ws->be->vt->dev_alloc(ws->be, size, &b->ptr);
     if (st != REEL_OK) {
         reel_hfree(b);
-        return reel_seterr(ws->be->ctx, st, "workspace alloc of %zu bytes: the device refused (%zu bytes in use)",
+        return reel_seterr(ws->be->err, st, "workspace alloc of %zu bytes: the device refused (%zu bytes in use)",
                            size, ws->st.in_use);
     }
     b->size = size;
@@ -228,7 +228,7 @@ static reel_status reel_ws_hand_out(reel_ws *ws, reel_ws_block *b, reel_stream *
     b->id = ++ws->next_id;
     b->graph = capturing ? reel_ws_cur_graph(ws) : NULL;
     if (capturing && !b->graph)
-        return reel_seterr(ws->be->ctx, REEL_E_OOM, "workspace alloc during capture: out of host memory");
+        return reel_seterr(ws->be->err, REEL_E_OOM, "workspace alloc during capture: out of host memory");
     reel_ws_fences_drop(ws, b, NULL);
     reel_ws_push(&ws->live, b);
     ws->st.in_use += b->size;
@@ -251,7 +251,7 @@ reel_status reel_ws_alloc(reel_ws *ws, reel_stream *s, size_t bytes, reel_ws_blo
     if (out)
         *out = NULL;
     if (!ws || !s || !out || bytes > ((size_t)1 << (WS_CLASSES - 2)))
-        return reel_seterr(ws ? ws->be->ctx : NULL, REEL_E_INVALID_ARG, "workspace alloc of %zu bytes: %s", bytes,
+        return reel_seterr(ws ? ws->be->err : NULL, REEL_E_INVALID_ARG, "workspace alloc of %zu bytes: %s", bytes,
                            !ws ? "allocator is NULL" : !s ? "stream is NULL" : !out ? "out is NULL" : "too large");
     int cls = reel_ws_class(ws, bytes);
     bool capturing = reel_ws_capturing(ws, s);
@@ -275,7 +275,7 @@ reel_status reel_ws_alloc(reel_ws *ws, reel_stream *s, size_t bytes, reel_ws_blo
 reel_status reel_ws_record_use(reel_ws *ws, reel_ws_block *b, reel_stream *s)
 {
     if (!ws || !b || !s || b->state != WS_LIVE)
-        return reel_seterr(ws ? ws->be->ctx : NULL, REEL_E_INVALID_USAGE, "workspace record_use: %s",
+        return reel_seterr(ws ? ws->be->err : NULL, REEL_E_INVALID_USAGE, "workspace record_use: %s",
                            !ws || !b || !s ? "NULL argument" : "the block is not handed out");
     if (s == b->owner)
         return REEL_OK;
@@ -286,7 +286,7 @@ reel_status reel_ws_record_use(reel_ws *ws, reel_ws_block *b, reel_stream *s)
         int cap = b->capuses ? 2 * b->capuses : 4;
         reel_stream **u = reel_hrealloc(b->uses, (size_t)cap * sizeof *u);
         if (!u)
-            return reel_seterr(ws->be->ctx, REEL_E_OOM, "workspace record_use of block #%" PRIu64 ": out of host memory",
+            return reel_seterr(ws->be->err, REEL_E_OOM, "workspace record_use of block #%" PRIu64 ": out of host memory",
                                b->id);
         b->uses = u;
         b->capuses = cap;
@@ -322,7 +322,7 @@ static bool reel_ws_any_capturing(reel_ws *ws, const reel_ws_block *b)
 reel_status reel_ws_free(reel_ws *ws, reel_ws_block *b)
 {
     if (!ws || !b || b->state != WS_LIVE)
-        return reel_seterr(ws ? ws->be->ctx : NULL, REEL_E_INVALID_USAGE, "workspace free: %s",
+        return reel_seterr(ws ? ws->be->err : NULL, REEL_E_INVALID_USAGE, "workspace free: %s",
                            !ws || !b ? "NULL argument" : "the block is not handed out (double free?)");
     reel_ws_unlink(&ws->live, b);
     ws->st.in_use -= b->size;
@@ -337,7 +337,7 @@ reel_status reel_ws_free(reel_ws *ws, reel_ws_block *b)
         reel_ws_graph *g = b->graph ? b->graph : reel_ws_cur_graph(ws);
         if (!g) {
             reel_ws_to_cache(ws, b);
-            return reel_seterr(ws->be->ctx, REEL_E_OOM, "workspace free during capture: out of host memory");
+            return reel_seterr(ws->be->err, REEL_E_OOM, "workspace free during capture: out of host memory");
         }
         reel_ws_hold(ws, g, b);
         return REEL_OK;
@@ -406,7 +406,7 @@ reel_status reel_ws_trim(reel_ws *ws)
     if (!ws)
         return REEL_E_INVALID_ARG;
     if (ws->capture)
-        return reel_seterr(ws->be->ctx, REEL_E_INVALID_USAGE, "workspace trim: a capture is in progress");
+        return reel_seterr(ws->be->err, REEL_E_INVALID_USAGE, "workspace trim: a capture is in progress");
     REEL_TRY(reel_ws_release_cached(ws));
     reel_ws_pool_clear(ws);
     return REEL_OK;

@@ -1,4 +1,4 @@
-/* Internal (L1): the stream-aware workspace allocator, for eager ops and
+/* Internal (L2): the stream-aware workspace allocator, for eager ops and
  * scratch of dynamic size.
  *
  * Blocks come from size classes (powers of two) of one backend device and
@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 #include "reel/memory.h"
-#include "runtime/backend.h"
+#include "backend/backend.h"
 
 typedef struct reel_ws reel_ws;
 typedef struct reel_ws_block reel_ws_block;

@@ -3,9 +3,9 @@
  * capture allocated or freed stays with that graph until it is released;
  * and a capture cannot query or wait on events recorded outside it, so
  * blocks with pending fences are settled before it begins or left alone. */
-#include "memory/halloc.h"
+#include "core/halloc.h"
 #include "memory/workspace_internal.h"
-#include "runtime/ctx.h"
+#include "core/err.h"
 
 bool reel_ws_capturing(reel_ws *ws, const reel_stream *s)
 {
@@ -37,7 +37,7 @@ reel_status reel_ws_capture_begin(reel_ws *ws)
     if (!ws)
         return REEL_E_INVALID_ARG;
     if (ws->capture)
-        return reel_seterr(ws->be->ctx, REEL_E_INVALID_USAGE, "workspace capture_begin: a capture is in progress");
+        return reel_seterr(ws->be->err, REEL_E_INVALID_USAGE, "workspace capture_begin: a capture is in progress");
     for (int c = 0; c < WS_CLASSES; c++)
         for (reel_ws_block *b = ws->cache[c]; b; b = b->next)
             REEL_TRY(reel_ws_settle(ws, b));
@@ -61,7 +61,7 @@ reel_status reel_ws_capture_end(reel_ws *ws, reel_ws_graph **out)
     if (!ws)
         return REEL_E_INVALID_ARG;
     if (!ws->capture)
-        return reel_seterr(ws->be->ctx, REEL_E_INVALID_USAGE, "workspace capture_end: no capture in progress");
+        return reel_seterr(ws->be->err, REEL_E_INVALID_USAGE, "workspace capture_end: no capture in progress");
     ws->capture = false;
     reel_ws_graph *g = ws->cur;
     ws->cur = NULL;
@@ -95,7 +95,7 @@ reel_status reel_ws_graph_release(reel_ws *ws, reel_ws_graph *g, reel_stream *la
     if (!g)
         return REEL_OK;
     if (ws->capture || g == ws->cur)
-        return reel_seterr(ws->be->ctx, REEL_E_INVALID_USAGE, "workspace graph_release: a capture is in progress");
+        return reel_seterr(ws->be->err, REEL_E_INVALID_USAGE, "workspace graph_release: a capture is in progress");
     reel_status st = REEL_OK;
     while (g->held && st == REEL_OK) {
         reel_ws_block *b = g->held;

@@ -1,9 +1,9 @@
 /* Fences of the workspace allocator: events from a pool, recorded after a
  * block's last use on a stream; every record, wait and completion is also
  * told to the checker, which is how it sees the allocator's ordering. */
-#include "memory/halloc.h"
+#include "core/halloc.h"
 #include "memory/workspace_internal.h"
-#include "runtime/ctx.h"
+#include "core/err.h"
 
 static uint64_t reel_ws_ekey(const reel_event *e) { return (uint64_t)(uintptr_t)e; }
 
@@ -45,7 +45,7 @@ reel_status reel_ws_fence_add(reel_ws *ws, reel_ws_block *b, reel_stream *s)
         int cap = b->capf ? 2 * b->capf : 4;
         ws_fence *f = reel_hrealloc(b->f, (size_t)cap * sizeof *f);
         if (!f)
-            return reel_seterr(ws->be->ctx, REEL_E_OOM, "workspace free of block #%llu: out of host memory",
+            return reel_seterr(ws->be->err, REEL_E_OOM, "workspace free of block #%llu: out of host memory",
                                (unsigned long long)b->id);
         b->f = f;
         b->capf = cap;

@@ -1,4 +1,4 @@
-/* Internal (L1): the workspace allocator's state, shared by its files. */
+/* Internal (L2): the workspace allocator's state, shared by its files. */
 #ifndef REEL_MEMORY_WORKSPACE_INTERNAL_H
 #define REEL_MEMORY_WORKSPACE_INTERNAL_H
 

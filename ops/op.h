@@ -1,4 +1,4 @@
-/* Internal (L1): op kinds, attributes, schemas and the kernel interface.
+/* Internal (L2): op kinds, attributes, schemas and the kernel interface.
  * An op kind has a schema (arity, shape/dtype inference, declared accesses);
  * implementations register per backend with a priority and a can_use
  * predicate; the registry picks the first usable one, and the last in every
@@ -10,8 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
+#include "core/shape.h"
 #include "reel/reel.h"
-#include "runtime/backend.h"
 
 typedef enum reel_op_kind {
     REEL_OP_EMBEDDING = 0,
@@ -51,13 +52,6 @@ typedef union reel_op_attrs {
     struct { int num_heads; } lse;
 } reel_op_attrs;
 
-/* A tensor's shape: dims[0] is the token count when `tokens` is set. */
-typedef struct reel_shape {
-    reel_dtype dtype;
-    int ndim;
-    int64_t dims[REEL_MAX_DIMS];
-    bool tokens;
-} reel_shape;
 
 /* Static description of an op kind. `infer` checks operand shapes and dtypes
  * and fills the outputs' shapes; on error it writes a message (without the
@@ -66,9 +60,6 @@ typedef struct reel_op_schema {
     const char *name;
     int nin;            /* inputs (an optional input may be absent: shape ndim 0) */
     int nout;
-    /* Output 0 may take the bytes of input `inplace_in` when that input dies
-     * at this op (-1: never). Used by the planner. */
-    int inplace_in;
     reel_status (*infer)(const reel_shape *in, int nin, const reel_op_attrs *a,
                          reel_shape *out, char *err, size_t errlen);
     /* Role names of the inputs ("x", "w", ...), used in error messages. */
@@ -78,9 +69,11 @@ typedef struct reel_op_schema {
 /* NULL for a kind out of range. */
 const reel_op_schema *reel_op_schema_get(reel_op_kind k);
 
-/* Writes "[T,256]" (token dim as T), "[512,1024]", or "[]" for an absent
- * shape (ndim 0) into buf; returns buf. */
-const char *reel_shape_format(const reel_shape *s, char *buf, size_t len);
+/* How messages, reports and pictures name node `node` of kind k producing
+ * the tensor named out: "op 'add' (node 3 -> 'h')", or with quoted false
+ * "add (node 3 -> 'h')". Returns buf. */
+const char *reel_op_node_label(reel_op_kind k, int node, const char *out, bool quoted, char *buf, size_t len);
+
 
 /* Step metadata as seen by kernels: device pointers into the plan's static
  * buffers (or into an eager step's own buffers) and the limits they were
@@ -107,7 +100,6 @@ typedef struct reel_launch {
     int64_t rows;                 /* token rows of this launch */
     const reel_meta_view *meta;
     reel_stream *stream;
-    void *impl_state;             /* from impl->prepare, or NULL */
     /* Launch with programmatic dependent launch: the kernel may start
      * before its same-stream predecessor finishes, and must wait for it
      * (cudaGridDependencySynchronize) before touching memory. Set only for
@@ -124,12 +116,14 @@ typedef struct reel_op_impl {
     bool fixed_context;           /* honours the fixed-context metadata limits */
     bool pdl_ok;                  /* honours reel_launch.pdl (waits on its producer grid first) */
     bool inplace_ok;              /* out[0] may start at in[0]'s address (the planner gives it
-                                     the input's bytes when the input dies at this op) */
+                                     the input's bytes when the input dies at this op). The one
+                                     source of in-place reuse: a kernel declares what it was
+                                     written for, per backend (docs/decisions.md) */
     /* May this impl run this node on this device? shapes are per node with
      * dims[0] = the largest bucket for token tensors. */
     bool (*can_use)(const reel_shape *in, int nin, const reel_shape *out, const reel_op_attrs *a,
                     const reel_device_caps *caps);
-    /* Issues the kernel(s) on l->stream. Errors go to be->ctx. */
+    /* Issues the kernel(s) on l->stream. Errors go to be->err. */
     reel_status (*launch)(reel_backend *be, const reel_launch *l);
 } reel_op_impl;
 
@@ -141,11 +135,5 @@ const reel_op_impl *reel_registry_select(reel_backend_kind b, reel_op_kind k, co
 /* Every impl of a backend (for tests that exercise each one). */
 const reel_op_impl *const *reel_registry_all(reel_backend_kind b, int *count);
 
-/* Elements and bytes of a shape with `rows` substituted for the token dim. */
-int64_t reel_shape_numel(const reel_shape *s, int64_t rows);
-size_t reel_shape_bytes(const reel_shape *s, int64_t rows);
-/* Elements per token row (product of dims[1..]); numel for untokened shapes.
- * All three give 0 for an absent shape (ndim 0). */
-int64_t reel_shape_row_numel(const reel_shape *s);
 
 #endif

@@ -1,4 +1,4 @@
-/* Op schemas: arity, in-place hints and shape/dtype inference per op kind.
+/* Op schemas: arity and shape/dtype inference per op kind.
  * Inference only sees shapes; the builder adds the op and tensor names to
  * the message, so messages here name operands by role ("x", "w"). */
 #include <math.h>
@@ -6,74 +6,6 @@
 #include <stdio.h>
 
 #include "ops/op.h"
-
-size_t reel_dtype_size(reel_dtype t)
-{
-    switch (t) {
-    case REEL_F32: return 4;
-    case REEL_F16: return 2;
-    case REEL_BF16: return 2;
-    case REEL_I32: return 4;
-    default: return 0;
-    }
-}
-
-const char *reel_dtype_name(reel_dtype t)
-{
-    switch (t) {
-    case REEL_F32: return "f32";
-    case REEL_F16: return "f16";
-    case REEL_BF16: return "bf16";
-    case REEL_I32: return "i32";
-    default: return "unknown";
-    }
-}
-
-int64_t reel_shape_numel(const reel_shape *s, int64_t rows)
-{
-    if (!s || s->ndim <= 0)
-        return 0;
-    int64_t n = 1;
-    for (int i = 0; i < s->ndim; i++)
-        n *= (i == 0 && s->tokens) ? rows : s->dims[i];
-    return n;
-}
-
-size_t reel_shape_bytes(const reel_shape *s, int64_t rows)
-{
-    int64_t n = reel_shape_numel(s, rows);
-    return n > 0 ? (size_t)n * reel_dtype_size(s->dtype) : 0;
-}
-
-int64_t reel_shape_row_numel(const reel_shape *s)
-{
-    if (!s || s->ndim <= 0)
-        return 0;
-    int64_t n = 1;
-    for (int i = s->tokens ? 1 : 0; i < s->ndim; i++)
-        n *= s->dims[i];
-    return n;
-}
-
-const char *reel_shape_format(const reel_shape *s, char *buf, size_t len)
-{
-    if (!buf || len == 0)
-        return buf;
-    size_t at = 0;
-    int n = snprintf(buf, len, "[");
-    at = n > 0 ? (size_t)n : 0;
-    for (int i = 0; s && i < s->ndim && at < len; i++) {
-        const char *sep = i ? "," : "";
-        if (i == 0 && s->tokens)
-            n = snprintf(buf + at, len - at, "%sT", sep);
-        else
-            n = snprintf(buf + at, len - at, "%s%lld", sep, (long long)s->dims[i]);
-        at += n > 0 ? (size_t)n : 0;
-    }
-    if (at < len)
-        snprintf(buf + at, len - at, "]");
-    return buf;
-}
 
 /* ---- checks shared by the inference functions ------------------------- */
 
@@ -375,23 +307,34 @@ static reel_status infer_lse_combine(const reel_shape *in, int nin, const reel_o
     return REEL_OK;
 }
 
+/* In-place reuse is not a property of the op kind: each kernel declares it
+ * (reel_op_impl.inplace_ok). */
 static const reel_op_schema schemas[REEL_OP_COUNT] = {
-    [REEL_OP_EMBEDDING] = { "embedding", 2, 1, -1, infer_embedding, { "table", "ids" } },
-    [REEL_OP_MATMUL] = { "matmul", 2, 1, -1, infer_matmul, { "x", "w" } },
-    [REEL_OP_ADD] = { "add", 2, 1, 0, infer_binary, { "a", "b" } },
-    [REEL_OP_MUL] = { "mul", 2, 1, 0, infer_binary, { "a", "b" } },
-    /* rmsnorm reads its row twice (sum of squares, then scale): not in place. */
-    [REEL_OP_RMSNORM] = { "rmsnorm", 2, 1, -1, infer_rmsnorm, { "x", "w" } },
-    /* The output is half as wide as the input: not in place. */
-    [REEL_OP_SILU_AND_MUL] = { "silu_and_mul", 1, 1, -1, infer_silu_and_mul, { "x" } },
-    [REEL_OP_ROPE] = { "rope", 2, 1, 0, infer_rope, { "x", "positions" } },
-    [REEL_OP_SOFTMAX] = { "softmax", 1, 1, 0, infer_softmax, { "x" } },
-    [REEL_OP_ARGMAX] = { "argmax", 1, 1, -1, infer_argmax, { "x" } },
-    [REEL_OP_PAGED_ATTENTION] = { "paged_attention", 5, 2, -1, infer_paged_attention,
+    [REEL_OP_EMBEDDING] = { "embedding", 2, 1, infer_embedding, { "table", "ids" } },
+    [REEL_OP_MATMUL] = { "matmul", 2, 1, infer_matmul, { "x", "w" } },
+    [REEL_OP_ADD] = { "add", 2, 1, infer_binary, { "a", "b" } },
+    [REEL_OP_MUL] = { "mul", 2, 1, infer_binary, { "a", "b" } },
+    [REEL_OP_RMSNORM] = { "rmsnorm", 2, 1, infer_rmsnorm, { "x", "w" } },
+    [REEL_OP_SILU_AND_MUL] = { "silu_and_mul", 1, 1, infer_silu_and_mul, { "x" } },
+    [REEL_OP_ROPE] = { "rope", 2, 1, infer_rope, { "x", "positions" } },
+    [REEL_OP_SOFTMAX] = { "softmax", 1, 1, infer_softmax, { "x" } },
+    [REEL_OP_ARGMAX] = { "argmax", 1, 1, infer_argmax, { "x" } },
+    [REEL_OP_PAGED_ATTENTION] = { "paged_attention", 5, 2, infer_paged_attention,
                                   { "q", "k", "v", "k_cache", "v_cache" } },
-    [REEL_OP_TOPK] = { "topk", 3, 1, -1, infer_topk, { "scores", "lengths", "page_table" } },
-    [REEL_OP_LSE_COMBINE] = { "lse_combine", 2, 2, -1, infer_lse_combine, { "outs", "lses" } },
+    [REEL_OP_TOPK] = { "topk", 3, 1, infer_topk, { "scores", "lengths", "page_table" } },
+    [REEL_OP_LSE_COMBINE] = { "lse_combine", 2, 2, infer_lse_combine, { "outs", "lses" } },
 };
+
+const char *reel_op_node_label(reel_op_kind k, int node, const char *out, bool quoted, char *buf, size_t len)
+{
+    const reel_op_schema *sc = reel_op_schema_get(k);
+    const char *name = sc ? sc->name : "?";
+    if (quoted)
+        snprintf(buf, len, "op '%s' (node %d -> '%s')", name, node, out);
+    else
+        snprintf(buf, len, "%s (node %d -> '%s')", name, node, out);
+    return buf;
+}
 
 const reel_op_schema *reel_op_schema_get(reel_op_kind k)
 {

@@ -28,7 +28,8 @@
  * Threads: a reel_ctx may be used from several threads, but each graph is
  * built by one thread at a time and each plan is stepped by one thread at a
  * time (a plan holds its serving loop's state). The last-error text of a
- * context is per context, not per thread.
+ * context is per context, not per thread; reel_ctx_last_error hands each
+ * reading thread its own copy.
  */
 #ifndef REEL_REEL_H
 #define REEL_REEL_H
@@ -85,22 +86,39 @@ typedef enum reel_backend_kind {
     REEL_BACKEND_CUDA,
 } reel_backend_kind;
 
+/* Option structs (reel_ctx_opts, reel_compile_opts) follow one rule, NCCL's:
+ * - initialise every one with its _INIT macro: it records the struct's size
+ *   and the header's version, and sets every option to REEL_UNDEF_INT
+ *   ("undefined": the library's default);
+ * - then set the options you want by name (o.max_context = 8192);
+ * - new options are only ever appended at the end, so a program built
+ *   against an older header keeps working with a newer library (its struct
+ *   is shorter; the options it does not know take their defaults).
+ * The library refuses (REEL_E_VERSION) only what cannot work: a struct that
+ * was not initialised (size 0), a header of another major version, or a
+ * struct larger than the library knows (a newer header's options it cannot
+ * honour). */
+#define REEL_UNDEF_INT (-2147483647 - 1)
+
 typedef struct reel_ctx_opts {
-    int header_version;        /* REEL_VERSION_NUMBER: checked against the library */
-    reel_backend_kind backend; /* an explicit choice wins over REEL_BACKEND */
-    int device;                /* CUDA device ordinal */
+    size_t size;               /* sizeof(reel_ctx_opts) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    int backend;               /* a reel_backend_kind; an explicit choice wins over REEL_BACKEND;
+                                  undefined: REEL_BACKEND_AUTO */
+    int device;                /* CUDA device ordinal; undefined: 0 */
 } reel_ctx_opts;
 
-#define REEL_CTX_OPTS_INIT { REEL_VERSION_NUMBER, REEL_BACKEND_AUTO, 0 }
+#define REEL_CTX_OPTS_INIT { sizeof(reel_ctx_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, REEL_UNDEF_INT }
 
 /* Creates a context. opts may be NULL (defaults). On failure *out is NULL.
- * REEL_E_VERSION when the header's major/minor differ from the library's;
+ * REEL_E_VERSION when opts breaks the option-struct rule above;
  * REEL_E_UNSUPPORTED when the CUDA backend is asked for and not available. */
 reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out);
 /* Destroys the context. All graphs and plans of it must be destroyed first. */
 void reel_ctx_destroy(reel_ctx *ctx);
-/* The message of the last failed call on this context ("" if none). Owned by
- * the context, valid until the next call on it. */
+/* The message of the last failed call on this context ("" if none), copied
+ * under the context's lock into a buffer of the calling thread: valid and
+ * unchanged until this thread calls reel_ctx_last_error again. */
 const char *reel_ctx_last_error(const reel_ctx *ctx);
 reel_backend_kind reel_ctx_backend(const reel_ctx *ctx);
 /* "auto", "host", "cuda"; NULL for an unknown value. */
@@ -212,19 +230,23 @@ typedef struct reel_plan reel_plan;
 #define REEL_MAX_BUCKETS 16
 
 typedef struct reel_compile_opts {
-    int header_version;
-    int num_buckets;                      /* 0: default {1,2,4,8,16,32,64} */
+    size_t size;                          /* sizeof(reel_compile_opts) of the caller's header */
+    int version;                          /* REEL_VERSION_NUMBER of the caller's header */
+    int num_buckets;                      /* undefined or 0: default {1,2,4,8,16,32,64} */
     int32_t buckets[REEL_MAX_BUCKETS];    /* ascending token counts to capture */
-    int32_t max_context;                  /* per-sequence context limit of the graphs */
-    int32_t max_seqs;                     /* sequences per step in the graphs */
-    bool strict;                          /* a fallback is an error, not an eager step */
-    bool no_capture;                      /* compile no graphs: every step eager (reason no bucket) */
-    bool check_hazards;                   /* run every step under the hazard checker */
-    bool pdl;                             /* programmatic dependent launch between kernels of
+    int32_t max_context;                  /* per-sequence context limit of the graphs; undefined: 4096 */
+    int32_t max_seqs;                     /* sequences per step in the graphs; undefined: 64 */
+    /* Flags: nonzero for yes; undefined: no. */
+    int strict;                           /* a fallback is an error, not an eager step */
+    int no_capture;                       /* compile no graphs: every step eager (reason no bucket) */
+    int check_hazards;                    /* run every step under the hazard checker */
+    int pdl;                              /* programmatic dependent launch between kernels of
                                              one stream, where the device has it (CUDA) */
 } reel_compile_opts;
 
-#define REEL_COMPILE_OPTS_INIT { REEL_VERSION_NUMBER, 0, {0}, 4096, 64, false, false, false, false }
+#define REEL_COMPILE_OPTS_INIT                                                                         \
+    { sizeof(reel_compile_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, {0}, REEL_UNDEF_INT, REEL_UNDEF_INT, \
+      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT }
 
 /* Validates, orders, plans memory, selects kernels, allocates and captures
  * one graph per bucket. opts may be NULL. The graph is not consumed: it may

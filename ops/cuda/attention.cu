@@ -182,7 +182,7 @@ static reel_status attn_no_meta(reel_backend *be, const reel_launch *l, const at
                                 const char *impl)
 {
     size_t bytes = (size_t)(l->rows * g.qrow) * reel_dtype_size(l->out_shape[0].dtype);
-    return name_err(be, REEL_CUDA_CHECK(be->ctx, cudaMemsetAsync(l->out[0], 0, bytes, st)), impl);
+    return name_err(be, REEL_CUDA_CHECK(be->err, cudaMemsetAsync(l->out[0], 0, bytes, st)), impl);
 }
 
 static reel_status attn_ref_launch(reel_backend *be, const reel_launch *l)

@@ -9,17 +9,14 @@ reel_status name_err(reel_backend *be, reel_status st, const char *what)
 {
     if (st == REEL_OK)
         return st;
-    /* A copy: the message is formatted into the buffer it comes from. */
-    char msg[REEL_ERRMSG_MAX];
-    snprintf(msg, sizeof msg, "%s", reel_ctx_last_error(be->ctx));
-    return reel_seterr(be->ctx, st, "%s: %s", what, msg);
+    return reel_err_prefix(be->err, st, "%s", what);
 }
 
 reel_status launched(reel_backend *be, const char *impl, cudaError_t e, const char *file, int line)
 {
     if (e == cudaSuccess)
         e = cudaGetLastError();
-    return name_err(be, reel_cuda_check_(be->ctx, e, file, line, "kernel launch"), impl);
+    return name_err(be, reel_cuda_check_(be->err, e, file, line, "kernel launch"), impl);
 }
 
 bool same_float_dtype(const reel_shape *in, int nin, const reel_shape *out, int nout)

@@ -1,4 +1,4 @@
-/* Internal (L1): helpers shared by the CUDA kernels. Kernels store f32, f16
+/* Internal (L2): helpers shared by the CUDA kernels. Kernels store f32, f16
  * or bf16 and compute in float32, like the host reference kernels
  * (ops/host); every op's float operands share one dtype (ops/schema.c), so
  * each kernel is a template over that storage type. */
@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "ops/cuda/cuda_ops.h"
-#include "runtime/cuda/cuda.h"
+#include "backend/cuda/cuda.h"
 
 namespace reel_cu {
 
@@ -75,27 +75,11 @@ template <bool MAX> __device__ float block_reduce(float v)
     return MAX ? warp_max(v) : warp_sum(v);
 }
 
-/* Elements of one leading row (product of dims[1..]) and the leading extent
- * in this launch (rows for a token tensor): the host kernels' view. */
-__host__ __forceinline__ int64_t row_numel(const reel_shape *s)
-{
-    int64_t n = 1;
-    for (int i = 1; i < s->ndim; i++)
-        n *= s->dims[i];
-    return n;
-}
-
-__host__ __forceinline__ int64_t lead(const reel_shape *s, int64_t rows)
-{
-    if (s->ndim == 0)
-        return 1;
-    return s->tokens ? rows : s->dims[0];
-}
-
-__host__ __forceinline__ int64_t last_dim(const reel_shape *s)
-{
-    return s->ndim > 0 ? s->dims[s->ndim - 1] : 1;
-}
+/* Elements of one leading row and the leading extent in this launch: the
+ * launch view of core/shape.h, the host kernels' too. */
+__host__ __forceinline__ int64_t row_numel(const reel_shape *s) { return reel_shape_inner(s); }
+__host__ __forceinline__ int64_t lead(const reel_shape *s, int64_t rows) { return reel_shape_lead(s, rows); }
+__host__ __forceinline__ int64_t last_dim(const reel_shape *s) { return reel_shape_last(s); }
 
 /* Threads for a block that walks a row of n elements: a multiple of 32
  * from 32 to max_threads. */

@@ -1,8 +1,8 @@
-/* Internal (L1): the CUDA backend's kernels, as an impl table for the
+/* Internal (L2): the CUDA backend's kernels, as an impl table for the
  * registry (ops/registry.c picks from it when reel is built with CUDA).
  * Every op of ops/op.h has a CUDA impl with the host reference kernel's
  * semantics (ops/host); launches take device pointers and run on the
- * launch's stream (runtime/cuda/cuda.h). Every impl is capturable and
+ * launch's stream (backend/cuda/cuda.h). Every impl is capturable and
  * honours the fixed-context limits of its metadata. */
 #ifndef REEL_OPS_CUDA_CUDA_OPS_H
 #define REEL_OPS_CUDA_CUDA_OPS_H

@@ -144,72 +144,9 @@ __global__ void silu_and_mul_kernel(const U *x, U *out, I n, I fu, bool pdl)
     }
 }
 
-/* In place (out starts at x): output row t (t*F) covers half of input row
- * t/2, so writing it destroys an input that output row t/2 reads, in the
- * same column. Columns are independent (every byte output column c reads
- * or writes lies in column c of the buffer seen as [2T, F] rows), so a
- * block owns blockDim.x columns for all rows and walks the rows in
- * batches of blockDim.y * K: it loads the whole batch into registers, waits
- * on a block barrier, then stores it. A store of batch rows [a, b) only
- * destroys input rows below b / 2 <= b, all loaded before this batch's
- * barrier; the next batch's inputs (rows >= b) are destroyed only by output
- * rows >= 2b. One barrier per batch, no grid-wide sync, the same bytes
- * moved as out of place, the same bits (tests/gpu/test_gpu_kernels.c).
- *
- * Its cost is why the impl does not declare inplace_ok (so a plan never
- * aliases the output; this path serves a caller that does): on an H200, bf16
- * F = 14336, it took 3.2x the out-of-place kernel at T = 1, 2.8x at 16, 2.0x
- * at 256 and 2.2x at 2048 (bench/RESULTS-h200.md). Each block walks every
- * row of its columns, so the parallelism is columns x one batch instead of
- * every element: too few threads for a decode step (1792 threads doing 8
- * elements each vs 14336 doing one) and too few resident warps to hide the
- * barrier and expf latency for a prefill. Saving T * F elements of arena is
- * not worth that on the hot MLP path. */
-enum { SILU_INPLACE_K = 4 };
-
-template <typename U>
-__global__ void silu_and_mul_inplace_kernel(U *x, int64_t rows, int64_t fu, bool pdl)
-{
-    pdl_start(pdl);
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    bool col = c < fu; /* threads past the last column still meet every barrier */
-    int64_t batch = (int64_t)blockDim.y * SILU_INPLACE_K;
-    for (int64_t base = 0; base < rows; base += batch) {
-        U r[SILU_INPLACE_K];
-#pragma unroll
-        for (int k = 0; k < SILU_INPLACE_K; k++) {
-            int64_t t = base + threadIdx.y + (int64_t)k * blockDim.y;
-            if (col && t < rows)
-                r[k] = apply2(x[2 * t * fu + c], x[2 * t * fu + fu + c], silu_mul_op());
-        }
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < SILU_INPLACE_K; k++) {
-            int64_t t = base + threadIdx.y + (int64_t)k * blockDim.y;
-            if (col && t < rows)
-                x[t * fu + c] = r[k];
-        }
-    }
-}
-
-/* Blocks of 256 threads: up to 32 row lanes (a batch of 128 rows), the
- * rest columns (8 x 16 bytes, one cache line per row, at 32 lanes); a
- * decode step (a few rows) gets 256 columns per block. */
-template <typename U>
-static cudaError_t silu_and_mul_inplace(const reel_launch *l, cudaStream_t st, int64_t rows, int64_t fu)
-{
-    unsigned r = 1, w = 1;
-    while (r < 32 && (int64_t)r * SILU_INPLACE_K < rows)
-        r *= 2;
-    while (w < 256 / r && (int64_t)w < fu)
-        w *= 2;
-    int64_t blocks = (fu + w - 1) / w;
-    if (blocks > INT32_MAX)
-        return cudaErrorInvalidConfiguration;
-    return launch(silu_and_mul_inplace_kernel<U>, dim3((unsigned)blocks), dim3(w, r), 0, st, l->pdl, (U *)l->out[0],
-                  rows, fu);
-}
-
+/* silu_and_mul is out of place only: its impl does not declare inplace_ok, so
+ * no plan aliases its output onto its input (a column-batched in-place kernel
+ * measured 2x to 3.2x slower on an H200, bench/RESULTS-h200.md). */
 template <typename U>
 static cudaError_t silu_and_mul_grid(const reel_launch *l, cudaStream_t st, int64_t rows, int64_t fu)
 {
@@ -229,8 +166,6 @@ static cudaError_t silu_and_mul_run(reel_backend *be, const reel_launch *l, cuda
     const int threads = 256;
     const int pk = pack<T>::n;
     bool vec = aligned16(l->in[0]) && aligned16(l->out[0]) && f % pk == 0;
-    if (l->out[0] == l->in[0])
-        return vec ? silu_and_mul_inplace<pack<T>>(l, st, rows, f / pk) : silu_and_mul_inplace<T>(l, st, rows, f);
     if (rows * f <= small_numel(be))
         return launch(silu_and_mul_small_kernel<T>, grid_for(rows * f, threads), threads, 0, st, l->pdl,
                       (const T *)l->in[0], (T *)l->out[0], (uint32_t)(rows * f), (uint32_t)f);
@@ -288,7 +223,7 @@ static reel_status embedding_launch(reel_backend *be, const reel_launch *l)
     bool a16 = aligned16(l->in[0]) && aligned16(l->out[0]) && row_bytes % 16 == 0;
     bool a4 = ((uintptr_t)l->in[0] % 4 == 0) && ((uintptr_t)l->out[0] % 4 == 0) && row_bytes % 4 == 0;
     if (n > 0x7fffffffLL)
-        return reel_seterr(be->ctx, REEL_E_LIMIT, "cuda.embedding: %lld tokens exceed one grid", (long long)n);
+        return reel_seterr(be->err, REEL_E_LIMIT, "cuda.embedding: %lld tokens exceed one grid", (long long)n);
     cudaError_t e;
     if (a16) {
         int64_t w = (int64_t)(row_bytes / 16);

@@ -33,14 +33,6 @@ extern const reel_op_impl reel_cu_lse_combine_impl;
 
 namespace reel_cu {
 
-/* inplace_ok where reel_op_impl has it (set only if the member exists, so
- * this file builds against the op.h before and after that field). */
-template <typename I> static inline auto set_inplace(I &i, bool v, int) -> decltype(i.inplace_ok = v, void())
-{
-    i.inplace_ok = v;
-}
-template <typename I> static inline void set_inplace(I &, bool, long) {}
-
 /* An impl built field by field (C++17 has no designated initializers, and a
  * positional one breaks when op.h gains a field): capturable, honours the
  * fixed-context limits; pdl_ok and inplace_ok as given; later fields zero. */
@@ -58,7 +50,7 @@ static inline reel_op_impl make_impl(const char *name, reel_op_kind kind, int pr
     i.capturable = true;
     i.fixed_context = true;
     i.pdl_ok = pdl_ok;
-    set_inplace(i, inplace_ok, 0);
+    i.inplace_ok = inplace_ok;
     i.can_use = use;
     i.launch = launch_fn;
     return i;

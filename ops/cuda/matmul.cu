@@ -82,7 +82,7 @@ typedef struct lt_descs {
     cublasLtMatrixLayoutOpaque_t a, b, c;
 } lt_descs;
 
-static reel_status lt_descs_init(reel_ctx *ctx, const mm_dims *g, cudaDataType_t t, lt_descs *d)
+static reel_status lt_descs_init(reel_err *ctx, const mm_dims *g, cudaDataType_t t, lt_descs *d)
 {
     cublasOperation_t ta = g->wt ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint64_t a_rows = g->wt ? g->k : g->n, a_cols = g->wt ? g->n : g->k;
@@ -94,7 +94,7 @@ static reel_status lt_descs_init(reel_ctx *ctx, const mm_dims *g, cudaDataType_t
     return REEL_OK;
 }
 
-static reel_status lt_pref_init(reel_ctx *ctx, cublasLtMatmulPreferenceOpaque_t *pref, uint64_t wsb,
+static reel_status lt_pref_init(reel_err *ctx, cublasLtMatmulPreferenceOpaque_t *pref, uint64_t wsb,
                                 const lt_key *key)
 {
     uint32_t al_a = (uint32_t)key->align_a, al_b = (uint32_t)key->align_b, al_c = (uint32_t)key->align_c;
@@ -127,7 +127,7 @@ static reel_status lt_choose(reel_backend *be, const reel_launch *l, const mm_di
     key.align_c = (int32_t)align_of(l->out[0]);
     if (reel_cuda_memo_get(be, &key, sizeof key, ch, sizeof *ch))
         return REEL_OK;
-    reel_ctx *ctx = be->ctx;
+    reel_err *ctx = be->err;
     cublasLtMatmulPreferenceOpaque_t pref;
     REEL_TRY(lt_pref_init(ctx, &pref, ws_bytes, &key));
     cublasLtMatmulHeuristicResult_t res;
@@ -152,7 +152,7 @@ static reel_status gemm_ex(reel_backend *be, const reel_launch *l, const mm_dims
     const float alpha = 1.0f, beta = 0.0f;
     cublasOperation_t ta = g->wt ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = (int)(g->wt ? g->k : g->n);
-    return REEL_CUDA_CHECK(be->ctx, cublasGemmEx(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)g->n,
+    return REEL_CUDA_CHECK(be->err, cublasGemmEx(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)g->n,
                                                  (int)g->m, (int)g->k, &alpha, l->in[1], t, lda, l->in[0], t,
                                                  (int)g->k, &beta, l->out[0], t, (int)g->n, CUBLAS_COMPUTE_32F,
                                                  CUBLAS_GEMM_DEFAULT));
@@ -169,11 +169,11 @@ static reel_status matmul_lt_launch(reel_backend *be, const reel_launch *l)
     lt_descs d;
     lt_choice ch;
     const float alpha = 1.0f, beta = 0.0f;
-    reel_status st = lt_descs_init(be->ctx, &g, t, &d);
+    reel_status st = lt_descs_init(be->err, &g, t, &d);
     if (st == REEL_OK)
         st = lt_choose(be, l, &g, &d, ws_bytes, &ch);
     if (st == REEL_OK && ch.found)
-        st = REEL_CUDA_CHECK(be->ctx, cublasLtMatmul(reel_cuda_lt_handle(be), &d.op, &alpha, l->in[1], &d.a,
+        st = REEL_CUDA_CHECK(be->err, cublasLtMatmul(reel_cuda_lt_handle(be), &d.op, &alpha, l->in[1], &d.a,
                                                      l->in[0], &d.b, &beta, l->out[0], &d.c, l->out[0], &d.c,
                                                      &ch.algo, ws, ws_bytes, reel_cuda_stream_handle(l->stream)));
     else if (st == REEL_OK)
@@ -189,7 +189,7 @@ static reel_status matmul_sgemm_launch(reel_backend *be, const reel_launch *l)
     const float alpha = 1.0f, beta = 0.0f;
     cublasOperation_t ta = g.wt ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = (int)(g.wt ? g.k : g.n);
-    reel_status st = REEL_CUDA_CHECK(be->ctx, cublasSgemm(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N,
+    reel_status st = REEL_CUDA_CHECK(be->err, cublasSgemm(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N,
                                                           (int)g.n, (int)g.m, (int)g.k, &alpha,
                                                           (const float *)l->in[1], lda, (const float *)l->in[0],
                                                           (int)g.k, &beta, (float *)l->out[0], (int)g.n));

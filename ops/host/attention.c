@@ -32,7 +32,7 @@ static reel_hk_attn reel_hk_attn_of(const reel_launch *l)
         .qd = l->in_shape[0].dtype, .kd = l->in_shape[1].dtype, .vd = l->in_shape[2].dtype,
         .kcd = l->in_shape[3].dtype, .vcd = l->in_shape[4].dtype, .od = l->out_shape[0].dtype,
         .h = p->num_heads, .hkv = p->num_kv_heads, .dh = p->head_dim, .bs = p->block_size,
-        .nblocks = reel_hk_lead(&l->in_shape[3], l->rows),
+        .nblocks = reel_shape_lead(&l->in_shape[3], l->rows),
     };
     a.kvrow = a.hkv * a.dh;
     a.scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)a.dh);

@@ -1,4 +1,4 @@
-/* Internal (L1): storage dtypes of host kernels. Tensors are stored as f32,
+/* Internal (L2): storage dtypes of host kernels. Tensors are stored as f32,
  * f16 or bf16 and computed in float32. Conversions to the narrow types round
  * to nearest, ties to even; NaN stays NaN (quieted) and +-Inf stays +-Inf.
  * Written in plain integer code so results do not depend on the compiler's

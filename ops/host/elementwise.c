@@ -46,7 +46,7 @@ void reel_host_silu_and_mul(const void *args)
     const reel_launch *l = args;
     const reel_shape *xs = &l->in_shape[0];
     reel_dtype xd = xs->dtype, od = l->out_shape[0].dtype;
-    int64_t two_f = reel_hk_last(xs);
+    int64_t two_f = reel_shape_last(xs);
     int64_t f = two_f / 2;
     int64_t nrows = reel_hk_numel(xs, l->rows) / (two_f > 0 ? two_f : 1);
     for (int64_t t = 0; t < nrows; t++) {

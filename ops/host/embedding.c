@@ -10,8 +10,8 @@ void reel_host_embedding(const void *args)
     const reel_launch *l = args;
     const reel_shape *ts = &l->in_shape[0];
     reel_dtype td = ts->dtype, od = l->out_shape[0].dtype;
-    int64_t v = reel_hk_lead(ts, l->rows);
-    int64_t d = reel_hk_row(ts);
+    int64_t v = reel_shape_lead(ts, l->rows);
+    int64_t d = reel_shape_inner(ts);
     int64_t n = reel_hk_numel(&l->in_shape[1], l->rows);
     const int32_t *ids = l->in[1];
     size_t row_bytes = (size_t)d * reel_storage_size(td);

@@ -1,4 +1,4 @@
-/* Internal (L1): the host backend's kernels and their impl table.
+/* Internal (L2): the host backend's kernels and their impl table.
  *
  * Each kernel is a reel_host_fn: args points to a reel_launch (the executor
  * passes the launch itself through reel_host_launch, which copies those

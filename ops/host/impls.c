@@ -5,7 +5,7 @@
  * the kernel has run (for a captured graph: while it may be replayed). */
 #include "ops/host/dtype.h"
 #include "ops/host/host_ops.h"
-#include "runtime/host/host.h"
+#include "backend/host/host.h"
 
 #define REEL_HOST_LAUNCHER(fn)                                                  \
     static reel_status fn##_launch(reel_backend *be, const reel_launch *l)    \

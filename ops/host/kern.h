@@ -1,4 +1,4 @@
-/* Internal (L1): helpers shared by the host reference kernels. A kernel
+/* Internal (L2): helpers shared by the host reference kernels. A kernel
  * trusts its launch (the schema and registry checked shapes and dtypes); it
  * only guards what step metadata can get wrong, by reporting REEL_E_LIMIT
  * into the metadata's err_word instead of reading out of bounds. */
@@ -11,32 +11,10 @@
 #include "ops/host/dtype.h"
 #include "ops/op.h"
 
-/* Leading extent of s in this launch: the launch's rows for a token tensor. */
-static inline int64_t reel_hk_lead(const reel_shape *s, int64_t rows)
-{
-    if (s->ndim == 0)
-        return 1;
-    return s->tokens ? rows : s->dims[0];
-}
-
-/* Elements of one leading row: product of dims[1..]. */
-static inline int64_t reel_hk_row(const reel_shape *s)
-{
-    int64_t n = 1;
-    for (int i = 1; i < s->ndim; i++)
-        n *= s->dims[i];
-    return n;
-}
-
+/* The launch view of a shape (core/shape.h). */
 static inline int64_t reel_hk_numel(const reel_shape *s, int64_t rows)
 {
-    return reel_hk_lead(s, rows) * reel_hk_row(s);
-}
-
-/* The last dimension (1 for a scalar). */
-static inline int64_t reel_hk_last(const reel_shape *s)
-{
-    return s->ndim > 0 ? s->dims[s->ndim - 1] : 1;
+    return reel_shape_lead(s, rows) * reel_shape_inner(s);
 }
 
 /* Reports a metadata limit breach to the step's error word. Several stream

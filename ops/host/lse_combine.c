@@ -78,8 +78,8 @@ void reel_host_lse_combine(const void *args)
     };
     if (c.h <= 0)
         return;
-    c.dh = reel_hk_last(os) / c.h;
-    int64_t nrows = reel_hk_lead(os, l->rows);
+    c.dh = reel_shape_last(os) / c.h;
+    int64_t nrows = reel_shape_lead(os, l->rows);
     for (int64_t t = 0; t < nrows; t++)
         for (int64_t hh = 0; hh < c.h; hh++)
             reel_hk_lse_head(&c, t, hh);

@@ -4,7 +4,7 @@
  * (reel builds with -std=c11, which keeps a*b+c unfused). */
 #include "ops/host/host_ops.h"
 #include "ops/host/kern.h"
-#include "memory/halloc.h"
+#include "core/halloc.h"
 
 typedef struct reel_hk_mm {
     const void *x, *w;
@@ -20,10 +20,10 @@ static reel_hk_mm reel_hk_mm_of(const reel_launch *l)
     reel_hk_mm g = {
         .x = l->in[0], .w = l->in[1], .out = l->out[0],
         .xd = xs->dtype, .wd = ws->dtype, .od = l->out_shape[0].dtype,
-        .k = reel_hk_last(xs), .wt = l->attrs->matmul.w_transposed,
+        .k = reel_shape_last(xs), .wt = l->attrs->matmul.w_transposed,
     };
-    g.n = g.wt ? reel_hk_lead(ws, l->rows) : reel_hk_last(ws);
-    g.m = g.k > 0 ? reel_hk_numel(xs, l->rows) / g.k : reel_hk_lead(xs, l->rows);
+    g.n = g.wt ? reel_shape_lead(ws, l->rows) : reel_shape_last(ws);
+    g.m = g.k > 0 ? reel_hk_numel(xs, l->rows) / g.k : reel_shape_lead(xs, l->rows);
     return g;
 }
 

@@ -17,7 +17,7 @@ void reel_host_rope(const void *args)
     const int32_t *pos = l->in[1];
     int64_t hd = l->attrs->rope.head_dim, half = l->attrs->rope.rot_dim / 2;
     double theta = l->attrs->rope.theta;
-    int64_t row = reel_hk_last(xs);
+    int64_t row = reel_shape_last(xs);
     if (row <= 0 || hd <= 0)
         return;
     int64_t nrows = reel_hk_numel(xs, l->rows) / row, nheads = row / hd;

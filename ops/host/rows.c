@@ -12,7 +12,7 @@ void reel_host_rmsnorm(const void *args)
     const reel_launch *l = args;
     const reel_shape *xs = &l->in_shape[0];
     reel_dtype xd = xs->dtype, wd = l->in_shape[1].dtype, od = l->out_shape[0].dtype;
-    int64_t d = reel_hk_last(xs);
+    int64_t d = reel_shape_last(xs);
     if (d <= 0)
         return;
     int64_t nrows = reel_hk_numel(xs, l->rows) / d;
@@ -37,7 +37,7 @@ void reel_host_softmax(const void *args)
     const reel_launch *l = args;
     const reel_shape *xs = &l->in_shape[0];
     reel_dtype xd = xs->dtype, od = l->out_shape[0].dtype;
-    int64_t n = reel_hk_last(xs);
+    int64_t n = reel_shape_last(xs);
     if (n <= 0)
         return;
     int64_t nrows = reel_hk_numel(xs, l->rows) / n;
@@ -63,7 +63,7 @@ void reel_host_argmax(const void *args)
     const reel_launch *l = args;
     const reel_shape *xs = &l->in_shape[0];
     reel_dtype xd = xs->dtype;
-    int64_t n = reel_hk_last(xs);
+    int64_t n = reel_shape_last(xs);
     int32_t *out = l->out[0];
     if (n <= 0)
         return;

@@ -87,12 +87,12 @@ void reel_host_topk(const void *args)
 {
     const reel_launch *l = args;
     const reel_shape *ss = &l->in_shape[0];
-    int64_t nrows = reel_hk_lead(ss, l->rows), ncols = reel_hk_row(ss);
+    int64_t nrows = reel_shape_lead(ss, l->rows), ncols = reel_shape_inner(ss);
     int64_t k = l->attrs->topk.k;
     const float *scores = l->in[0];
     const int32_t *lengths = l->in[1], *pt = l->in[2];
     bool paged = l->attrs->topk.has_page_table && pt;
-    int64_t npages = paged ? reel_hk_row(&l->in_shape[2]) : 0;
+    int64_t npages = paged ? reel_shape_inner(&l->in_shape[2]) : 0;
     int32_t *out = l->out[0];
     for (int64_t t = 0; t < nrows; t++) {
         int64_t len = lengths[t] < 0 ? 0 : (lengths[t] > ncols ? ncols : lengths[t]);

@@ -6,7 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/backend.h"
+#include "backend/backend.h"
 
 /* Probed in a child process: a CUDA driver initialised in this process
  * would be unusable in the processes Criterion forks for the tests. */

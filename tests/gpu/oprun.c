@@ -1,5 +1,5 @@
 /* GPU op test helpers: run one node through a backend impl, compare. */
-#include "oprun.h"
+#include "tests/gpu/oprun.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -11,7 +11,7 @@
 
 #include "ops/cuda/cuda_ops.h"
 #include "ops/host/dtype.h"
-#include "runtime/ctx.h"
+#include "backend/ctx.h"
 
 uint64_t gt_next(gt_rng *r)
 {

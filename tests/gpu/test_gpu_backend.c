@@ -5,8 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oprun.h"
-#include "runtime/ctx.h"
+#include "tests/gpu/oprun.h"
+#include "backend/ctx.h"
+#include "tests/core/opts.h"
 
 static reel_ctx *ctx;
 static reel_backend *be;
@@ -14,7 +15,7 @@ static const reel_backend_vt *vt;
 
 static void setup(void)
 {
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_CUDA, 0}, &ctx), REEL_OK);
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &ctx), REEL_OK);
     be = ctx->be;
     vt = be->vt;
 }

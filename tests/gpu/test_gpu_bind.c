@@ -6,12 +6,13 @@
 #include <cuda_runtime_api.h>
 #include <string.h>
 
-#include "../plan/opgraphs.h"
+#include "tests/exec/opgraphs.h"
+#include "tests/core/opts.h"
 
 static reel_ctx *ctx;
 static void setup(void)
 {
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_CUDA, 0}, &ctx), REEL_OK);
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &ctx), REEL_OK);
 }
 static void teardown(void) { reel_ctx_destroy(ctx); }
 

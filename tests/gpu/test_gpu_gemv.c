@@ -14,10 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oprun.h"
+#include "tests/gpu/oprun.h"
 #include "ops/cuda/gemv.h"
-#include "runtime/ctx.h"
-#include "runtime/cuda/cuda.h"
+#include "backend/ctx.h"
+#include "backend/cuda/cuda.h"
+#include "tests/core/opts.h"
 
 static reel_ctx *hctx, *cctx;
 static uint64_t seed;
@@ -25,8 +26,8 @@ static gt_rng rng;
 
 static void setup(void)
 {
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_HOST, 0}, &hctx), REEL_OK);
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_CUDA, 0}, &cctx), REEL_OK,
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &hctx), REEL_OK);
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &cctx), REEL_OK,
                  "cuda context: %s", cctx ? reel_ctx_last_error(cctx) : "no context");
     seed = gt_fresh_seed();
     rng.s = seed;
@@ -53,7 +54,7 @@ static reel_status direct_launch(reel_backend *be, const reel_launch *l)
                                        c, reel_cuda_stream_handle(l->stream), l->pdl);
     if (e == cudaSuccess)
         e = cudaGetLastError();
-    return e == cudaSuccess ? REEL_OK : reel_seterr(be->ctx, REEL_E_BACKEND, "gemv: %s", cudaGetErrorString(e));
+    return e == cudaSuccess ? REEL_OK : reel_seterr(be->err, REEL_E_BACKEND, "gemv: %s", cudaGetErrorString(e));
 }
 
 static const reel_op_impl kernel = {.name = "gemv kernel (direct)", .op = REEL_OP_MATMUL,

@@ -1,7 +1,6 @@
 /* The CUDA kernels' fast paths and in-place forms: every launch path of add
- * and mul gives the host's bits; rmsnorm (inplace_ok) and silu_and_mul
- * (correct in place, not declared: too slow) with the output over the input
- * give the bits of the out-of-place kernel; a
+ * and mul gives the host's bits; rmsnorm (inplace_ok) with the output over
+ * the input gives the bits of the out-of-place kernel; a
  * matmul shape queries the cuBLASLt heuristic once; early-triggering PDL
  * kernels in a plan with cuBLAS nodes give the plain graph's bits. */
 #include <criterion/criterion.h>
@@ -9,10 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oprun.h"
+#include "tests/gpu/oprun.h"
 #include "ops/cuda/cuda_ops.h"
-#include "runtime/ctx.h"
-#include "runtime/cuda/cuda_impl.h"
+#include "backend/ctx.h"
+#include "backend/cuda/cuda_impl.h"
+#include "tests/core/opts.h"
 
 static reel_ctx *hctx, *cctx;
 static uint64_t seed;
@@ -20,8 +20,8 @@ static gt_rng rng;
 
 static void setup(void)
 {
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_HOST, 0}, &hctx), REEL_OK);
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_CUDA, 0}, &cctx), REEL_OK,
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &hctx), REEL_OK);
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &cctx), REEL_OK,
                  "cuda context: %s", cctx ? reel_ctx_last_error(cctx) : "no context");
     seed = gt_fresh_seed();
     rng.s = seed;
@@ -142,33 +142,6 @@ static void same_bits_in_place(gt_op *op, const char *what, bool declared)
     free(got);
     gt_result_free(&ref);
     gt_op_free_data(op);
-}
-
-static void silu_in_place(reel_dtype dt, int64_t t, int64_t f)
-{
-    gt_op op;
-    memset(&op, 0, sizeof op);
-    op.op = REEL_OP_SILU_AND_MUL, op.rows = t, op.nin = 1, op.nout = 1;
-    op.in[0] = gt_shape(dt, true, 2, (int64_t[]){t, 2 * f});
-    op.out[0] = gt_shape(dt, true, 2, (int64_t[]){t, f});
-    op.data[0] = gt_random(&rng, dt, t * 2 * f, -6, 6);
-    same_bits_in_place(&op, "silu_and_mul", false);
-}
-
-Test(gpu_kernels, silu_and_mul_in_place_gives_the_out_of_place_bits, .init = setup, .fini = teardown)
-{
-    /* Rows: one (decode), a few, across batches of 128 rows, many batches;
-     * widths: 16-byte packs (64, 4096) and single elements (35). */
-    const int64_t ts[6] = {1, 2, 5, 129, 300, 1500};
-    for (int i = 0; i < 3; i++)
-        for (int j = 0; j < 6; j++) {
-            silu_in_place(dts[i], ts[j], 64);
-            silu_in_place(dts[i], ts[j], 35);
-        }
-    for (int i = 0; i < 3; i++) {
-        silu_in_place(dts[i], 1, 4096);
-        silu_in_place(dts[i], 37, 4096);
-    }
 }
 
 static void rmsnorm_in_place(reel_dtype dt, int64_t t, int64_t d)

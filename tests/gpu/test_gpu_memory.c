@@ -7,9 +7,10 @@
 #include <cuda_runtime_api.h>
 #include <string.h>
 
-#include "../plan/opgraphs.h"
-#include "oprun.h"
-#include "runtime/ctx.h"
+#include "tests/exec/opgraphs.h"
+#include "tests/gpu/oprun.h"
+#include "backend/ctx.h"
+#include "tests/core/opts.h"
 
 static size_t free_bytes(void)
 {
@@ -45,7 +46,7 @@ static void run_matmul(reel_ctx *ctx, reel_dtype dt)
 static void exercise_backend(void)
 {
     reel_ctx *ctx;
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_CUDA, 0}, &ctx), REEL_OK);
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &ctx), REEL_OK);
     reel_backend *be = ctx->be;
     reel_stream *s[3];
     reel_event *e;
@@ -80,7 +81,7 @@ static void exercise_backend(void)
 static void exercise_plan(void)
 {
     reel_ctx *ctx;
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_CUDA, 0}, &ctx), REEL_OK);
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &ctx), REEL_OK);
     int kinds[2] = {OG_ATTENTION, OG_MATMUL};
     for (int k = 0; k < 2; k++) {
         og_graph og;

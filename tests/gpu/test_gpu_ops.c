@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oprun.h"
-#include "runtime/ctx.h"
+#include "tests/gpu/oprun.h"
+#include "backend/ctx.h"
+#include "tests/core/opts.h"
 
 static reel_ctx *hctx, *cctx;
 static uint64_t seed;
@@ -15,8 +16,8 @@ static gt_rng rng;
 
 static void setup(void)
 {
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_HOST, 0}, &hctx), REEL_OK);
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_CUDA, 0}, &cctx), REEL_OK,
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &hctx), REEL_OK);
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &cctx), REEL_OK,
                  "cuda context: %s", cctx ? reel_ctx_last_error(cctx) : "no context");
     seed = gt_fresh_seed();
     rng.s = seed;

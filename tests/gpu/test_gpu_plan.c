@@ -1,5 +1,6 @@
-/* Plans on the GPU: replay == eager bitwise for every op, dtype and bucket;
- * a context past the limit falls back eagerly with the same result; a
+/* Plans on the GPU (replay == eager for every op is tests/exec/test_replay.c,
+ * run on CUDA as gpu_replay): a context past the limit falls back eagerly
+ * with the same result; a
  * kernel inside a graph refuses a context past its limit; programmatic
  * dependent launch changes no bit. */
 #include <criterion/criterion.h>
@@ -7,14 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../plan/opgraphs.h"
-#include "runtime/plan.h"
+#include "tests/exec/opgraphs.h"
+#include "exec/plan.h"
+#include "tests/core/opts.h"
 
 static reel_ctx *ctx;
 
 static void setup(void)
 {
-    cr_assert_eq(reel_ctx_create(&(reel_ctx_opts){REEL_VERSION_NUMBER, REEL_BACKEND_CUDA, 0}, &ctx), REEL_OK);
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &ctx), REEL_OK);
 }
 
 static void teardown(void) { reel_ctx_destroy(ctx); }
@@ -40,66 +42,6 @@ static reel_compile_opts opts_buckets(int nb, const int32_t *b)
     memcpy(o.buckets, b, (size_t)nb * sizeof *b);
     return o;
 }
-
-static void check_kind(int kind)
-{
-    const reel_dtype dts[3] = {REEL_F32, REEL_F16, REEL_BF16};
-    for (int d = 0; d < 3; d++) {
-        og_graph ga, gb;
-        char what[64];
-        snprintf(what, sizeof what, "%s %s", og_name(kind), reel_dtype_name(dts[d]));
-        cr_assert_eq(og_build(ctx, kind, dts[d], 42, &ga), REEL_OK, "%s", reel_ctx_last_error(ctx));
-        cr_assert_eq(og_build(ctx, kind, dts[d], 42, &gb), REEL_OK);
-        reel_compile_opts o = opts_buckets(4, (int32_t[]){1, 2, 4, 8});
-        reel_plan *pa, *pb;
-        cr_assert_eq(reel_compile(ga.g, &o, &pa), REEL_OK, "%s: %s", what, reel_ctx_last_error(ctx));
-        o.no_capture = true;
-        cr_assert_eq(reel_compile(gb.g, &o, &pb), REEL_OK, "%s: %s", what, reel_ctx_last_error(ctx));
-        reel_plan_stats s0, s1;
-        reel_plan_stats_get(pa, &s0);
-        cr_assert_eq(s0.graphs_captured, 4, "%s: %llu graphs captured", what,
-                     (unsigned long long)s0.graphs_captured);
-        for (int32_t n = 1; n <= 8; n++) {
-            og_step sa, sb;
-            cr_assert_eq(og_make_step(pa, kind, dts[d], n, 1000 + n, 20 + n, &sa), REEL_OK);
-            cr_assert_eq(og_make_step(pb, kind, dts[d], n, 1000 + n, 20 + n, &sb), REEL_OK);
-            cr_assert_eq(reel_step(pa, &sa.info), REEL_OK, "%s n=%d: %s", what, n, reel_ctx_last_error(ctx));
-            cr_assert_eq(reel_plan_last_fallback(pa), REEL_FALLBACK_NONE);
-            cr_assert_eq(reel_step(pb, &sb.info), REEL_OK, "%s n=%d: %s", what, n, reel_ctx_last_error(ctx));
-            same_output(pa, pb, "y", what, n);
-            if (kind == OG_LSE)
-                same_output(pa, pb, "lse", what, n);
-        }
-        reel_plan_stats_get(pa, &s1);
-        cr_assert_eq(s1.replays, 8);
-        cr_assert_eq(s1.op_dispatches, s0.op_dispatches, "%s: replay went back through the executor", what);
-        reel_plan_destroy(pa);
-        reel_plan_destroy(pb);
-        og_free(&ga);
-        og_free(&gb);
-    }
-}
-
-#define REPLAY_TEST(k, name)                                                                          \
-    Test(gpu_plan, name##_replay_equals_eager_bitwise_in_every_bucket, .init = setup, .fini = teardown) \
-    {                                                                                                 \
-        check_kind(k);                                                                                \
-    }
-REPLAY_TEST(OG_EMBEDDING, embedding)
-REPLAY_TEST(OG_MATMUL, matmul)
-REPLAY_TEST(OG_MATMUL_T, matmul_transposed)
-REPLAY_TEST(OG_ADD, add)
-REPLAY_TEST(OG_ADD_ROW, add_row_broadcast)
-REPLAY_TEST(OG_MUL, mul)
-REPLAY_TEST(OG_RMSNORM, rmsnorm)
-REPLAY_TEST(OG_SILU, silu_and_mul)
-REPLAY_TEST(OG_ROPE, rope)
-REPLAY_TEST(OG_SOFTMAX, softmax)
-REPLAY_TEST(OG_ARGMAX, argmax)
-REPLAY_TEST(OG_ATTENTION, paged_attention)
-REPLAY_TEST(OG_TOPK, topk)
-REPLAY_TEST(OG_TOPK_PAGED, topk_with_page_transform)
-REPLAY_TEST(OG_LSE, lse_combine)
 
 static reel_plan *compile_attention(og_graph *og, int32_t max_context, const reel_plan_debug *dbg)
 {

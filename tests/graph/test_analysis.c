@@ -1,8 +1,7 @@
-/* Graph analyses: dependency edges, the stable topological order and
- * liveness over a schedule. */
-#include "fixture.h"
+/* Graph analyses: dependency edges and the stable topological order. */
+#include "tests/graph/fixture.h"
 #include "graph/builder.h"
-#include "memory/halloc.h"
+#include "core/halloc.h"
 
 TestSuite(analysis, .init = graph_setup, .fini = graph_teardown);
 
@@ -149,48 +148,3 @@ Test(analysis, deduplicates_edges_of_a_tensor_read_twice)
     reel_hfree(to);
 }
 
-Test(analysis, computes_liveness_of_a_chain_with_a_skip)
-{
-    reel_tensor x = reel_input(g, "x", REEL_F32, 2, D(T, 4));
-    reel_tensor a = reel_softmax(g, x);     /* node 0 */
-    reel_tensor b = reel_softmax(g, a);     /* node 1 */
-    reel_tensor c = reel_add(g, b, a);      /* node 2 */
-    reel_tensor d = reel_softmax(g, c);     /* node 3 */
-    reel_output(g, "mid", b);
-    reel_output(g, "out", d);
-    int order[4], first[16], last[16];
-    cr_assert_eq(reel_graph_topo_order(g, order), REEL_OK);
-    reel_graph_liveness(g, order, first, last);
-    cr_assert_eq(first[x.id], 0);
-    cr_assert_eq(last[x.id], 0);
-    cr_assert_eq(first[a.id], 0);
-    cr_assert_eq(last[a.id], 2, "a is read by the add at position 2");
-    cr_assert_eq(first[b.id], 1);
-    cr_assert_eq(last[b.id], 3, "an output lives to the end");
-    cr_assert_eq(first[c.id], 2);
-    cr_assert_eq(last[c.id], 3);
-    cr_assert_eq(first[d.id], 3);
-    cr_assert_eq(last[d.id], 3);
-}
-
-Test(analysis, computes_liveness_over_any_valid_schedule)
-{
-    build_shuffled_dag(77, 50);
-    int order[50], pos[50], first[64], last[64];
-    cr_assert_eq(reel_graph_topo_order(g, order), REEL_OK);
-    for (int p = 0; p < 50; p++)
-        pos[order[p]] = p;
-    reel_graph_liveness(g, order, first, last);
-    for (int id = 1; id < g->ntensors; id++) {
-        const reel_tinfo *t = &g->tensors[id];
-        if (t->kind != REEL_T_ACT)
-            continue;
-        int want_last = pos[t->producer];
-        for (int v = 0; v < 50; v++)
-            for (int i = 0; i < g->nodes[v].nin; i++)
-                if (g->nodes[v].in[i] == (uint32_t)id && pos[v] > want_last)
-                    want_last = pos[v];
-        cr_assert_eq(first[id], pos[t->producer], "tensor %d", id);
-        cr_assert_eq(last[id], want_last, "tensor %d", id);
-    }
-}

@@ -1,6 +1,6 @@
 /* Shape and dtype rules of each op: every violated rule gives its status
  * and a message naming the op and the rule. */
-#include "fixture.h"
+#include "tests/graph/fixture.h"
 
 TestSuite(shapes, .init = graph_setup, .fini = graph_teardown);
 

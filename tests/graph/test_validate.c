@@ -1,6 +1,6 @@
 /* Builder and validation errors: each returns its status, the message names
  * the op and tensors at fault, and the first error stays on the graph. */
-#include "fixture.h"
+#include "tests/graph/fixture.h"
 
 TestSuite(validate, .init = graph_setup, .fini = graph_teardown);
 

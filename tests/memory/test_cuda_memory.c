@@ -9,8 +9,8 @@
 #include "memory/pinned.h"
 #include "memory/workspace.h"
 #include "reel/memory.h"
-#include "runtime/backend.h"
-#include "runtime/ctx.h"
+#include "backend/backend.h"
+#include "backend/ctx.h"
 
 #define NS 3
 

@@ -6,7 +6,7 @@
 
 #include "memory/pinned.h"
 #include "reel_config.h"
-#include "tests/runtime/host_fixture.h"
+#include "tests/backend/host_fixture.h"
 
 static reel_ctx *ctx;
 static reel_backend_vt counting_vt;

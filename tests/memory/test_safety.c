@@ -4,13 +4,13 @@
  * backend) or through a memory plan. */
 #include <criterion/criterion.h>
 
-#include "memory/halloc.h"
+#include "core/halloc.h"
 #include "memory/planner.h"
 #include "memory/workspace.h"
 #include "tests/memory/pgen.h"
 #include "tests/memory/plan_exec.h"
 #include "tests/memory/safety_dsl.h"
-#include "tests/runtime/host_fixture.h"
+#include "tests/backend/host_fixture.h"
 
 #define RAW REEL_HAZARD_RAW
 #define WAR REEL_HAZARD_WAR

@@ -9,7 +9,7 @@
 #include "memory/workspace.h"
 #include "reel/memory.h"
 #include "tests/memory/pgen.h"
-#include "tests/runtime/host_fixture.h"
+#include "tests/backend/host_fixture.h"
 
 #define NSTREAMS 3
 #define NEVENTS 8

@@ -5,7 +5,7 @@
 
 #include "memory/workspace.h"
 #include "reel/memory.h"
-#include "tests/runtime/host_fixture.h"
+#include "tests/backend/host_fixture.h"
 
 static reel_ctx *ctx;
 static reel_stream *A, *B;

@@ -1,5 +1,5 @@
 /* Helpers for the host kernel tests (see host_ref.h). */
-#include "host_ref.h"
+#include "tests/ops/host_ref.h"
 
 #include <criterion/criterion.h>
 #include <math.h>

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host_ref.h"
+#include "tests/ops/host_ref.h"
 
 enum { MAXT = 32, MAXS = 8, MAXB = 16 };
 

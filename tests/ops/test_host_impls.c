@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "host_ref.h"
-#include "runtime/ctx.h"
+#include "tests/ops/host_ref.h"
+#include "backend/ctx.h"
 
 static const char *const op_names[REEL_OP_COUNT] = {
     "embedding", "matmul", "add", "mul", "rmsnorm", "silu_and_mul", "rope",

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host_ref.h"
+#include "tests/ops/host_ref.h"
 
 typedef struct lse_case {
     reel_dtype dt;

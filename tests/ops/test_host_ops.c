@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host_ref.h"
+#include "tests/ops/host_ref.h"
 
 Test(ops, embedding_copies_rows_and_zeroes_ids_out_of_range)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "host_ref.h"
+#include "tests/ops/host_ref.h"
 
 typedef struct topk_case {
     int64_t T, N, k, P;

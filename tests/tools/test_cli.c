@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "small.h"
+#include "tests/tools/small.h"
 
 /* Runs `reel ARGS 2>&1`; returns the exit status and the output in out. */
 static int reel_run(const char *args, char *out, size_t cap)

@@ -1,7 +1,7 @@
 /* The demo serving loop, run in-process on the host backend. */
 #include <criterion/criterion.h>
 
-#include "small.h"
+#include "tests/tools/small.h"
 
 static demo_result run_ok(const demo_opts *o)
 {

@@ -1,0 +1,200 @@
+/* The plan's I/O: inputs, parameters, states, outputs, stats and placement.
+ * Calls between steps; none of them issues a step. */
+#include <string.h>
+
+#include "core/halloc.h"
+#include "exec/plan.h"
+#include "memory/workspace.h"
+
+const char *reel_fallback_str(reel_fallback f)
+{
+    static const char *const names[REEL_FALLBACK_COUNT] = {
+        [REEL_FALLBACK_NONE] = "replayed",
+        [REEL_FALLBACK_NO_BUCKET] = "no bucket",
+        [REEL_FALLBACK_TOKENS_OVER_LIMIT] = "tokens over limit",
+        [REEL_FALLBACK_SEQS_OVER_LIMIT] = "sequences over limit",
+        [REEL_FALLBACK_CONTEXT_OVER_LIMIT] = "context over limit",
+        [REEL_FALLBACK_OP_NOT_CAPTURABLE] = "op not capturable",
+        [REEL_FALLBACK_CAPTURE_FAILED] = "capture failed",
+    };
+    return (int)f >= 0 && f < REEL_FALLBACK_COUNT ? names[f] : "unknown";
+}
+
+int reel_plan_find_tensor(const reel_plan *p, const char *name, reel_tensor_kind kind)
+{
+    for (int t = 1; t < p->ntensors; t++)
+        if (p->tensors[t].kind == kind && strcmp(p->tensors[t].name, name) == 0)
+            return t;
+    return -1;
+}
+
+reel_status reel_plan_set_input(reel_plan *p, const char *name, const void *data, int64_t rows)
+{
+    if (!p || !name || !data)
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "set_input: NULL plan, name or data");
+    int t = reel_plan_find_tensor(p, name, REEL_T_INPUT);
+    if (t < 0)
+        return reel_seterr(p->err, REEL_E_NOT_FOUND, "set_input: the plan has no input named '%s'", name);
+    const reel_shape *sh = &p->tensors[t].shape;
+    if (rows <= 0 || (!sh->tokens && rows != 1) || rows > (1 << 24))
+        return reel_seterr(p->err, REEL_E_INVALID_ARG, "set_input '%s': %lld rows (%s)", name, (long long)rows,
+                           sh->tokens ? "need 1..2^24" : "an input without a token dim takes 1");
+    size_t bytes = reel_shape_bytes(sh, rows);
+    if (!sh->tokens || rows <= p->buckets[p->nbuckets - 1]) {
+        /* It fits the static staging every bucket shares: write it in place,
+         * so a replayed step copies the input once (the previous step's
+         * upload finished before that step returned). */
+        memcpy(reel_staging_input_slot(p, (uint32_t)t), data, bytes);
+        p->staged[t] = true;
+        p->stash_rows[t] = rows;
+        return REEL_OK;
+    }
+    if (bytes > p->stash_cap[t]) {
+        char *buf = reel_hrealloc(p->stash[t], bytes);
+        if (!buf)
+            return reel_seterr(p->err, REEL_E_OOM, "set_input '%s': out of host memory", name);
+        p->stash[t] = buf;
+        p->stash_cap[t] = bytes;
+    }
+    memcpy(p->stash[t], data, bytes);
+    p->staged[t] = false;
+    p->stash_rows[t] = rows;
+    return REEL_OK;
+}
+
+reel_status reel_plan_write_param(reel_plan *p, const char *name, const void *data, size_t bytes)
+{
+    if (!p || !name || !data)
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "write_param: NULL plan, name or data");
+    int t = reel_plan_find_tensor(p, name, REEL_T_PARAM);
+    if (t < 0)
+        return reel_seterr(p->err, REEL_E_NOT_FOUND, "write_param: the plan has no parameter named '%s'", name);
+    size_t need = reel_shape_bytes(&p->tensors[t].shape, 0);
+    if (bytes != need)
+        return reel_seterr(p->err, REEL_E_INVALID_ARG, "write_param '%s': %zu bytes given, it holds %zu", name,
+                           bytes, need);
+    REEL_TRY(p->be->vt->copy(p->be, p->streams[0], p->tensor_ptr[t], data, bytes, REEL_COPY_H2D));
+    REEL_TRY(p->be->vt->stream_sync(p->be, p->streams[0]));
+    if (!p->param_written[t])
+        p->params_unwritten--;
+    p->param_written[t] = true;
+    return REEL_OK;
+}
+
+static reel_status state_io(reel_plan *p, const char *name, void *host, size_t bytes, bool write)
+{
+    const char *what = write ? "write_state" : "read_state";
+    if (!p || !name || !host)
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "%s: NULL plan, name or buffer", what);
+    int t = reel_plan_find_tensor(p, name, REEL_T_STATE);
+    if (t < 0)
+        return reel_seterr(p->err, REEL_E_NOT_FOUND, "%s: the plan has no state named '%s'", what, name);
+    size_t need = reel_shape_bytes(&p->tensors[t].shape, 0);
+    if (bytes != need)
+        return reel_seterr(p->err, REEL_E_INVALID_ARG, "%s '%s': %zu bytes given, it holds %zu", what, name, bytes,
+                           need);
+    reel_stream *s0 = p->streams[0];
+    if (write)
+        REEL_TRY(p->be->vt->copy(p->be, s0, p->tensor_ptr[t], host, bytes, REEL_COPY_H2D));
+    else
+        REEL_TRY(p->be->vt->copy(p->be, s0, host, p->tensor_ptr[t], bytes, REEL_COPY_D2H));
+    return p->be->vt->stream_sync(p->be, s0);
+}
+
+reel_status reel_plan_read_state(reel_plan *p, const char *name, void *dst, size_t bytes)
+{
+    return state_io(p, name, dst, bytes, false);
+}
+
+reel_status reel_plan_write_state(reel_plan *p, const char *name, const void *src, size_t bytes)
+{
+    return state_io(p, name, (void *)src, bytes, true);
+}
+
+reel_status reel_plan_output(reel_plan *p, const char *name, const void **data, int64_t *rows)
+{
+    if (!p || !name || !data)
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "output: NULL plan, name or data pointer");
+    for (int o = 0; o < p->noutputs; o++) {
+        if (strcmp(p->outputs[o].name, name) != 0)
+            continue;
+        if (p->st.steps == 0)
+            return reel_seterr(p->err, REEL_E_INVALID_USAGE, "output '%s': no step has run yet", name);
+        *data = p->out_host + p->out_off[o];
+        if (rows)
+            *rows = p->tensors[p->outputs[o].tensor].shape.tokens ? p->out_rows : 1;
+        return REEL_OK;
+    }
+    return reel_seterr(p->err, REEL_E_NOT_FOUND, "output: the plan has no output named '%s'", name);
+}
+
+reel_status reel_plan_output_desc(const reel_plan *p, const char *name, reel_dtype *dtype, int64_t *row_elems)
+{
+    if (!p || !name)
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "output_desc: NULL plan or name");
+    for (int o = 0; o < p->noutputs; o++) {
+        if (strcmp(p->outputs[o].name, name) != 0)
+            continue;
+        const reel_shape *sh = &p->tensors[p->outputs[o].tensor].shape;
+        if (dtype)
+            *dtype = sh->dtype;
+        if (row_elems)
+            *row_elems = reel_shape_row_numel(sh);
+        return REEL_OK;
+    }
+    return reel_seterr(p->err, REEL_E_NOT_FOUND, "output_desc: the plan has no output named '%s'", name);
+}
+
+reel_fallback reel_plan_last_fallback(const reel_plan *p) { return p ? p->last_fallback : REEL_FALLBACK_NONE; }
+
+reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out)
+{
+    if (!p || !out)
+        return REEL_E_INVALID_ARG;
+    *out = p->st;
+    reel_ws_stats ws;
+    reel_ws_get_stats(p->ws, &ws);
+    out->workspace_bytes = ws.device;
+    out->workspace_peak = ws.peak;
+    return REEL_OK;
+}
+
+reel_status reel_plan_trim(reel_plan *p)
+{
+    if (!p)
+        return REEL_E_INVALID_ARG;
+    if (p->over_valid) {
+        reel_layout_free(p, &p->over, true);
+        p->over_valid = false;
+    }
+    return reel_ws_trim(p->ws);
+}
+
+reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_placement *out)
+{
+    if (!p || !out)
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "placement: NULL plan or output");
+    if (bucket < 0 || bucket >= p->nbuckets || i < 0)
+        return REEL_E_NOT_FOUND;
+    int seen = 0;
+    for (uint32_t t = 1; t < (uint32_t)p->ntensors; t++) {
+        const reel_tinfo *ti = &p->tensors[t];
+        if (ti->kind != REEL_T_ACT || seen++ != i)
+            continue;
+        const reel_layout *L = &p->bucket[bucket];
+        out->name = ti->name;
+        out->stream = p->nodes[ti->producer].stream;
+        out->first = out->last = ti->producer;
+        for (int n = 0; n < p->nnodes; n++)
+            for (int k = 0; k < p->nodes[n].nin; k++)
+                if (p->nodes[n].in[k] == t && n > out->last)
+                    out->last = n;
+        for (int o = 0; o < p->noutputs; o++)
+            if (p->outputs[o].tensor == t)
+                out->last = p->nnodes;
+        out->offset = L->act_off[t];
+        out->bytes = reel_shape_bytes(&ti->shape, L->rows);
+        return REEL_OK;
+    }
+    return REEL_E_NOT_FOUND;
+}
