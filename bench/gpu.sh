@@ -57,6 +57,22 @@ if python3 -c "import torch" 2>/dev/null; then
     PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_attention.py 20 2>&1 | tee "$OUT/bench-torch-attention.md"
 fi
 
+phase bench decode
+# The decode step of the 8 x 1024 Llama-style model, reel (bench/decode.c) beside
+# PyTorch eager, CUDA graph and torch.compile + graph (bench/torch_model.py) on
+# the same weights; the combined table is the last one in bench-decode.md.
+if [ -x "$B/bench/bench_decode" ]; then
+    timeout 300 "$B/bench/bench_decode" --dir /tmp/reel-decode 2>&1 | tee "$OUT/bench-decode.md"
+    echo "bench_decode: exit $?"
+    if python3 -c "import torch" 2>/dev/null && [ -f /tmp/reel-decode/reel_decode.txt ]; then
+        PYTHONUNBUFFERED=1 timeout 600 python3 bench/torch_model.py --dir /tmp/reel-decode 2>&1 |
+            tee -a "$OUT/bench-decode.md"
+        echo "torch_model.py: exit $?"
+    fi
+else
+    echo "bench_decode was not built"
+fi
+
 phase reel check on cuda
 [ -x "$B/tools/reel" ] && timeout 90 "$B/tools/reel" check --backend cuda --quiet 2>&1 | tee "$OUT/check-cuda.md"
 
