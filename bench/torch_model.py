@@ -138,7 +138,7 @@ class Model:
     def __init__(self, cfg, w, device):
         self.c = cfg
         self.dev = device
-        L, D = cfg["layers"], cfg["hidden"]
+        L = cfg["layers"]
         self.H, self.Hkv, self.Dh = cfg["heads"], cfg["kv_heads"], cfg["head_dim"]
         self.Q, self.KV, self.F = self.H * self.Dh, self.Hkv * self.Dh, cfg["ffn"]
         self.eps = cfg["eps"]
@@ -350,6 +350,7 @@ def main():
     ap.add_argument("--contexts", help="subset, e.g. 128")
     ap.add_argument("--variants", default="eager,graph,compile")
     ap.add_argument("--compile-mode", default="default")
+    ap.add_argument("--compile-batches", help="run the torch.compile variant at these batches only (it compiles per shape)")
     ap.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True): one compile for all shapes")
     ap.add_argument("--prefill-tokens", type=int, default=8192)
     ap.add_argument("--min-agree", type=float, default=0.97,
@@ -367,7 +368,7 @@ def main():
     N = steps + warmup
     variants = a.variants.split(",") if cuda else ["eager"]
     pick = lambda s: None if not s else {int(x) for x in s.split(",")}
-    want_b, want_c = pick(a.batches), pick(a.contexts)
+    want_b, want_c, compile_b = pick(a.batches), pick(a.contexts), pick(a.compile_batches)
     keys = sorted(k for k in rcases if (not want_b or k[0] in want_b) and (not want_c or k[1] in want_c))
     if not keys:
         sys.exit(f"no reel cases to compare in {a.dir}")
@@ -415,7 +416,7 @@ def main():
                 res["graph"] = (us_g, ids_g)
                 notes.append(f"graph capture {cap_s * 1e3:.0f} ms")
                 del g, out
-            if "compile" in variants:
+            if "compile" in variants and (not compile_b or B in compile_b):
                 if torch_compiled is None or not a.dynamic:
                     torch_compiled = torch.compile(Model.decode, mode=a.compile_mode, dynamic=a.dynamic or False)
                 cfn = lambda: torch_compiled(model, static, kc, vc, L=L)
@@ -457,7 +458,7 @@ def main():
                   f"{'; '.join(notes)}; ids agree "
                   f"reel/torch {frac:.3f} ({same}/{total}), within {a.tie_tol} of torch's max {near:.3f}, max |logit diff| {fmt(maxdiff, 4)}; "
                   f"{row['torch_self_agree']}", file=sys.stderr, flush=True)
-        del kc, vc
+        kc = vc = None  # frees the cache before the next batch
         if cuda:
             torch.cuda.empty_cache()
 
@@ -483,7 +484,7 @@ def main():
             f.write(",".join([machine, date] + ["" if r[c] is None else str(r[c]) for c in cols]) + "\n")
     if bad:
         print(f"\nFAILED: reel and PyTorch disagree: {bad}", file=sys.stderr)
-        print(f"\nFAILED: reel and PyTorch disagree (see stderr)")
+        print("\nFAILED: reel and PyTorch disagree (see stderr)")
         sys.exit(1)
 
 
