@@ -4,6 +4,7 @@
 # other suites, and leaves the logs under $OUT (/tmp/reel-gpu-out when unset). Each
 # phase has a time limit so the logs come back even when one hangs.
 #   REEL_GPU_SANITIZE=1  also run the gpu op tests under compute-sanitizer
+#   REEL_GPU_SANITIZE=attention  only the attention tests under it
 #   REEL_GPU_OTHER=0     skip the non-gpu suites
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -91,12 +92,14 @@ timeout 120 "$B/tools/reel" demo --backend cuda --quiet --layers 8 --hidden 1024
 echo "exit $?" >>"$OUT/demo.log"
 grep -E "^--- |backend|replays|eager steps|step latency|compile|checksum|^exit|rror" "$OUT/demo.log"
 
-if [ "${REEL_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+san=${REEL_GPU_SANITIZE:-0}
+if [ "$san" != 0 ] && command -v compute-sanitizer >/dev/null; then
     # memcheck: out-of-bounds and misaligned accesses; racecheck: shared
     # memory races (top-k, attention). Criterion forks each test: follow them.
     for run in "memcheck test_gpu_ops" "memcheck test_gpu_plan" "racecheck test_gpu_ops" \
                "memcheck test_gpu_attention *guards*" "racecheck test_gpu_attention *mixed*"; do
         set -f; set -- $run; set +f
+        [ "$san" = attention ] && [ "$2" != test_gpu_attention ] && continue
         filter=${3:+--filter=$3}
         phase "compute-sanitizer $1, $2"
         timeout 120 compute-sanitizer --tool "$1" --target-processes all --error-exitcode 3 \
