@@ -15,7 +15,10 @@ token ids and position copied up into a static buffer, the step, the next ids
 (argmax) back on the host (host wall clock, medians). Variants:
   torch eager      the step in plain PyTorch; attention is
                    F.scaled_dot_product_attention over the contiguous cache
-                   sliced to [:C+i+1] (no mask)
+                   sliced to [:C+i+1] (no mask), with the flash,
+                   memory-efficient and math backends only (see
+                   eager_backends: cuDNN's, which SDPA picks first on the
+                   H200, plans anew for every new key length)
   torch graph      the same step captured by hand into a torch.cuda.CUDAGraph
                    with static buffers; a graph needs fixed shapes, so
                    attention runs over a fixed length L (C + steps rounded up
@@ -40,6 +43,7 @@ exits 1 when any case agrees on fewer than --min-agree of its ids.
 Without CUDA (testing this file on a CPU) it runs torch eager only.
 """
 import argparse
+import contextlib
 import datetime
 import os
 import statistics
@@ -49,6 +53,11 @@ import time
 
 import torch
 import torch.nn.functional as F
+
+try:  # PyTorch >= 2.3
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+except ImportError:
+    SDPBackend = sdpa_kernel = None
 
 MASK64 = (1 << 64) - 1
 
@@ -326,6 +335,18 @@ def agree(a, b):
     return same / total if total else float("nan"), same, total
 
 
+def eager_backends(cuda):
+    """SDPA backends of the eager variant: flash, then memory-efficient, then
+    math. Not cuDNN's: it builds an execution plan for each new shape, and
+    the key length is new at every decode step. With the default list the
+    eager step took 39-47 ms on the H200 (2026-12-01, 8 layers, any batch:
+    about 5 ms per SDPA call) against 1.1-2.3 ms for the same step in a
+    graph. The graph variants see one length and keep the default list."""
+    if not cuda or sdpa_kernel is None:
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
 def near_agree(reel_ids, logits, tol):
     """Fraction of reel's ids whose logit in torch's step is within tol of
     torch's max (a flip of a near-tie counts as agreement)."""
@@ -407,7 +428,8 @@ def main():
             def eager_run(i):
                 return model.decode(static, kc, vc, n=C + i + 1)
 
-            us, ids, logits, kept = serve_loop(eager_run, static, inputs, warmup, keep_logits=True)
+            with eager_backends(cuda):
+                us, ids, logits, kept = serve_loop(eager_run, static, inputs, warmup, keep_logits=True)
             res["eager"] = (us, ids)
             fixed = lambda: model.decode(static, kc, vc, L=L)
             if "graph" in variants:
@@ -430,18 +452,18 @@ def main():
             reel_ids = rtokens.get((B, C), [])
             frac, same, total = agree(reel_ids, ids)
             near = near_agree(reel_ids, kept, a.tie_tol)
-            del kept
             lpath = os.path.join(a.dir, f"logits_b{B}_c{C}.f32")
             maxdiff = None
             if os.path.exists(lpath):
                 rl = torch.frombuffer(bytearray(open(lpath, "rb").read()), dtype=torch.float32).reshape(B, -1)
                 maxdiff = (rl - logits).abs().max().item()
-            self_agree = {k: agree(ids, v[1])[0] for k, v in res.items() if k != "eager"}
+            self_agree = {k: near_agree(v[1], kept, a.tie_tol) for k, v in res.items() if k != "eager"}
+            del kept
             if not total or near < a.min_agree or (maxdiff is not None and maxdiff > 1.0):
                 bad.append((B, C, frac, near, maxdiff))
             for k, f in self_agree.items():
                 if f < a.min_agree:
-                    bad.append((B, C, f"torch {k} vs torch eager", f))
+                    bad.append((B, C, f"torch {k} vs torch eager, within the tie tolerance", f))
             floor = float(rc["floor_us"])
             rr, re_ = float(rc["replay_us"]), float(rc["eager_us"])
             tc = res.get("compile", (None,))[0]
