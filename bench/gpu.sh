@@ -6,6 +6,7 @@
 #   REEL_GPU_SANITIZE=1  also run the gpu op tests under compute-sanitizer
 #   REEL_GPU_SANITIZE=attention  only the attention tests under it
 #   REEL_GPU_OTHER=0     skip the non-gpu suites
+#   REEL_GPU_TORCH_CHAIN=0, REEL_GPU_DECODE=0  skip the PyTorch chain, the decode step
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/reel-gpu-out}
@@ -46,7 +47,9 @@ phase bench chain
 timeout 120 "$B/bench/bench_chain" 30 2>&1 | tee "$OUT/bench-chain.md"
 
 phase pytorch on the same chain
-if python3 -c "import torch" 2>/dev/null; then
+if [ "${REEL_GPU_TORCH_CHAIN:-1}" = 0 ]; then
+    echo "skipped (REEL_GPU_TORCH_CHAIN=0)"
+elif python3 -c "import torch" 2>/dev/null; then
     timeout 120 python3 bench/torch_chain.py 30 2>&1 | tee "$OUT/bench-torch-chain.md"
 else
     echo "no PyTorch on this machine"
@@ -62,7 +65,9 @@ phase bench decode
 # The decode step of the 8 x 1024 Llama-style model, reel (bench/decode.c) beside
 # PyTorch eager, CUDA graph and torch.compile + graph (bench/torch_model.py) on
 # the same weights; the combined table is the last one in bench-decode.md.
-if [ -x "$B/bench/bench_decode" ]; then
+if [ "${REEL_GPU_DECODE:-1}" = 0 ]; then
+    echo "skipped (REEL_GPU_DECODE=0)"
+elif [ -x "$B/bench/bench_decode" ]; then
     timeout 300 "$B/bench/bench_decode" --dir /tmp/reel-decode 2>&1 | tee "$OUT/bench-decode.md"
     echo "bench_decode: exit $?"
     if python3 -c "import torch" 2>/dev/null && [ -f /tmp/reel-decode/reel_decode.txt ]; then
