@@ -100,12 +100,23 @@ static reel_status check_row_sizes(reel_plan *p)
     return REEL_OK;
 }
 
+/* Records one attention op's cache geometry unless an earlier op has it. */
+static void add_kv_geom(reel_plan *p, int32_t block_size, int64_t blocks, int64_t slots, int node)
+{
+    int32_t nb = (int32_t)(blocks > INT32_MAX ? INT32_MAX : blocks);
+    for (int k = 0; k < p->nkv; k++)
+        if (p->kv[k].block_size == block_size && p->kv[k].blocks == nb)
+            return;
+    p->kv[p->nkv++] = (reel_kv_geom){.block_size = block_size, .blocks = nb, .slots = slots, .node = node};
+}
+
 static reel_status select_kernels(reel_plan *p)
 {
     char buf[160];
     int64_t rows = p->buckets[p->nbuckets - 1];
     p->impl = reel_hcalloc((size_t)p->nnodes + 1, sizeof *p->impl);
-    if (!p->impl)
+    p->kv = reel_hcalloc((size_t)p->nnodes + 1, sizeof *p->kv);
+    if (!p->impl || !p->kv)
         return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory");
     p->plan_reason = p->opts.no_capture ? REEL_FALLBACK_NO_BUCKET : REEL_FALLBACK_NONE;
     p->block_size = 0;
@@ -139,10 +150,7 @@ static reel_status select_kernels(reel_plan *p)
             p->has_attention = true;
             if (!p->block_size || a->block_size < p->block_size)
                 p->block_size = a->block_size;
-            if (!p->kv_slots || slots < p->kv_slots) {
-                p->kv_slots = (int32_t)(slots > INT32_MAX ? INT32_MAX : slots);
-                p->kv_blocks = (int32_t)kc->dims[0];
-            }
+            add_kv_geom(p, a->block_size, kc->dims[0], slots, i);
         }
     }
     if (!p->block_size)
@@ -341,6 +349,7 @@ void reel_plan_destroy(reel_plan *p)
     reel_hfree(p->last_on_stream);
     reel_hfree(p->impl);
     reel_hfree(p->tensors);
+    reel_hfree(p->kv);
     reel_hfree(p->nodes);
     reel_hfree(p->outputs);
     reel_hfree(p);

@@ -36,6 +36,13 @@ typedef struct reel_layout {
     unsigned char *rec;         /* [nnodes] record the node's event after it */
 } reel_layout;
 
+/* The KV cache one paged-attention op reads and writes. */
+typedef struct reel_kv_geom {
+    int32_t block_size, blocks;
+    int64_t slots;
+    int node;                   /* the first op (schedule index) with this geometry */
+} reel_kv_geom;
+
 typedef struct reel_plan_debug {
     unsigned fail_capture_mask;  /* bucket indices whose capture is made to fail */
     int not_capturable_node;     /* treat this node's impl as not capturable (-1: none) */
@@ -75,8 +82,11 @@ struct reel_plan {
         bool has_attention;
         bool checks_limits;          /* some kernel may write the error word */
         int32_t block_size;          /* smallest block size of the attention ops */
-        int32_t kv_slots;            /* slots of the smallest KV cache */
-        int32_t kv_blocks;
+        /* Each distinct KV-cache geometry of the attention ops, and the
+         * first op of it: a step is checked against every one before
+         * anything runs (one op's cache cannot stand for another's). */
+        int nkv;
+        reel_kv_geom *kv;            /* [nkv] */
         /* What a step walks, found at compile instead of scanning every
          * tensor (parameters and activations included) three times a step. */
         int ninputs;

@@ -34,6 +34,48 @@ static reel_status check_inputs(reel_plan *p, int32_t n)
     return REEL_OK;
 }
 
+/* Sequence q's block-table entries as every attention op reads them: an op
+ * of block size bs reads the first blocks_for(len, bs) entries, each a block
+ * of its own cache. Checked per op before anything runs, so that no op
+ * writes its K/V and a later one refuses the step from inside the graph. */
+static reel_status check_blocks(reel_plan *p, const reel_step_info *s, int32_t q, int32_t len)
+{
+    const int32_t *row = s->block_tables + (size_t)q * s->block_table_stride;
+    for (int k = 0; k < p->nkv; k++) {
+        const reel_kv_geom *g = &p->kv[k];
+        int32_t blocks = reel_blocks_for(len, g->block_size);
+        for (int32_t j = 0; j < blocks; j++) {
+            if (row[j] >= 0 && row[j] < g->blocks)
+                continue;
+            char buf[160];
+            return reel_seterr(p->err, REEL_E_INVALID_ARG,
+                               "step: sequence %d block table entry %d is %d, the KV cache of %s has %d blocks "
+                               "(of %d slots)",
+                               q, j, row[j], reel_plan_node_name(p, g->node, buf, sizeof buf), g->blocks,
+                               g->block_size);
+        }
+    }
+    return REEL_OK;
+}
+
+/* Every op writes a token's K/V into the slot the mapping gives, in its
+ * own cache: the slot must be inside each of them. */
+static reel_status check_slots(reel_plan *p, const reel_step_info *s)
+{
+    for (int k = 0; k < p->nkv; k++) {
+        const reel_kv_geom *g = &p->kv[k];
+        for (int32_t t = 0; t < s->num_tokens; t++) {
+            int32_t slot = s->slot_mapping[t];
+            if (slot >= -1 && slot < g->slots)
+                continue;
+            char buf[160];
+            return reel_seterr(p->err, REEL_E_INVALID_ARG, "step: token %d slot %d outside the KV cache of %s (%lld slots)",
+                               t, slot, reel_plan_node_name(p, g->node, buf, sizeof buf), (long long)g->slots);
+        }
+    }
+    return REEL_OK;
+}
+
 static reel_status check_seqs(reel_plan *p, const reel_step_info *s, step_need *need)
 {
     int32_t n = s->num_tokens, bs = p->block_size;
@@ -60,13 +102,7 @@ static reel_status check_seqs(reel_plan *p, const reel_step_info *s, step_need *
             return reel_seterr(p->err, REEL_E_INVALID_ARG,
                                "step: sequence %d needs %d blocks for context %d, block_table_stride is %d", q, blocks,
                                len, s->block_table_stride);
-        for (int32_t j = 0; j < blocks; j++) {
-            int32_t blk = s->block_tables[(size_t)q * s->block_table_stride + j];
-            if (blk < 0 || blk >= p->kv_blocks)
-                return reel_seterr(p->err, REEL_E_INVALID_ARG,
-                                   "step: sequence %d block table entry %d is %d, the KV cache has %d blocks", q, j,
-                                   blk, p->kv_blocks);
-        }
+        REEL_TRY(check_blocks(p, s, q, len));
         for (int32_t t = a; t < b; t++)
             if (s->positions[t] < 0 || s->positions[t] >= len)
                 return reel_seterr(p->err, REEL_E_INVALID_ARG,
@@ -77,11 +113,7 @@ static reel_status check_seqs(reel_plan *p, const reel_step_info *s, step_need *
         if (blocks > need->max_blocks)
             need->max_blocks = blocks;
     }
-    for (int32_t t = 0; t < n; t++)
-        if (s->slot_mapping[t] < -1 || s->slot_mapping[t] >= p->kv_slots)
-            return reel_seterr(p->err, REEL_E_INVALID_ARG, "step: token %d slot %d outside the KV cache (%d slots)", t,
-                               s->slot_mapping[t], p->kv_slots);
-    return REEL_OK;
+    return check_slots(p, s);
 }
 
 static reel_status check_step(reel_plan *p, const reel_step_info *s, step_need *need)
