@@ -240,15 +240,18 @@ static reel_status build_buckets(reel_plan *p)
 static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile_opts *opts)
 {
     REEL_TRY(check_opts(p, opts));
+    reel_plan_comm_hold(p);
     REEL_TRY(reel_graph_validate(g));
     REEL_TRY(copy_graph(p, g));
     REEL_TRY(check_row_sizes(p));
     REEL_TRY(select_kernels(p));
+    REEL_TRY(reel_plan_comm_bind(p));
     REEL_TRY(reel_schedule_streams(p));
     REEL_TRY(alloc_tensors(p));
     REEL_TRY(reel_ws_create(p->be, &(reel_ws_opts){.policy = REEL_WS_DEFER_FREE}, &p->ws));
     REEL_TRY(reel_pinned_create(p->be, &p->pinned));
     REEL_TRY(build_buckets(p));
+    REEL_TRY(reel_plan_comm_agree(p));
     REEL_TRY(reel_capture_all(p));
     return reel_plan_check_open(p);
 }
@@ -274,6 +277,7 @@ reel_status reel_compile_debug(reel_graph *g, const reel_compile_opts *opts, con
         p->dbg.not_capturable_node = -1;
     reel_status st = compile_steps(p, g, opts);
     if (st != REEL_OK) {
+        reel_plan_comm_failed(p);
         reel_plan_destroy(p);
         return st;
     }
@@ -299,6 +303,16 @@ void reel_plan_destroy(reel_plan *p)
         return;
     reel_backend *be = p->be;
     const reel_backend_vt *vt = be->vt;
+    /* Collectives first, within the communicator's timeout (NCCL: aborted
+     * past it), so that the syncs below cannot wait on a dead peer. */
+    if (p->comm) {
+        char msg[REEL_ERRMSG_MAX];
+        reel_err_copy(p->err, msg, sizeof msg);
+        for (int s = 0; s < p->nstreams; s++)
+            if (p->streams[s])
+                p->comm->vt->sync(p->comm, p->streams[s]);
+        reel_seterr(p->err, REEL_OK, "%s", msg); /* destroy leaves the last message as it was */
+    }
     for (int s = 0; s < p->nstreams; s++)
         if (p->streams[s])
             vt->stream_sync(be, p->streams[s]);
@@ -352,5 +366,7 @@ void reel_plan_destroy(reel_plan *p)
     reel_hfree(p->kv);
     reel_hfree(p->nodes);
     reel_hfree(p->outputs);
+    reel_hfree(p->coll_desc);
+    reel_plan_comm_release(p);
     reel_hfree(p);
 }

@@ -183,6 +183,7 @@ reel_status reel_layout_bind(reel_plan *p, reel_layout *L, char *arena, char *st
         for (int k = 0; k < n->nout; k++)
             l->out[k] = reel_plan_tensor_dev(p, L, n->out[k]);
         l->pdl = reel_schedule_pdl(p, L, i);
+        l->comm = reel_op_is_comm(n->op) ? p->comm : NULL;
     }
     return REEL_OK;
 }

@@ -115,6 +115,13 @@ struct reel_plan {
         reel_exec_graph *graph[REEL_MAX_BUCKETS];
         reel_fallback bucket_reason[REEL_MAX_BUCKETS]; /* why a bucket cannot replay */
         reel_fallback plan_reason;   /* a reason that holds for every bucket */
+
+        /* The communicator (collective.c): a reference held until destroy. */
+        reel_comm *comm;
+        int ncomm_ops;               /* nodes that go through it */
+        struct reel_coll_desc *coll_desc; /* [ncoll_desc] the sequence, issue order */
+        int ncoll_desc;
+        bool comm_agreed;            /* the compile exchange took place */
     };
 
     /* ---- the serving loop's state (written by set_input, step, trim, ...) --- */
@@ -238,6 +245,23 @@ int32_t reel_staging_error_word(const reel_plan *p);
  * that every bucket shares (valid for rows up to the largest bucket). */
 char *reel_staging_input_slot(reel_plan *p, uint32_t t);
 reel_status reel_staging_refused(reel_plan *p, int32_t code, const reel_layout *L);
+
+/* collective.c: the communicator of a plan. */
+/* Takes the reference on opts.comm (right after the options are read, so
+ * that any later failure can tell the other ranks). */
+void reel_plan_comm_hold(reel_plan *p);
+/* Checks every collective op against it (group size,
+ * peers, one stream); a graph with collectives needs one. */
+reel_status reel_plan_comm_bind(reel_plan *p);
+/* The cross-rank exchange before the warm-up: the collective sequence, the
+ * buckets and the capture decision (plan_reason may change). */
+reel_status reel_plan_comm_agree(reel_plan *p);
+/* Compile failed: tells the other ranks, keeping this rank's message. */
+void reel_plan_comm_failed(reel_plan *p);
+/* The communicator's asynchronous error, and the step's wait for its work. */
+reel_status reel_plan_comm_poll(reel_plan *p);
+reel_status reel_plan_comm_sync(reel_plan *p);
+void reel_plan_comm_release(reel_plan *p);
 
 /* capture.c */
 reel_status reel_capture_all(reel_plan *p);

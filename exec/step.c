@@ -232,6 +232,9 @@ static reel_status run_step(reel_plan *p, const reel_layout *L, int b, bool repl
     } else {
         REEL_TRY(feed ? reel_plan_issue_to(p, L, checked, 2) : reel_plan_issue(p, L));
     }
+    /* The collectives' own wait (a timeout, a peer that failed) before the
+     * download waits on the stream. */
+    REEL_TRY(reel_plan_comm_sync(p));
     REEL_TRY(reel_staging_download(p, L, n));
     if (feed)
         REEL_TRY(reel_plan_check_download(p, L, n));
@@ -261,6 +264,7 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
     step_need need = {0, 0};
     int b = -1;
     REEL_TRY(check_step(p, s, &need));
+    REEL_TRY(reel_plan_comm_poll(p));
     reel_fallback why;
     const reel_layout *L = NULL;
     REEL_TRY(choose_layout(p, s, &need, &why, &b, &L));

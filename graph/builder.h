@@ -19,6 +19,12 @@ reel_status reel_graph_reserve(reel_graph *g, int tensors, int nodes);
 /* Appends a tensor (room reserved) and returns its id. */
 uint32_t reel_graph_push_tensor(reel_graph *g, const char *name, reel_tensor_kind kind, const reel_shape *shape);
 
+/* Adds a node of kind op over inputs in (graph/builder_ops.c): operand
+ * checks, the schema's inference, the node and its outputs (written to
+ * outs, which has room for the schema's nout). */
+reel_status reel_graph_add_op(reel_graph *g, reel_op_kind op, const uint32_t *in, uint32_t optional,
+                              const reel_op_attrs *a, reel_tensor *outs);
+
 /* "input", "parameter", "state", "positions", "activation". */
 const char *reel_tensor_kind_name(reel_tensor_kind k);
 

@@ -223,3 +223,10 @@ reel_status reel_lse_combine(reel_graph *g, reel_tensor outs, reel_tensor lses, 
         *lse = res[1];
     return st;
 }
+
+/* For the builders of other files (graph/builder_comm.c). */
+reel_status reel_graph_add_op(reel_graph *g, reel_op_kind op, const uint32_t *in, uint32_t optional,
+                              const reel_op_attrs *a, reel_tensor *outs)
+{
+    return add_node(g, op, in, optional, a, outs);
+}

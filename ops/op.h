@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/comm.h"
 #include "core/shape.h"
 #include "reel/reel.h"
 
@@ -27,8 +28,18 @@ typedef enum reel_op_kind {
     REEL_OP_PAGED_ATTENTION,
     REEL_OP_TOPK,
     REEL_OP_LSE_COMBINE,
+    /* Collectives (issue 10): they run through the plan's communicator. */
+    REEL_OP_ALL_REDUCE,
+    REEL_OP_ALL_GATHER,
+    REEL_OP_REDUCE_SCATTER,
+    REEL_OP_ALL_TO_ALL,
+    REEL_OP_SEND,
+    REEL_OP_RECV,
     REEL_OP_COUNT
 } reel_op_kind;
+
+/* The op kinds that go through a communicator. */
+static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_REDUCE && k <= REEL_OP_RECV; }
 
 #define REEL_OP_MAX_IN 6
 #define REEL_OP_MAX_OUT 2
@@ -50,6 +61,10 @@ typedef union reel_op_attrs {
     struct { reel_attn_params p; } attn;
     struct { int k, page_size; bool has_page_table; } topk;
     struct { int num_heads; } lse;
+    /* Collectives: the axis chunked or gathered, the group size the op was
+     * built for (0: any, all_reduce), the peer of send/recv, and recv's
+     * declared shape. */
+    struct { int axis, nranks, peer; reel_shape shape; } coll;
 } reel_op_attrs;
 
 
@@ -105,6 +120,8 @@ typedef struct reel_launch {
      * (cudaGridDependencySynchronize) before touching memory. Set only for
      * impls with pdl_ok, when the plan asks for it and the device has it. */
     bool pdl;
+    /* The plan's communicator (collective ops), NULL otherwise. */
+    reel_comm *comm;
 } reel_launch;
 
 typedef struct reel_op_impl {
@@ -132,6 +149,14 @@ typedef struct reel_op_impl {
 const reel_op_impl *reel_registry_select(reel_backend_kind b, reel_op_kind k, const reel_shape *in, int nin,
                                          const reel_shape *out, const reel_op_attrs *a,
                                          const reel_device_caps *caps);
+/* Collectives (ops/collective.c): the one decomposition of an op with an
+ * axis into the communicator's flat rank-major calls, for every backend.
+ * transpose issues, on l->stream, dst[b][a] = src[a][b] for a < A, b < B
+ * over chunks of `chunk` bytes (the backend's kernel). */
+typedef reel_status (*reel_transpose_fn)(reel_backend *be, reel_stream *s, const void *src, void *dst, int64_t A,
+                                         int64_t B, size_t chunk);
+reel_status reel_coll_launch(reel_backend *be, const reel_launch *l, reel_transpose_fn transpose);
+
 /* Every impl of a backend (for tests that exercise each one). */
 const reel_op_impl *const *reel_registry_all(reel_backend_kind b, int *count);
 

@@ -307,6 +307,107 @@ static reel_status infer_lse_combine(const reel_shape *in, int nin, const reel_o
     return REEL_OK;
 }
 
+/* ---- collectives -------------------------------------------------------- */
+
+static reel_status need_comm_dtype(const reel_shape *s, const char *role, char *err, size_t len)
+{
+    if (!is_float(s->dtype) && s->dtype != REEL_I32)
+        return bad(err, len, REEL_E_DTYPE, "%s must be f32, f16, bf16 or i32, is %s", role,
+                   reel_dtype_name(s->dtype));
+    return REEL_OK;
+}
+
+static reel_status infer_all_reduce(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                    char *err, size_t len)
+{
+    TRY(need_comm_dtype(&in[0], "x", err, len));
+    out[0] = in[0];
+    return REEL_OK;
+}
+
+/* The axis of a chunked collective and the group size: the token dim is
+ * never chunked (every rank has its own rows); with split, the axis must
+ * hold nranks equal chunks. */
+static reel_status check_axis(const reel_shape *x, const reel_op_attrs *a, bool split, char *err, size_t len)
+{
+    char b[64];
+    int ax = a->coll.axis, n = a->coll.nranks;
+    TRY(need_comm_dtype(x, "x", err, len));
+    if (n < 1)
+        return bad(err, len, REEL_E_INVALID_ARG, "nranks %d must be >= 1", n);
+    if (ax < 0 || ax >= x->ndim)
+        return bad(err, len, REEL_E_INVALID_ARG, "axis %d is outside x's dims 0..%d (x is %s)", ax, x->ndim - 1,
+                   reel_shape_format(x, b, sizeof b));
+    if (ax == 0 && x->tokens)
+        return bad(err, len, REEL_E_INVALID_ARG, "axis 0 is the token dim, which stays per rank (x is %s)",
+                   reel_shape_format(x, b, sizeof b));
+    if (split && x->dims[ax] % n != 0)
+        return bad(err, len, REEL_E_SHAPE, "x[%d] = %lld is not a multiple of nranks %d", ax, (long long)x->dims[ax],
+                   n);
+    return REEL_OK;
+}
+
+/* The second output of the chunked collectives is their staging: the
+ * rank-major copy a flat collective reads or writes when the axis is not
+ * the outermost dim (planned like any activation; its lifetime is the op). */
+static reel_status infer_all_gather(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                    char *err, size_t len)
+{
+    TRY(check_axis(&in[0], a, false, err, len));
+    out[0] = in[0];
+    out[0].dims[a->coll.axis] *= a->coll.nranks;
+    out[1] = out[0];
+    return REEL_OK;
+}
+
+static reel_status infer_reduce_scatter(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                        char *err, size_t len)
+{
+    TRY(check_axis(&in[0], a, true, err, len));
+    out[0] = in[0];
+    out[0].dims[a->coll.axis] /= a->coll.nranks;
+    out[1] = in[0];
+    return REEL_OK;
+}
+
+static reel_status infer_all_to_all(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                    char *err, size_t len)
+{
+    TRY(check_axis(&in[0], a, true, err, len));
+    out[0] = in[0];
+    out[1] = in[0];
+    return REEL_OK;
+}
+
+/* A send has no result; its output is a one-word marker nothing reads (a
+ * node has at least one output), so the send is ordered after x. */
+static reel_status infer_send(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out, char *err,
+                              size_t len)
+{
+    TRY(need_comm_dtype(&in[0], "x", err, len));
+    if (a->coll.peer < 0)
+        return bad(err, len, REEL_E_INVALID_ARG, "peer %d must be >= 0", a->coll.peer);
+    out[0] = (reel_shape){ .dtype = REEL_I32, .ndim = 1, .dims = { 1 } };
+    return REEL_OK;
+}
+
+static reel_status infer_recv(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out, char *err,
+                              size_t len)
+{
+    const reel_shape *s = &a->coll.shape;
+    TRY(need_comm_dtype(s, "the result", err, len));
+    if (a->coll.peer < 0)
+        return bad(err, len, REEL_E_INVALID_ARG, "peer %d must be >= 0", a->coll.peer);
+    if (s->ndim < 1 || s->ndim > REEL_MAX_DIMS)
+        return bad(err, len, REEL_E_INVALID_ARG, "ndim %d is outside 1..%d", s->ndim, REEL_MAX_DIMS);
+    for (int i = s->tokens ? 1 : 0; i < s->ndim; i++)
+        if (s->dims[i] <= 0 || s->dims[i] > (INT64_MAX / 16) / REEL_MAX_DIMS)
+            return bad(err, len, REEL_E_INVALID_ARG, "dims[%d] is %lld; dims must be > 0%s", i,
+                       (long long)s->dims[i], i == 0 ? " (or REEL_DIM_TOKENS)" : "");
+    out[0] = *s;
+    return REEL_OK;
+}
+
 /* In-place reuse is not a property of the op kind: each kernel declares it
  * (reel_op_impl.inplace_ok). */
 static const reel_op_schema schemas[REEL_OP_COUNT] = {
@@ -323,6 +424,12 @@ static const reel_op_schema schemas[REEL_OP_COUNT] = {
                                   { "q", "k", "v", "k_cache", "v_cache" } },
     [REEL_OP_TOPK] = { "topk", 3, 1, infer_topk, { "scores", "lengths", "page_table" } },
     [REEL_OP_LSE_COMBINE] = { "lse_combine", 2, 2, infer_lse_combine, { "outs", "lses" } },
+    [REEL_OP_ALL_REDUCE] = { "all_reduce", 1, 1, infer_all_reduce, { "x" } },
+    [REEL_OP_ALL_GATHER] = { "all_gather", 1, 2, infer_all_gather, { "x" } },
+    [REEL_OP_REDUCE_SCATTER] = { "reduce_scatter", 1, 2, infer_reduce_scatter, { "x" } },
+    [REEL_OP_ALL_TO_ALL] = { "all_to_all", 1, 2, infer_all_to_all, { "x" } },
+    [REEL_OP_SEND] = { "send", 1, 1, infer_send, { "x" } },
+    [REEL_OP_RECV] = { "recv", 0, 1, infer_recv, { NULL } },
 };
 
 const char *reel_op_node_label(reel_op_kind k, int node, const char *out, bool quoted, char *buf, size_t len)

@@ -226,6 +226,7 @@ reel_status reel_lse_combine(reel_graph *g, reel_tensor outs, reel_tensor lses, 
 /* ---- compile ------------------------------------------------------------ */
 
 typedef struct reel_plan reel_plan;
+typedef struct reel_comm reel_comm; /* reel/comm.h */
 
 #define REEL_MAX_BUCKETS 16
 
@@ -242,11 +243,16 @@ typedef struct reel_compile_opts {
     int check_hazards;                    /* run every step under the hazard checker */
     int pdl;                              /* programmatic dependent launch between kernels of
                                              one stream, where the device has it (CUDA) */
+    /* Appended in 0.1 (issue 10). */
+    reel_comm *comm;                      /* this rank's communicator (reel/comm.h), borrowed:
+                                             the plan holds a reference until destroyed.
+                                             Required by a graph with collective ops;
+                                             undefined (NULL): none */
 } reel_compile_opts;
 
 #define REEL_COMPILE_OPTS_INIT                                                                         \
     { sizeof(reel_compile_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, {0}, REEL_UNDEF_INT, REEL_UNDEF_INT, \
-      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT }
+      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, NULL }
 
 /* Validates, orders, plans memory, selects kernels, allocates and captures
  * one graph per bucket. opts may be NULL. The graph is not consumed: it may
@@ -362,7 +368,9 @@ reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_plac
 }
 #endif
 
-/* The allocator-safety API (hazard checker) lives in its own header. */
+/* The allocator-safety API (hazard checker) lives in its own header, and
+ * so do communicators and collective ops. */
 #include "reel/memory.h"
+#include "reel/comm.h"
 
 #endif /* REEL_REEL_H */

@@ -31,6 +31,12 @@ void reel_host_argmax(const void *args);
 void reel_host_paged_attention(const void *args);
 void reel_host_topk(const void *args);
 void reel_host_lse_combine(const void *args);
+/* Collectives (ops/host/collectives.c): the decomposition of
+ * ops/collective.c with the host chunk transpose; they issue the host
+ * communicator's kernels. */
+reel_status reel_host_transpose(reel_backend *be, reel_stream *s, const void *src, void *dst, int64_t A, int64_t B,
+                                size_t chunk);
+reel_status reel_host_collective_launch(reel_backend *be, const reel_launch *l);
 
 /* Every host impl, highest priority first within an op; the last impl of
  * each op kind is its reference ("host.<op>.ref", priority 0). */

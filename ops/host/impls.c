@@ -112,6 +112,23 @@ REEL_HOST_REF(reel_hi_attention, "paged_attention", REEL_OP_PAGED_ATTENTION, ree
 REEL_HOST_REF(reel_hi_topk, "topk", REEL_OP_TOPK, reel_hi_use_topk, reel_host_topk, false);
 REEL_HOST_REF(reel_hi_lse, "lse_combine", REEL_OP_LSE_COMBINE, reel_hi_use_lse, reel_host_lse_combine, false);
 
+/* Collectives accept every dtype the schema does (f32, f16, bf16, i32). */
+static bool reel_hi_use_comm(REEL_HI_ARGS) { return true; }
+
+#define REEL_HOST_COMM(var, opname, kind)                                                      \
+    static const reel_op_impl var = {                                                          \
+        .name = "host." opname ".ref", .op = kind, .backend = REEL_BACKEND_HOST, .priority = 0, \
+        .capturable = true, .fixed_context = true, .can_use = reel_hi_use_comm,                 \
+        .launch = reel_host_collective_launch,                                                 \
+    }
+
+REEL_HOST_COMM(reel_hi_all_reduce, "all_reduce", REEL_OP_ALL_REDUCE);
+REEL_HOST_COMM(reel_hi_all_gather, "all_gather", REEL_OP_ALL_GATHER);
+REEL_HOST_COMM(reel_hi_reduce_scatter, "reduce_scatter", REEL_OP_REDUCE_SCATTER);
+REEL_HOST_COMM(reel_hi_all_to_all, "all_to_all", REEL_OP_ALL_TO_ALL);
+REEL_HOST_COMM(reel_hi_send, "send", REEL_OP_SEND);
+REEL_HOST_COMM(reel_hi_recv, "recv", REEL_OP_RECV);
+
 static const reel_op_impl reel_hi_matmul_tiled = {
     .name = "host.matmul.tiled", .op = REEL_OP_MATMUL, .backend = REEL_BACKEND_HOST, .priority = 10,
     .capturable = true, .fixed_context = true, .can_use = reel_hi_use_matmul_tiled,
@@ -122,5 +139,7 @@ const reel_op_impl *const reel_host_impls[] = {
     &reel_hi_embedding, &reel_hi_matmul_tiled, &reel_hi_matmul, &reel_hi_add, &reel_hi_mul,
     &reel_hi_rmsnorm, &reel_hi_silu, &reel_hi_rope, &reel_hi_softmax, &reel_hi_argmax,
     &reel_hi_attention, &reel_hi_topk, &reel_hi_lse,
+    &reel_hi_all_reduce, &reel_hi_all_gather, &reel_hi_reduce_scatter, &reel_hi_all_to_all,
+    &reel_hi_send, &reel_hi_recv,
 };
 const int reel_host_nimpls = (int)(sizeof reel_host_impls / sizeof reel_host_impls[0]);
