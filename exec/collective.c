@@ -337,10 +337,10 @@ reel_status reel_plan_comm_agree(reel_plan *p)
     fill_round1(p, mine, true);
     p->comm_agreed = true;
     reel_status st = p->comm->vt->agree(p->comm, mine, all, per);
-    if (st == REEL_OK)
-        st = verdict(p, all);
-    else
+    if (st != REEL_OK)
         reel_err_prefix(p->err, st, "compile: collective check");
+    else if ((st = verdict(p, all)) == REEL_OK)
+        p->comm_verified = true;
     reel_hfree(mine);
     reel_hfree(all);
     return st;
@@ -365,7 +365,9 @@ void reel_plan_comm_failed(reel_plan *p)
         }
         reel_hfree(mine);
         reel_hfree(all);
-    } else if (p->ncomm_ops > 0 && p->plan_reason == REEL_FALLBACK_NONE) {
+    } else if (p->comm_verified && p->ncomm_ops > 0 && p->plan_reason == REEL_FALLBACK_NONE) {
+        /* The others passed the check too and are in the warm-up's
+         * collectives, which this rank will not join. */
         p->comm->vt->abort(p->comm);
     }
     reel_seterr(p->err, REEL_OK, "%s", msg); /* the failure's own message stays */

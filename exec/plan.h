@@ -122,6 +122,7 @@ struct reel_plan {
         struct reel_coll_desc *coll_desc; /* [ncoll_desc] the sequence, issue order */
         int ncoll_desc;
         bool comm_agreed;            /* the compile exchange took place */
+        bool comm_verified;          /* ... and every rank passed it */
     };
 
     /* ---- the serving loop's state (written by set_input, step, trim, ...) --- */

@@ -181,10 +181,19 @@ static int first_user(const reel_graph *g, uint32_t id)
     return -1;
 }
 
+/* A send is an effect of its own: a pipeline's middle stage outputs nothing. */
+static bool has_send(const reel_graph *g)
+{
+    for (int v = 0; v < g->nnodes; v++)
+        if (g->nodes[v].op == REEL_OP_SEND)
+            return true;
+    return false;
+}
+
 static reel_status check_outputs(reel_graph *g)
 {
-    if (g->noutputs == 0)
-        return reel_seterr(reel_ctx_err(g->ctx), REEL_E_NO_OUTPUT, "graph has no outputs");
+    if (g->noutputs == 0 && !has_send(g))
+        return reel_seterr(reel_ctx_err(g->ctx), REEL_E_NO_OUTPUT, "graph has no outputs (and no send)");
     for (int o = 0; o < g->noutputs; o++) {
         const reel_tinfo *t = &g->tensors[g->outputs[o].tensor];
         if (t->kind != REEL_T_ACT && t->kind != REEL_T_INPUT)

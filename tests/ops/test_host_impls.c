@@ -10,6 +10,7 @@
 static const char *const op_names[REEL_OP_COUNT] = {
     "embedding", "matmul", "add", "mul", "rmsnorm", "silu_and_mul", "rope",
     "softmax", "argmax", "paged_attention", "topk", "lse_combine",
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv",
 };
 
 Test(ops, host_impls_hold_exactly_one_lowest_priority_ref_per_op_kind)
@@ -74,6 +75,18 @@ static int node_shapes(reel_op_kind k, reel_dtype dt, reel_shape *in, reel_shape
         in[0] = tshape(dt, true, 3, 0, 2, 64, 0), in[1] = tshape(REEL_F32, true, 3, 0, 2, 4, 0);
         out[1] = tshape(REEL_F32, true, 2, 0, 4, 0, 0);
         return 2;
+    case REEL_OP_ALL_REDUCE: return 1;
+    case REEL_OP_ALL_GATHER: /* 2 ranks over axis 1 */
+        a->coll.axis = 1, a->coll.nranks = 2;
+        out[0] = out[1] = tshape(dt, true, 2, 0, 128, 0, 0);
+        return 1;
+    case REEL_OP_REDUCE_SCATTER:
+        a->coll.axis = 1, a->coll.nranks = 2;
+        out[0] = tshape(dt, true, 2, 0, 32, 0, 0), out[1] = tok2;
+        return 1;
+    case REEL_OP_ALL_TO_ALL: a->coll.axis = 1, a->coll.nranks = 2, out[1] = tok2; return 1;
+    case REEL_OP_SEND: a->coll.peer = 1, out[0] = tshape(REEL_I32, false, 1, 1, 0, 0, 0); return 1;
+    case REEL_OP_RECV: a->coll.peer = 1, a->coll.shape = tok2; return 0;
     default: return 0;
     }
 }
@@ -102,8 +115,9 @@ Test(ops, every_ref_impl_accepts_every_float_storage_dtype)
                 }
             }
             cr_assert(found, "no ref impl for %s", op_names[k]);
-            /* An integer tensor where a float one belongs is refused. */
-            if (k != REEL_OP_TOPK) {
+            /* An integer tensor where a float one belongs is refused
+             * (collectives move i32 too: token ids between stages). */
+            if (k != REEL_OP_TOPK && !reel_op_is_comm((reel_op_kind)k)) {
                 reel_shape bad = in[0];
                 bad.dtype = REEL_I32;
                 in[0] = bad;
