@@ -23,6 +23,12 @@ extern const reel_op_impl reel_cu_paged_attention_impl;
 extern const reel_op_impl reel_cu_paged_attention_ref_impl;
 extern const reel_op_impl reel_cu_topk_impl;
 extern const reel_op_impl reel_cu_lse_combine_impl;
+extern const reel_op_impl reel_cu_all_reduce_impl;
+extern const reel_op_impl reel_cu_all_gather_impl;
+extern const reel_op_impl reel_cu_reduce_scatter_impl;
+extern const reel_op_impl reel_cu_all_to_all_impl;
+extern const reel_op_impl reel_cu_send_impl;
+extern const reel_op_impl reel_cu_recv_impl;
 
 #ifdef __cplusplus
 }
