@@ -1,7 +1,8 @@
 /* Issue: one walk over the plan, with sinks. The launch sink puts the work
  * on the streams (eager steps, and what capture records); the hazard
  * checker's sink (check.c) tells the checker each op's accesses and each
- * event; a collective-sequence hash will be one more sink. A replay under
+ * event; the collective sequence's sink (collective.c) collects the
+ * communication ops in issue order for the cross-rank check. A replay under
  * the checker walks with the checker's sink only. */
 #include <stdio.h>
 
