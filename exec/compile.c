@@ -348,8 +348,8 @@ void reel_plan_destroy(reel_plan *p)
     reel_hfree(p->first_on_stream);
     reel_hfree(p->last_on_stream);
     reel_hfree(p->impl);
-    reel_hfree(p->tensors);
     reel_hfree(p->kv);
+    reel_hfree(p->tensors);
     reel_hfree(p->nodes);
     reel_hfree(p->outputs);
     reel_hfree(p);
