@@ -182,9 +182,9 @@ static reel_status alloc_tensors(reel_plan *p)
             continue;
         size_t bytes = reel_shape_bytes(&ti->shape, 0);
         reel_status st = vt->dev_alloc(p->be, bytes, &p->tensor_ptr[t]);
-        if (st != REEL_OK)
-            return reel_seterr(p->err, st, "compile: cannot allocate %zu bytes for %s '%s'", bytes,
-                               ti->kind == REEL_T_PARAM ? "parameter" : "state", ti->name);
+        if (st != REEL_OK) /* the backend's reason after the tensor's name */
+            return reel_err_prefix(p->err, st, "compile: cannot allocate %zu bytes for %s '%s'", bytes,
+                                   ti->kind == REEL_T_PARAM ? "parameter" : "state", ti->name);
         if (ti->kind == REEL_T_PARAM) {
             p->st.param_bytes += bytes;
             if (ti->bind) {

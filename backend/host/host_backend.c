@@ -15,6 +15,10 @@ static reel_status host_alloc(reel_backend *be, size_t bytes, void **out, const 
 {
     if (!out)
         return reel_seterr(be->err, REEL_E_INVALID_ARG, "host %s: out is NULL", what);
+    char why[160];
+    *out = NULL;
+    if (!reel_hmem_fits(bytes, why, sizeof why))
+        return reel_seterr(be->err, REEL_E_OOM, "host %s: %s", what, why);
     *out = reel_haligned(64, bytes);
     if (!*out)
         return reel_seterr(be->err, REEL_E_OOM, "host %s: cannot allocate %zu bytes", what, bytes);
@@ -34,6 +38,10 @@ static reel_status host_pinned_alloc(reel_backend *be, size_t bytes, void **out)
 {
     if (!out)
         return reel_seterr(be->err, REEL_E_INVALID_ARG, "host pinned_alloc: out is NULL");
+    char why[160];
+    *out = NULL;
+    if (!reel_hmem_fits(bytes, why, sizeof why))
+        return reel_seterr(be->err, REEL_E_OOM, "host pinned_alloc: %s", why);
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t len = (bytes + page - 1) / page * page + page;
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/core/opts.h"
 
@@ -77,5 +78,25 @@ Test(sizes, a_plan_with_paged_attention_still_gets_its_block_tables, .init = set
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     cr_assert_geq(st.static_bytes, 16 * 1024 * 4, "block tables of 16 x 1024 entries in %zu bytes", st.static_bytes);
     reel_plan_destroy(p);
+    reel_graph_destroy(g);
+}
+
+/* A timeout bounds what a regression would cost the machine: before, this
+ * state was committed page by page (zero fill) until the OOM killer came. */
+Test(sizes, a_host_state_larger_than_physical_memory_is_refused_at_compile_naming_it, .init = setup,
+     .fini = teardown, .timeout = 3)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    cr_assert(pages > 0 && page > 0);
+    int64_t phys = (int64_t)pages * page;
+    reel_graph *g = one_add();
+    int64_t d[] = {2 * (phys / (4 * 1024)) + 1024, 1024}; /* twice the machine, f32 */
+    reel_state(g, "huge_kv", REEL_F32, 2, d);
+    cr_assert_eq(reel_graph_status(g), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(g, NULL, &p), REEL_E_OOM, "%s", reel_ctx_last_error(ctx));
+    cr_assert_null(p);
+    HAS("huge_kv");
+    HAS("physical memory");
     reel_graph_destroy(g);
 }
