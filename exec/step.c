@@ -278,6 +278,8 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
     } else {
         p->st.eager_steps++;
         p->st.eager_by_reason[why]++;
+        reel_log(p->ctx, REEL_LOG_DEBUG, "step %llu: eager (%s), %d tokens", (unsigned long long)p->st.steps - 1,
+                 reel_fallback_str(why), s->num_tokens);
     }
     if (p->chk)
         REEL_TRY(reel_plan_check_end(p));

@@ -99,6 +99,23 @@ static reel_status host_fill(reel_backend *be, reel_stream *s, void *dst, int by
 
 static void host_destroy(reel_backend *be);
 
+static void host_set_tag(reel_backend *be, int tag)
+{
+    host_be *hb = host_of(be);
+    pthread_mutex_lock(&hb->mu);
+    hb->tag = tag;
+    pthread_mutex_unlock(&hb->mu);
+}
+
+static void host_set_trace(reel_backend *be, reel_kernel_trace_fn fn, void *user)
+{
+    host_be *hb = host_of(be);
+    pthread_mutex_lock(&hb->mu);
+    hb->trace = fn;
+    hb->trace_user = user;
+    pthread_mutex_unlock(&hb->mu);
+}
+
 static const reel_backend_vt host_vt = {
     .destroy = host_destroy,
     .stream_create = reel_host_stream_create,
@@ -123,6 +140,8 @@ static const reel_backend_vt host_vt = {
     .graph_launch = reel_host_graph_launch,
     .graph_destroy = reel_host_graph_destroy,
     .graph_update = NULL,   /* replay re-reads nothing, so there is nothing to update */
+    .set_tag = host_set_tag,
+    .set_trace = host_set_trace,
 };
 
 reel_status reel_host_launch(reel_backend *be, reel_stream *s, reel_host_fn fn, const void *args, size_t size)

@@ -358,6 +358,97 @@ typedef struct reel_placement {
  * REEL_E_NOT_FOUND past the last one or for a bucket out of range. */
 reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_placement *out);
 
+/* ---- observability ------------------------------------------------------ */
+
+/* Sized result structs (reel_node_info, reel_plan_memory) follow the option
+ * rule the other way round: initialise with the _INIT macro (size and
+ * version of the caller's header); the library fills only the fields the
+ * caller's struct has, so fields are only ever appended. */
+
+/* The library never prints. A log hook gets a few events worth a line:
+ * each bucket captured (INFO) or failed (WARN) at compile, each eager step
+ * and its reason (DEBUG), each graph updated or re-instantiated by
+ * reel_plan_bind_state (INFO). Called on the thread making the reel call,
+ * never from a stream's worker; msg is valid during the call only. */
+typedef enum reel_log_level { REEL_LOG_DEBUG = 0, REEL_LOG_INFO, REEL_LOG_WARN, REEL_LOG_ERROR } reel_log_level;
+typedef void (*reel_log_fn)(void *user, reel_log_level level, const char *msg);
+/* Events at min_level and above go to fn (NULL: none, the default). Set it
+ * while no other thread uses the context. */
+reel_status reel_set_log_hook(reel_ctx *ctx, reel_log_fn fn, void *user, reel_log_level min_level);
+
+#define REEL_NODE_MAX_IN 6
+#define REEL_NODE_MAX_OUT 2
+/* One node of the plan, in schedule order. */
+typedef struct reel_node_info {
+    size_t size;                          /* sizeof(reel_node_info) of the caller's header */
+    int version;
+    const char *op;                       /* "matmul"; static */
+    const char *name;                     /* its first output's name; owned by the plan */
+    int stream;
+    const char *kernel;                   /* the registry's choice, "host.matmul.ref"; static */
+    int priority;                         /* of that kernel */
+    int capturable, inplace_ok, pdl;      /* of that kernel; pdl: launched with PDL (largest bucket) */
+    int nin, nout;
+    const char *in[REEL_NODE_MAX_IN];     /* operand names (NULL: an absent optional operand) */
+    const char *in_kind[REEL_NODE_MAX_IN];/* "act", "input", "param", "state", "positions" */
+    int in_node[REEL_NODE_MAX_IN];        /* schedule position of an act's producer; -1 otherwise */
+    const char *out[REEL_NODE_MAX_OUT];
+    int is_output[REEL_NODE_MAX_OUT];     /* read back as a graph output */
+    char why[320];                        /* why that kernel: the impls the registry has for the op,
+                                             which refused the node's shapes and which lost on priority */
+} reel_node_info;
+#ifdef __cplusplus
+#define REEL_NODE_INFO_INIT { sizeof(reel_node_info), REEL_VERSION_NUMBER }
+#else
+#define REEL_NODE_INFO_INIT { .size = sizeof(reel_node_info), .version = REEL_VERSION_NUMBER }
+#endif
+/* Node i (0 .. num_nodes-1 of the stats, schedule order). REEL_E_NOT_FOUND
+ * past the last node; REEL_E_VERSION for a struct not initialised. */
+reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out);
+
+/* The plan's own memory, known right after compile: what a serving stack
+ * subtracts before it sizes a KV cache (states, the KV caches among them,
+ * are listed apart). */
+typedef struct reel_plan_memory {
+    size_t size;                          /* sizeof(reel_plan_memory) of the caller's header */
+    int version;
+    int num_buckets;
+    size_t arena_bytes;                   /* device: activations, shared by all buckets */
+    size_t static_bytes;                  /* device: the step region (inputs, metadata) */
+    size_t pinned_bytes;                  /* pinned host: the step region's staging, the outputs */
+    size_t param_bytes, state_bytes;      /* device: parameters; states (bound ones included) */
+    int graph_bytes_known;                /* the backend reports graph memory (host: yes, 0) */
+    size_t graph_bytes;                   /* device memory of the captured graphs, where known */
+    size_t device_bytes;                  /* arena + static + graphs: the library's device memory
+                                             besides params and states (and the workspace of
+                                             eager steps past the limits) */
+    size_t bucket_arena_bytes[REEL_MAX_BUCKETS];  /* planned per bucket */
+    size_t bucket_graph_bytes[REEL_MAX_BUCKETS];  /* per captured bucket, where known */
+    size_t bucket_device_bytes[REEL_MAX_BUCKETS]; /* replaying bucket b alone: its arena, the
+                                                     static region, its graph */
+} reel_plan_memory;
+#ifdef __cplusplus
+#define REEL_PLAN_MEMORY_INIT { sizeof(reel_plan_memory), REEL_VERSION_NUMBER }
+#else
+#define REEL_PLAN_MEMORY_INIT { .size = sizeof(reel_plan_memory), .version = REEL_VERSION_NUMBER }
+#endif
+reel_status reel_plan_memory_get(const reel_plan *p, reel_plan_memory *out);
+
+/* Op spans: the start and end of each kernel on its stream, for traces.
+ * Host backend: taken on the stream's worker thread around each kernel
+ * (replayed or eager), CLOCK_MONOTONIC in microseconds. CUDA: none
+ * (REEL_E_UNSUPPORTED); a trace there has the steps' host times. */
+typedef struct reel_op_span {
+    int node;                             /* schedule position */
+    int stream;
+    double start_us, end_us;              /* CLOCK_MONOTONIC */
+} reel_op_span;
+/* Starts (on != 0) or stops recording op spans of the following steps. */
+reel_status reel_plan_trace_ops(reel_plan *p, int on);
+/* Moves up to cap recorded spans into buf (oldest first) and sets *n; call
+ * after a step (its kernels are done when reel_step returns). */
+reel_status reel_plan_take_op_spans(reel_plan *p, reel_op_span *buf, int cap, int *n);
+
 #ifdef __cplusplus
 }
 #endif
