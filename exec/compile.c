@@ -257,10 +257,10 @@ reel_status reel_compile_debug(reel_graph *g, const reel_compile_opts *opts, con
                                reel_plan **out)
 {
     if (!out)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(g ? reel_ctx_err(g->ctx) : NULL, REEL_E_INVALID_ARG, "compile: out (the plan) is NULL");
     *out = NULL;
     if (!g)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "compile: the graph is NULL");
     reel_plan *p = reel_hcalloc(1, sizeof *p);
     if (!p)
         return reel_seterr(reel_ctx_err(g->ctx), REEL_E_OOM, "compile: out of host memory");

@@ -22,7 +22,8 @@
  *     const void *sum; int64_t rows; reel_plan_output(p, "sum", &sum, &rows);
  *
  * Errors: every call that can fail returns a reel_status; the detail (the op,
- * tensor or limit at fault) is in reel_ctx_last_error(). No call aborts,
+ * tensor or limit at fault) is in reel_ctx_last_error() (of NULL for calls
+ * without a context, reel_ctx_create among them). No call aborts,
  * exits or prints on bad input. Handles are opaque; destructors accept NULL.
  *
  * Threads: a reel_ctx may be used from several threads, but each graph is
@@ -110,7 +111,8 @@ typedef struct reel_ctx_opts {
 
 #define REEL_CTX_OPTS_INIT { sizeof(reel_ctx_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, REEL_UNDEF_INT }
 
-/* Creates a context. opts may be NULL (defaults). On failure *out is NULL.
+/* Creates a context. opts may be NULL (defaults). On failure *out is NULL
+ * and the reason is in reel_ctx_last_error(NULL) (this thread's).
  * REEL_E_VERSION when opts breaks the option-struct rule above;
  * REEL_E_UNSUPPORTED when the CUDA backend is asked for and not available. */
 reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out);
@@ -118,7 +120,10 @@ reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out);
 void reel_ctx_destroy(reel_ctx *ctx);
 /* The message of the last failed call on this context ("" if none), copied
  * under the context's lock into a buffer of the calling thread: valid and
- * unchanged until this thread calls reel_ctx_last_error again. */
+ * unchanged until this thread calls reel_ctx_last_error again. ctx NULL:
+ * this thread's last failure that had no context to record on
+ * (reel_ctx_create, reel_backend_parse, a call with a NULL graph or plan).
+ * Every call that returns a status other than REEL_OK leaves a message. */
 const char *reel_ctx_last_error(const reel_ctx *ctx);
 reel_backend_kind reel_ctx_backend(const reel_ctx *ctx);
 /* "auto", "host", "cuda"; NULL for an unknown value. */
