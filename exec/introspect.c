@@ -107,7 +107,10 @@ reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out)
     for (int k = 0; k < n->nout && k < REEL_NODE_MAX_OUT; k++) {
         r.out[k] = p->tensors[n->out[k]].name;
         for (int o = 0; o < p->noutputs; o++)
-            r.is_output[k] |= p->outputs[o].tensor == n->out[k];
+            if (p->outputs[o].tensor == n->out[k] && !r.output_name[k]) {
+                r.is_output[k] = 1;
+                r.output_name[k] = p->outputs[o].name;
+            }
     }
     explain_kernel(p, i, r.why, sizeof r.why);
     memcpy(out, &r, out->size);

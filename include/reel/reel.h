@@ -403,6 +403,7 @@ typedef struct reel_node_info {
     int is_output[REEL_NODE_MAX_OUT];     /* read back as a graph output */
     char why[320];                        /* why that kernel: the impls the registry has for the op,
                                              which refused the node's shapes and which lost on priority */
+    const char *output_name[REEL_NODE_MAX_OUT]; /* the graph output's name (reel_output), NULL if none */
 } reel_node_info;
 #ifdef __cplusplus
 #define REEL_NODE_INFO_INIT { sizeof(reel_node_info), REEL_VERSION_NUMBER }

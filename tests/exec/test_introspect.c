@@ -209,8 +209,10 @@ Test(introspect, node_info_names_kernel_stream_operands_and_why, .init = setup, 
             cr_assert_str_eq(ni.in_kind[1], "param");
             cr_assert_str_eq(ni.in[1], "w");
         }
-        if (strcmp(ni.name, "y") == 0 || ni.is_output[0])
-            cr_assert(ni.is_output[0]);
+        if (ni.is_output[0])
+            cr_assert_str_eq(ni.output_name[0], "y");
+        else
+            cr_assert_null(ni.output_name[0]);
     }
     cr_assert(h >= 0 && u > h);
     reel_node_info ni = REEL_NODE_INFO_INIT;
