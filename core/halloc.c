@@ -10,6 +10,13 @@
 
 #include "reel_config.h"
 
+/* libreel.so is built with the system allocator (docs/decisions.md: jemalloc's
+ * initial-exec TLS cannot be dlopen'ed); libreel.a keeps the build's choice. */
+#if defined(REEL_ALLOC_SYSTEM)
+#undef REEL_USE_JEMALLOC
+#define REEL_USE_JEMALLOC 0
+#endif
+
 static bool limit_below(int resource, size_t bytes, unsigned long long *lim)
 {
     struct rlimit rl;

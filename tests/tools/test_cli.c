@@ -3,7 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/tools/small.h"
 
@@ -285,4 +288,25 @@ Test(cli, ctrl_c_prints_a_partial_summary)
     long t, p, d;
     summary_tokens(out, &t, &p, &d);
     cr_expect(t > 0 && t == p + d, "output:\n%s", out);
+}
+
+/* A CUDA build used to pay cuBLAS's load-time initialisation (0.5 s, 200 MB)
+ * in every process; CUDA's libraries now load with the first CUDA context. */
+Test(cli, version_costs_almost_nothing_even_in_a_cuda_build)
+{
+    const char *bin = getenv("REEL_BIN");
+    cr_assert(bin != NULL);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, 1);
+        execl(bin, "reel", "--version", (char *)NULL);
+        _exit(127);
+    }
+    int w;
+    struct rusage ru;
+    cr_assert_eq(wait4(pid, &w, 0, &ru), pid);
+    cr_expect(WIFEXITED(w) && WEXITSTATUS(w) == 0);
+    cr_expect_lt(ru.ru_maxrss, 48L * 1024, "reel --version peaked at %ld KiB", ru.ru_maxrss);
 }
