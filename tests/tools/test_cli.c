@@ -310,3 +310,13 @@ Test(cli, version_costs_almost_nothing_even_in_a_cuda_build)
     cr_expect(WIFEXITED(w) && WEXITSTATUS(w) == 0);
     cr_expect_lt(ru.ru_maxrss, 48L * 1024, "reel --version peaked at %ld KiB", ru.ru_maxrss);
 }
+
+Test(cli, a_strict_refusal_of_one_sequence_says_sequence)
+{
+    /* one sequence a step; the fourth request's prompt passes the largest bucket (2) */
+    int rc = reel_run("demo --layers 1 --hidden 32 --heads 1 --vocab 64 --block-size 8 --buckets 1,2 "
+                      "--max-seqs 1 --max-tokens 8 --requests 4 --backend host --quiet --strict", out, sizeof out);
+    cr_assert_eq(rc, 1, "exit %d:\n%s", rc, out);
+    cr_expect(strstr(out, " 1 sequence,") != NULL, "output:\n%s", out);
+    cr_expect(strstr(out, " 1 sequences") == NULL, "output:\n%s", out);
+}
