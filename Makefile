@@ -1,6 +1,7 @@
 # Quick start on a fresh machine: `make demo` runs the serving demo, `make test`
 # runs every test suite (normal build, then an ASan/UBSan build). Both install
-# what is missing first (tools/install-deps.sh) and configure and build.
+# what is missing first (tools/install-deps.sh) and configure and build; the
+# configure and build output goes to BUILD/make.log (printed where a step fails).
 SHELL := /bin/bash
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -17,31 +18,41 @@ all: build
 deps:
 	@tools/install-deps.sh
 
-# setup_or_keep DIR ARGS: configure DIR unless it already is (ninja re-runs
-# meson by itself when a meson.build changes); a half-configured DIR is wiped.
-define setup_or_keep
-	@if [ -f $(1)/build.ninja ]; then :; \
-	elif [ -d $(1)/meson-private ]; then meson setup --wipe $(1) $(2); \
-	else meson setup $(1) $(2); fi
+# quiet_build DIR ARGS: install what is missing, configure DIR unless it already
+# is (ninja re-runs meson by itself when a meson.build changes; a half-configured
+# DIR is wiped), build; all of it into DIR/make.log, whose end is printed on failure.
+define quiet_build
+	@mkdir -p $(1); log=$(1)/make.log; \
+	{ tools/install-deps.sh && \
+	  if [ -f $(1)/build.ninja ]; then :; \
+	  elif [ -d $(1)/meson-private ]; then meson setup --wipe $(1) $(2); \
+	  else meson setup $(1) $(2); fi && \
+	  ninja -C $(1); } > $$log 2>&1 \
+	|| { tail -n 40 $$log >&2; echo "reel: building $(1) failed; the whole log is $$log" >&2; exit 1; }
 endef
 
-build: deps
-	$(call setup_or_keep,$(BUILD),$(MESON_ARGS))
-	ninja -C $(BUILD)
+build:
+	$(call quiet_build,$(BUILD),$(MESON_ARGS))
 
-build-asan: deps
-	$(call setup_or_keep,$(ASAN_BUILD),$(ASAN_MESON_ARGS) $(MESON_ARGS))
-	ninja -C $(ASAN_BUILD)
+build-asan:
+	$(call quiet_build,$(ASAN_BUILD),$(ASAN_MESON_ARGS) $(MESON_ARGS))
 
 demo: build
-	./$(BUILD)/tools/reel demo $(DEMO_ARGS)
+	@$(BUILD)/tools/reel demo $(DEMO_ARGS)
 
-# Each runs one build's suites and keeps meson's output for the summary.
+# Each runs one build's suites into BUILD/make-test.log and prints the failures.
+define quiet_test
+	@echo "testing $(1) (log: $(1)/make-test.log)"; \
+	meson test -C $(1) --print-errorlogs > $(1)/make-test.log 2>&1 \
+	|| { grep -E '^ *[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|ERROR)' $(1)/make-test.log >&2; \
+	     echo "reel: tests failed in $(1); the whole log is $(1)/make-test.log" >&2; exit 1; }
+endef
+
 test-normal: build
-	@set -o pipefail; meson test -C $(BUILD) --print-errorlogs 2>&1 | tee $(BUILD)/make-test.log
+	$(call quiet_test,$(BUILD))
 
 test-asan: build-asan
-	@set -o pipefail; meson test -C $(ASAN_BUILD) --print-errorlogs 2>&1 | tee $(ASAN_BUILD)/make-test.log
+	$(call quiet_test,$(ASAN_BUILD))
 
 # Runs both even when the first fails, then prints one line over both.
 test:

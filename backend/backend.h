@@ -27,6 +27,8 @@ typedef struct reel_device_caps {
     char name[128];
 } reel_device_caps;
 
+typedef void (*reel_kernel_trace_fn)(void *user, int tag, reel_stream *s, double start_us, double end_us);
+
 typedef enum reel_copy_kind { REEL_COPY_H2D, REEL_COPY_D2H, REEL_COPY_D2D } reel_copy_kind;
 
 typedef struct reel_backend_vt {
@@ -61,6 +63,13 @@ typedef struct reel_backend_vt {
     /* Optional (NULL if unsupported): update `exec` in place from a newly
      * captured graph of the same topology; *updated false if it could not. */
     reel_status (*graph_update)(reel_backend *be, reel_exec_graph *exec, reel_exec_graph *fresh, bool *updated);
+    /* Optional (NULL: no op spans, e.g. CUDA): kernels issued from now on
+     * carry tag (the executor's node + 1; 0: none), into captures and their
+     * replays; with a trace function set, each tagged kernel reports its
+     * stream and its start and end (CLOCK_MONOTONIC, microseconds) from the
+     * thread that ran it. fn NULL: off. */
+    void (*set_tag)(reel_backend *be, int tag);
+    void (*set_trace)(reel_backend *be, reel_kernel_trace_fn fn, void *user);
 } reel_backend_vt;
 
 struct reel_backend {

@@ -12,10 +12,23 @@ void reel_err_init(reel_err *e)
 
 void reel_err_fini(reel_err *e) { pthread_mutex_destroy(&e->lock); }
 
+/* The message of the calling thread's last failed call that had no context
+ * to record on (reel_ctx_create, a NULL handle). Only its thread writes or
+ * reads it, so it needs no lock. */
+static _Thread_local char thread_msg[REEL_ERRMSG_MAX];
+
+void reel_err_copy_thread(char *buf, size_t len)
+{
+    if (len)
+        snprintf(buf, len, "%s", thread_msg);
+}
+
 reel_status reel_vseterr(reel_err *e, reel_status st, const char *fmt, va_list ap)
 {
-    if (!e)
+    if (!e) {
+        vsnprintf(thread_msg, sizeof thread_msg, fmt, ap);
         return st;
+    }
     pthread_mutex_lock(&e->lock);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     pthread_mutex_unlock(&e->lock);

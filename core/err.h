@@ -28,13 +28,18 @@ void reel_err_init(reel_err *e);
 void reel_err_fini(reel_err *e);
 
 /* Records the message and returns st (so call sites can
- * `return reel_seterr(err, REEL_E_SHAPE, "...")`). e may be NULL. */
+ * `return reel_seterr(err, REEL_E_SHAPE, "...")`). e may be NULL: a call
+ * with no context to record on; the message goes to the calling thread's
+ * last error (reel_err_copy_thread, public as reel_ctx_last_error(NULL)). */
 reel_status reel_seterr(reel_err *e, reel_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 reel_status reel_vseterr(reel_err *e, reel_status st, const char *fmt, va_list ap);
 void reel_clearerr(reel_err *e);
 /* Copies the message into buf (len bytes, NUL-terminated) under the lock;
  * "" when e is NULL. */
 void reel_err_copy(reel_err *e, char *buf, size_t len);
+/* Copies the calling thread's last message recorded with e NULL ("" if
+ * none) into buf. */
+void reel_err_copy_thread(char *buf, size_t len);
 /* Puts "<fmt ...>: " in front of the message already recorded (the detail a
  * lower layer gave) and returns st. */
 reel_status reel_err_prefix(reel_err *e, reel_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

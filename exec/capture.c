@@ -49,14 +49,23 @@ reel_status reel_capture_all(reel_plan *p)
     REEL_TRY(reel_plan_issue(p, &p->bucket[top]));
     REEL_TRY(vt->stream_sync(p->be, p->streams[0]));
     for (int b = top; b >= 0; b--) {
+        double tb = reel_now_ms();
         reel_status st = capture_bucket(p, b);
         if (st == REEL_OK) {
             p->st.graphs_captured++;
+            reel_log(p->ctx, REEL_LOG_INFO, "capture: bucket %d (%d tokens) captured in %.3f ms", b, p->buckets[b],
+                     reel_now_ms() - tb);
             continue;
         }
         if (p->opts.strict)
             return st;
         p->bucket_reason[b] = REEL_FALLBACK_CAPTURE_FAILED;
+        if (p->ctx->log_fn) {
+            char msg[REEL_ERRMSG_MAX];
+            reel_err_copy(p->err, msg, sizeof msg);
+            reel_log(p->ctx, REEL_LOG_WARN, "capture: bucket %d (%d tokens) failed, its steps run eagerly: %s: %s",
+                     b, p->buckets[b], reel_status_str(st), msg);
+        }
         reel_clearerr(p->err);
     }
     p->st.capture_ms = reel_now_ms() - t0;
@@ -107,6 +116,8 @@ static reel_status recapture(reel_plan *p)
             p->graph[b] = fresh;
             p->st.graph_reinstantiations++;
         }
+        reel_log(p->ctx, REEL_LOG_INFO, "bind_state: bucket %d (%d tokens) graph %s", b, p->buckets[b],
+                 updated ? "updated in place" : "re-instantiated");
     }
     return first == REEL_OK ? REEL_OK : reel_seterr(p->err, first, "%s", msg);
 }

@@ -182,9 +182,9 @@ static reel_status alloc_tensors(reel_plan *p)
             continue;
         size_t bytes = reel_shape_bytes(&ti->shape, 0);
         reel_status st = vt->dev_alloc(p->be, bytes, &p->tensor_ptr[t]);
-        if (st != REEL_OK)
-            return reel_seterr(p->err, st, "compile: cannot allocate %zu bytes for %s '%s'", bytes,
-                               ti->kind == REEL_T_PARAM ? "parameter" : "state", ti->name);
+        if (st != REEL_OK) /* the backend's reason after the tensor's name */
+            return reel_err_prefix(p->err, st, "compile: cannot allocate %zu bytes for %s '%s'", bytes,
+                                   ti->kind == REEL_T_PARAM ? "parameter" : "state", ti->name);
         if (ti->kind == REEL_T_PARAM) {
             p->st.param_bytes += bytes;
             if (ti->bind) {
@@ -260,10 +260,10 @@ reel_status reel_compile_debug(reel_graph *g, const reel_compile_opts *opts, con
                                reel_plan **out)
 {
     if (!out)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(g ? reel_ctx_err(g->ctx) : NULL, REEL_E_INVALID_ARG, "compile: out (the plan) is NULL");
     *out = NULL;
     if (!g)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "compile: the graph is NULL");
     reel_plan *p = reel_hcalloc(1, sizeof *p);
     if (!p)
         return reel_seterr(reel_ctx_err(g->ctx), REEL_E_OOM, "compile: out of host memory");
@@ -323,6 +323,7 @@ void reel_plan_destroy(reel_plan *p)
     }
     reel_layout_free(p, &p->over, true);
     reel_ws_destroy(p->ws);
+    reel_plan_trace_free(p);
     reel_plan_check_close(p);
     if (p->arena)
         vt->dev_free(be, p->arena);
@@ -362,8 +363,8 @@ void reel_plan_destroy(reel_plan *p)
     reel_hfree(p->first_on_stream);
     reel_hfree(p->last_on_stream);
     reel_hfree(p->impl);
-    reel_hfree(p->tensors);
     reel_hfree(p->kv);
+    reel_hfree(p->tensors);
     reel_hfree(p->nodes);
     reel_hfree(p->outputs);
     reel_hfree(p->coll_desc);

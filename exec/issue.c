@@ -37,8 +37,12 @@ static reel_status launch_wait(reel_plan *p, int s, reel_event *e)
 static reel_status launch_node(reel_plan *p, const reel_layout *L, int i)
 {
     char buf[160];
+    if (p->be->vt->set_tag) /* op spans name the node (introspect.c), replays included */
+        p->be->vt->set_tag(p->be, i + 1);
     reel_status rc = p->dbg.fail_launch_of == i + 1 ? reel_seterr(p->err, REEL_E_BACKEND, "injected launch failure")
                                                     : p->impl[i]->launch(p->be, &L->launches[i]);
+    if (p->be->vt->set_tag)
+        p->be->vt->set_tag(p->be, 0);
     p->st.op_dispatches++;
     if (rc != REEL_OK)
         return reel_err_prefix(p->err, rc, "%s, kernel '%s'", reel_plan_node_name(p, i, buf, sizeof buf),

@@ -158,6 +158,9 @@ struct reel_plan {
 
         /* The hazard checker, when the plan runs under it (check_hazards). */
         struct reel_checker *chk;
+
+        /* Op spans recorded for traces (reel_plan_trace_ops; introspect.c). */
+        struct reel_span_buf *spans;
     };
 };
 
@@ -269,6 +272,9 @@ reel_status reel_capture_all(reel_plan *p);
 
 /* plan_io.c */
 int reel_plan_find_tensor(const reel_plan *p, const char *name, reel_tensor_kind kind);
+
+/* introspect.c: node info, the plan's memory, op spans. */
+void reel_plan_trace_free(reel_plan *p);
 
 /* check.c: the hazard checker's side of a step. */
 reel_status reel_plan_check_open(reel_plan *p);

@@ -150,7 +150,7 @@ reel_fallback reel_plan_last_fallback(const reel_plan *p) { return p ? p->last_f
 reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out)
 {
     if (!p || !out)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "stats_get: NULL plan or stats");
     *out = p->st;
     reel_ws_stats ws;
     reel_ws_get_stats(p->ws, &ws);
@@ -162,7 +162,7 @@ reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out)
 reel_status reel_plan_trim(reel_plan *p)
 {
     if (!p)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "trim: the plan is NULL");
     if (p->over_valid) {
         reel_layout_free(p, &p->over, true);
         p->over_valid = false;
@@ -174,12 +174,12 @@ reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_plac
 {
     if (!p || !out)
         return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "placement: NULL plan or output");
-    if (bucket < 0 || bucket >= p->nbuckets || i < 0)
-        return REEL_E_NOT_FOUND;
+    if (bucket < 0 || bucket >= p->nbuckets)
+        return reel_seterr(p->err, REEL_E_NOT_FOUND, "placement: bucket %d outside 0..%d", bucket, p->nbuckets - 1);
     int seen = 0;
     for (uint32_t t = 1; t < (uint32_t)p->ntensors; t++) {
         const reel_tinfo *ti = &p->tensors[t];
-        if (ti->kind != REEL_T_ACT || seen++ != i)
+        if (ti->kind != REEL_T_ACT || seen++ != i || i < 0)
             continue;
         const reel_layout *L = &p->bucket[bucket];
         out->name = ti->name;
@@ -196,5 +196,6 @@ reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_plac
         out->bytes = reel_shape_bytes(&ti->shape, L->rows);
         return REEL_OK;
     }
-    return REEL_E_NOT_FOUND;
+    return reel_seterr(p->err, REEL_E_NOT_FOUND, "placement: activation %d outside the plan's %d activations", i,
+                       seen);
 }

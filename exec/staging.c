@@ -11,10 +11,16 @@
 
 /* The static region of a layout: [error word | inputs | positions | slots |
  * token->sequence | context lengths | block tables], each aligned, sized for
- * max_tokens rows, max_seqs sequences of max_blocks blocks. */
+ * max_tokens rows, max_seqs sequences of max_blocks blocks. Only paged
+ * attention reads slots, sequences, context lengths and block tables: a plan
+ * without it gets none of them (the limits would otherwise size block tables
+ * for ops that do not exist: gigabytes of pinned memory for one add).
+ * Top-k's page table is an input of its own, sized with the inputs. */
 void reel_staging_layout(reel_plan *p, reel_layout *L, int32_t max_tokens, int32_t max_seqs, int32_t max_blocks)
 {
     size_t off = 0;
+    size_t seq_tokens = p->has_attention ? (size_t)max_tokens : 0;
+    size_t seqs = p->has_attention ? (size_t)max_seqs : 0, blocks = p->has_attention ? (size_t)max_blocks : 0;
     L->max_tokens = max_tokens;
     L->max_seqs = max_seqs;
     L->max_blocks = max_blocks;
@@ -29,13 +35,13 @@ void reel_staging_layout(reel_plan *p, reel_layout *L, int32_t max_tokens, int32
     L->off_pos = off;
     off = reel_align_up(off + 4 * (size_t)max_tokens, REEL_PLAN_ALIGN);
     L->off_slot = off;
-    off = reel_align_up(off + 4 * (size_t)max_tokens, REEL_PLAN_ALIGN);
+    off = reel_align_up(off + 4 * seq_tokens, REEL_PLAN_ALIGN);
     L->off_tseq = off;
-    off = reel_align_up(off + 4 * (size_t)max_tokens, REEL_PLAN_ALIGN);
+    off = reel_align_up(off + 4 * seq_tokens, REEL_PLAN_ALIGN);
     L->off_ctx = off;
-    off = reel_align_up(off + 4 * (size_t)max_seqs, REEL_PLAN_ALIGN);
+    off = reel_align_up(off + 4 * seqs, REEL_PLAN_ALIGN);
     L->off_bt = off;
-    off = reel_align_up(off + 4 * (size_t)max_seqs * (size_t)max_blocks, REEL_PLAN_ALIGN);
+    off = reel_align_up(off + 4 * seqs * blocks, REEL_PLAN_ALIGN);
     L->stat_bytes = off;
 }
 
@@ -104,6 +110,8 @@ size_t reel_staging_fill(reel_plan *p, const reel_layout *L, const reel_step_inf
     else
         fill_i32(pos, 0, n);
     fill_i32(pos + n, 0, rows - n);
+    if (!p->has_attention)
+        return L->off_slot; /* positions are the only metadata */
     if (s && s->slot_mapping)
         memcpy(slot, s->slot_mapping, 4 * (size_t)n);
     else

@@ -177,6 +177,9 @@ static reel_status overflow_layout(reel_plan *p, const reel_step_info *s, const 
     return REEL_OK;
 }
 
+/* "s" for a count other than one, in messages. */
+static const char *plural(int n) { return n == 1 ? "" : "s"; }
+
 /* The dispatcher's guard, once: can this step replay, and if not, why; and
  * the layout it runs in. A step inside the fixed limits runs in its bucket's
  * layout (replayed, or eager at the bucket's size for a reason that is not a
@@ -198,10 +201,11 @@ static reel_status choose_layout(reel_plan *p, const reel_step_info *s, const st
     *bucket = b;
     if (r != REEL_FALLBACK_NONE && p->opts.strict)
         return reel_seterr(p->err, REEL_E_FALLBACK,
-                           "step of %d tokens, %d sequences, context %d would run eagerly (%s; limits: %d tokens, "
-                           "%d sequences, context %d) and the plan is strict",
-                           s->num_tokens, s->num_seqs, need->max_ctx, reel_fallback_str(r),
-                           p->buckets[p->nbuckets - 1], p->opts.max_seqs, p->opts.max_context);
+                           "step of %d token%s, %d sequence%s, context %d would run eagerly (%s; limits: %d "
+                           "token%s, %d sequence%s, context %d) and the plan is strict",
+                           s->num_tokens, plural(s->num_tokens), s->num_seqs, plural(s->num_seqs), need->max_ctx,
+                           reel_fallback_str(r), p->buckets[p->nbuckets - 1], plural(p->buckets[p->nbuckets - 1]),
+                           p->opts.max_seqs, plural(p->opts.max_seqs), p->opts.max_context);
     bool past_limit = r == REEL_FALLBACK_TOKENS_OVER_LIMIT || r == REEL_FALLBACK_SEQS_OVER_LIMIT ||
                       r == REEL_FALLBACK_CONTEXT_OVER_LIMIT;
     if (!past_limit) {
@@ -282,6 +286,8 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
     } else {
         p->st.eager_steps++;
         p->st.eager_by_reason[why]++;
+        reel_log(p->ctx, REEL_LOG_DEBUG, "step %llu: eager (%s), %d tokens", (unsigned long long)p->st.steps - 1,
+                 reel_fallback_str(why), s->num_tokens);
     }
     if (p->chk)
         REEL_TRY(reel_plan_check_end(p));

@@ -84,7 +84,7 @@ reel_status reel_graph_create(reel_ctx *ctx, reel_graph **out)
         return reel_seterr(reel_ctx_err(ctx), REEL_E_INVALID_ARG, "reel_graph_create: out is NULL");
     *out = NULL;
     if (!ctx)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "graph_create: the context is NULL");
     reel_graph *g = reel_hcalloc(1, sizeof *g);
     if (!g)
         goto fail;
@@ -111,7 +111,10 @@ void reel_graph_destroy(reel_graph *g)
     reel_hfree(g);
 }
 
-reel_status reel_graph_status(const reel_graph *g) { return g ? g->err : REEL_E_INVALID_ARG; }
+reel_status reel_graph_status(const reel_graph *g)
+{
+    return g ? g->err : reel_seterr(NULL, REEL_E_INVALID_ARG, "graph_status: the graph is NULL");
+}
 
 /* ---- leaves ------------------------------------------------------------- */
 
@@ -259,7 +262,7 @@ static reel_status param_of(reel_graph *g, reel_tensor t, const char *call, reel
 reel_status reel_param_bind(reel_graph *g, reel_tensor param, const void *data)
 {
     if (!g)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "param_bind: the graph is NULL");
     reel_tinfo *ti = NULL;
     reel_status st = param_of(g, param, "reel_param_bind", &ti);
     if (st != REEL_OK)
@@ -275,7 +278,7 @@ reel_status reel_param_bind(reel_graph *g, reel_tensor param, const void *data)
 reel_status reel_param_defer(reel_graph *g, reel_tensor param)
 {
     if (!g)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "param_defer: the graph is NULL");
     reel_tinfo *ti = NULL;
     reel_status st = param_of(g, param, "reel_param_defer", &ti);
     if (st != REEL_OK)
@@ -288,7 +291,7 @@ reel_status reel_param_defer(reel_graph *g, reel_tensor param)
 reel_status reel_output(reel_graph *g, const char *name, reel_tensor t)
 {
     if (!g)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "output: the graph is NULL");
     reel_status st = check_name(g, "output", name);
     if (st == REEL_OK)
         st = check_handle(g, t, "reel_output");
@@ -313,7 +316,7 @@ reel_status reel_output(reel_graph *g, const char *name, reel_tensor t)
 reel_status reel_set_name(reel_graph *g, reel_tensor t, const char *name)
 {
     if (!g)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "set_name: the graph is NULL");
     reel_status st = check_handle(g, t, "reel_set_name");
     if (st != REEL_OK)
         return st;
@@ -331,7 +334,7 @@ reel_status reel_set_name(reel_graph *g, reel_tensor t, const char *name)
 reel_status reel_set_stream(reel_graph *g, reel_tensor t, int stream)
 {
     if (!g)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "set_stream: the graph is NULL");
     reel_status st = check_handle(g, t, "reel_set_stream");
     if (st != REEL_OK)
         return st;

@@ -28,8 +28,6 @@ void reel_checker_destroy(reel_checker *c)
         return;
     for (size_t i = 0; i < c->strcap; i++)
         reel_hfree(c->str[i]);
-    for (size_t i = 0; i < c->nsp; i++)
-        reel_hfree(c->sp[i].seg);
     reel_hfree(c->str);
     reel_hfree(c->sp);
     reel_hfree(c->ekey);
@@ -37,6 +35,10 @@ void reel_checker_destroy(reel_checker *c)
     reel_hfree(c->evc);
     reel_hfree(c->erec);
     reel_hfree(c->rec);
+    reel_hfree(c->remap);
+    reel_hfree(c->seg);
+    reel_hfree(c->hist);
+    reel_hfree(c->walk);
     reel_hfree(c->al);
     reel_hfree(c->live);
     reel_hfree(c->rep);
@@ -45,9 +47,10 @@ void reel_checker_destroy(reel_checker *c)
 
 /* ---- streams and clocks --------------------------------------------------- */
 
-static void reel_chk_join(uint64_t *dst, const uint64_t *src)
+/* Slots from c->ns up are zero in every clock. */
+static void reel_chk_join(int n, uint64_t *dst, const uint64_t *src)
 {
-    for (int t = 0; t < CHK_S; t++)
+    for (int t = 0; t < n; t++)
         if (src[t] > dst[t])
             dst[t] = src[t];
 }
@@ -65,17 +68,29 @@ static int reel_chk_slot(reel_checker *c, uint64_t key)
 }
 
 /* A stream about to run something the host issues: it follows everything
- * the host did before. Returns the slot, or -1 (message set). */
+ * the host did before. Returns the slot, or -1 past the stream limit and -2
+ * for a key that is no stream (message set); reel_chk_refused turns that
+ * into the status. */
 static int reel_chk_issue(reel_checker *c, uint64_t key, const char *what)
 {
+    if (key == REEL_CHECK_ALL_STREAMS) {
+        reel_seterr(c->err, REEL_E_INVALID_ARG,
+                    "checker %s: REEL_CHECK_ALL_STREAMS is not a stream (only host_sync takes it)", what);
+        return -2;
+    }
     int s = reel_chk_slot(c, key);
     if (s < 0) {
         reel_seterr(c->err, REEL_E_LIMIT, "checker %s: more than %d streams", what, REEL_CHECK_MAX_STREAMS);
         return -1;
     }
     if (s != 0)
-        reel_chk_join(c->vc[s], c->vc[0]);
+        reel_chk_join(c->ns, c->vc[s], c->vc[0]);
     return s;
+}
+
+static reel_status reel_chk_refused(int s)
+{
+    return s == -2 ? REEL_E_INVALID_ARG : s == -3 ? REEL_E_OOM : REEL_E_LIMIT;
 }
 
 /* ---- events --------------------------------------------------------------- */
@@ -152,7 +167,7 @@ reel_status reel_checker_event_record(reel_checker *c, uint64_t event, uint64_t 
         return REEL_E_INVALID_ARG;
     int s = reel_chk_issue(c, stream, "event_record");
     if (s < 0)
-        return REEL_E_LIMIT;
+        return reel_chk_refused(s);
     int64_t e = reel_chk_event(c, event, true);
     if (e < 0)
         return reel_seterr(c->err, REEL_E_OOM, "checker event_record: out of host memory");
@@ -168,10 +183,10 @@ reel_status reel_checker_event_wait(reel_checker *c, uint64_t stream, uint64_t e
         return REEL_E_INVALID_ARG;
     int s = reel_chk_issue(c, stream, "event_wait");
     if (s < 0)
-        return REEL_E_LIMIT;
+        return reel_chk_refused(s);
     int64_t e = reel_chk_event(c, event, false);
     if (e >= 0 && c->erec[e])        /* never recorded: complete, orders nothing */
-        reel_chk_join(c->vc[s], c->evc[e]);
+        reel_chk_join(c->ns, c->vc[s], c->evc[e]);
     return REEL_OK;
 }
 
@@ -181,7 +196,7 @@ reel_status reel_checker_event_sync(reel_checker *c, uint64_t event)
         return REEL_E_INVALID_ARG;
     int64_t e = reel_chk_event(c, event, false);
     if (e >= 0 && c->erec[e])
-        reel_chk_join(c->vc[0], c->evc[e]);
+        reel_chk_join(c->ns, c->vc[0], c->evc[e]);
     return REEL_OK;
 }
 
@@ -191,29 +206,29 @@ reel_status reel_checker_host_sync(reel_checker *c, uint64_t stream)
         return REEL_E_INVALID_ARG;
     if (stream == REEL_CHECK_ALL_STREAMS) {
         for (int s = 1; s < c->ns; s++)
-            reel_chk_join(c->vc[0], c->vc[s]);
+            reel_chk_join(c->ns, c->vc[0], c->vc[s]);
         return REEL_OK;
     }
     int s = reel_chk_slot(c, stream);
     if (s < 0)
         return reel_seterr(c->err, REEL_E_LIMIT, "checker host_sync: more than %d streams", REEL_CHECK_MAX_STREAMS);
-    reel_chk_join(c->vc[0], c->vc[s]);
+    reel_chk_join(c->ns, c->vc[0], c->vc[s]);
     return REEL_OK;
 }
 
 /* ---- ops and accesses ----------------------------------------------------- */
 
 /* A new record for the op in progress on slot s. -1 when out of memory. */
-static int64_t reel_chk_rec(reel_checker *c, int s, const char *op, const char *alloc, bool write)
+static int32_t reel_chk_rec(reel_checker *c, int s, const char *op, const char *alloc, bool write)
 {
-    if (!reel_grow((void **)&c->rec, &c->caprec, c->nrec + 1, sizeof *c->rec))
+    if (c->nrec >= INT32_MAX || !reel_grow((void **)&c->rec, &c->caprec, c->nrec + 1, sizeof *c->rec))
         return -1;
     const char *o = reel_chk_intern(c, op), *a = reel_chk_intern(c, alloc);
     if (!o || !a)
         return -1;
     c->rec[c->nrec] = (chk_rec){ .clock = c->vc[s][s], .seq = c->seq, .step = c->step,
                                  .op = o, .alloc = a, .stream = s, .write = write };
-    return (int64_t)c->nrec++;
+    return (int32_t)c->nrec++;
 }
 
 /* Starts an op on a stream key: issue order, a new clock tick and sequence
@@ -222,7 +237,11 @@ static int reel_chk_start(reel_checker *c, uint64_t stream, const char *what)
 {
     int s = reel_chk_issue(c, stream, what);
     if (s < 0)
-        return -1;
+        return s;
+    if (c->nrec >= c->collect_at && reel_chk_collect(c) != REEL_OK) {
+        reel_seterr(c->err, REEL_E_OOM, "checker %s: out of host memory", what);
+        return -3;
+    }
     c->vc[s][s]++;
     c->seq++;
     c->op_first = c->nrep;
@@ -249,13 +268,14 @@ static reel_status reel_chk_op_at(reel_checker *c, int s, const char *op, int na
         if (x->addr > UINT64_MAX - x->size)
             return reel_seterr(c->err, REEL_E_INVALID_ARG, "checker op '%s': access %d wraps around", op, k);
         const char *alloc = x->alloc ? x->alloc : reel_chk_lookup(c, x->space, x->addr);
-        int64_t r = reel_chk_rec(c, s, op, alloc, x->write);
+        int32_t r = reel_chk_rec(c, s, op, alloc, x->write);
         if (r < 0)
             return reel_seterr(c->err, REEL_E_OOM, "checker op '%s': out of host memory", op);
         reel_status st = reel_chk_access(c, x->space, x->addr, x->addr + x->size, r, s);
         if (st != REEL_OK)
             return reel_seterr(c->err, st, "checker op '%s': out of host memory", op);
     }
+    reel_chk_report_close(c);
     return REEL_OK;
 }
 
@@ -266,8 +286,17 @@ reel_status reel_checker_op(reel_checker *c, uint64_t stream, const char *op, in
                            !c ? "checker is NULL" : !op ? "op name is NULL" : "bad access list");
     int s = reel_chk_start(c, stream, "op");
     if (s < 0)
-        return REEL_E_LIMIT;
+        return reel_chk_refused(s);
     return reel_chk_op_at(c, s, op, nacc, acc);
+}
+
+size_t reel_checker_memory(const reel_checker *c)
+{
+    if (!c)
+        return 0;
+    return sizeof *c + reel_chk_shadow_bytes(c) + c->capal * sizeof *c->al + c->caplive * sizeof *c->live +
+           c->caprep * sizeof *c->rep + c->ecap * (sizeof *c->ekey + sizeof *c->eslot) +
+           c->ne * (sizeof *c->evc + sizeof *c->erec) + c->strcap * sizeof *c->str + c->strbytes;
 }
 
 void reel_checker_begin(reel_checker *c, int64_t step)
@@ -291,7 +320,7 @@ size_t reel_checker_end(reel_checker *c, const reel_hazard **out, size_t *n)
 
 /* ---- allocations ---------------------------------------------------------- */
 
-static reel_status reel_chk_alias(reel_checker *c, const chk_alloc *n, int64_t rec)
+static reel_status reel_chk_alias(reel_checker *c, const chk_alloc *n, int32_t rec)
 {
     for (size_t i = 0; i < c->nlive; i++) {
         const chk_alloc *a = &c->al[c->live[i]];
@@ -311,13 +340,14 @@ reel_status reel_checker_alloc(reel_checker *c, uint64_t stream, uint32_t space,
                            !c ? "checker is NULL" : !id ? "id is NULL" : "range wraps around");
     int s = reel_chk_start(c, stream, "alloc");
     if (s < 0)
-        return REEL_E_LIMIT;
+        return reel_chk_refused(s);
     const char *d = reel_chk_intern(c, desc);
-    int64_t r = d ? reel_chk_rec(c, s, "alloc", d, true) : -1;
+    int32_t r = d ? reel_chk_rec(c, s, "alloc", d, true) : -1;
     if (r < 0 || !reel_grow((void **)&c->al, &c->capal, c->nal + 1, sizeof *c->al) ||
         !reel_grow((void **)&c->live, &c->caplive, c->nlive + 1, sizeof *c->live))
         return reel_seterr(c->err, REEL_E_OOM, "checker alloc '%s': out of host memory", desc ? desc : "");
-    chk_alloc n = { .space = space, .lo = addr, .hi = addr + size, .desc = d, .rec = r, .free_rec = -1, .live = true };
+    chk_alloc n = { .space = space, .lo = addr, .hi = addr + size, .desc = d, .rec = r, .free_rec = -1,
+                    .live_pos = (uint32_t)c->nlive, .live = true };
     reel_status st = reel_chk_alias(c, &n, r);
     if (st != REEL_OK)
         return reel_seterr(c->err, st, "checker alloc '%s': out of host memory", d);
@@ -345,19 +375,24 @@ reel_status reel_checker_free(reel_checker *c, uint64_t stream, uint64_t id)
         return REEL_E_INVALID_ARG;
     int s = reel_chk_start(c, stream, "free");
     if (s < 0)
-        return REEL_E_LIMIT;
-    int64_t r = reel_chk_rec(c, s, "free", a->desc, true);
+        return reel_chk_refused(s);
+    int32_t r = reel_chk_rec(c, s, "free", a->desc, true);
     if (r < 0)
         return reel_seterr(c->err, REEL_E_OOM, "checker free '%s': out of host memory", a->desc);
-    if (!a->live)       /* a double free */
-        return reel_chk_report(c, REEL_HAZARD_USE_AFTER_FREE, a->space, a->lo, a->hi, a->free_rec, r);
+    if (!a->live) {     /* a double free: reported, and refused */
+        uint64_t first = c->rec[a->free_rec].seq;
+        REEL_TRY(reel_chk_report(c, REEL_HAZARD_DOUBLE_FREE, a->space, a->lo, a->hi, a->free_rec, r));
+        return reel_seterr(c->err, REEL_E_HAZARD, "checker free: '%s' was freed already (op #%llu)", a->desc,
+                           (unsigned long long)first);
+    }
     a->live = false;
     a->free_rec = r;
-    for (size_t i = 0; i < c->nlive; i++)
-        if (c->live[i] == id - 1) {
-            c->live[i] = c->live[--c->nlive];
-            break;
-        }
+    a->rec = -1;        /* only a live allocation is named by an alias report */
+    size_t last = c->live[--c->nlive];
+    if (a->live_pos < c->nlive) {
+        c->live[a->live_pos] = last;
+        c->al[last].live_pos = a->live_pos;
+    }
     return REEL_OK;
 }
 
@@ -373,10 +408,10 @@ reel_status reel_checker_use(reel_checker *c, uint64_t stream, const char *op, u
                            (unsigned long long)off, (unsigned long long)size, a->desc);
     int s = reel_chk_start(c, stream, "use");
     if (s < 0)
-        return REEL_E_LIMIT;
+        return reel_chk_refused(s);
     reel_check_access x = { .space = a->space, .addr = a->lo + off, .size = size, .write = write, .alloc = a->desc };
     if (!a->live) {
-        int64_t r = reel_chk_rec(c, s, op, a->desc, write);
+        int32_t r = reel_chk_rec(c, s, op, a->desc, write);
         if (r < 0)
             return reel_seterr(c->err, REEL_E_OOM, "checker use '%s': out of host memory", op);
         REEL_TRY(reel_chk_report(c, REEL_HAZARD_USE_AFTER_FREE, a->space, x.addr, x.addr + size, a->free_rec, r));

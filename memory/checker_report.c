@@ -50,24 +50,34 @@ const char *reel_chk_intern(reel_checker *c, const char *s)
     if (!c->str[h])
         return NULL;
     c->nstr++;
+    c->strbytes += strlen(s) + 1;
     return c->str[h];
 }
 
-static reel_hazard_side reel_chk_side(const reel_checker *c, int64_t r)
+static reel_hazard_side reel_chk_side(const reel_checker *c, int32_t r)
 {
     const chk_rec *x = &c->rec[r];
     return (reel_hazard_side){ .stream = c->skey[x->stream], .op = x->op, .alloc = x->alloc,
                                .step = x->step, .seq = x->seq, .write = x->write };
 }
 
-reel_status reel_chk_report(reel_checker *c, reel_hazard_kind k, uint32_t space,
-                            uint64_t lo, uint64_t hi, int64_t a, int64_t b)
+/* Two reports of one pair of ops and kind. */
+static bool reel_chk_same_pair(const reel_hazard *a, const reel_hazard *b)
 {
-    uint64_t aseq = c->rec[a].seq;
+    return a->kind == b->kind && a->space == b->space && a->first.seq == b->first.seq &&
+           a->first.alloc == b->first.alloc && a->second.alloc == b->second.alloc;
+}
+
+reel_status reel_chk_report(reel_checker *c, reel_hazard_kind k, uint32_t space,
+                            uint64_t lo, uint64_t hi, int32_t a, int32_t b)
+{
+    reel_hazard n = { .kind = k, .space = space, .lo = lo, .hi = hi,
+                      .first = reel_chk_side(c, a), .second = reel_chk_side(c, b) };
     for (size_t i = c->op_first; i < c->nrep; i++) {
         reel_hazard *h = &c->rep[i];
-        if (h->kind == k && h->space == space && h->first.seq == aseq &&
-            h->first.alloc == c->rec[a].alloc && h->second.alloc == c->rec[b].alloc) {
+        /* the same pair on adjacent or overlapping bytes: one range; bytes
+         * between two pieces that never conflicted stay out of it */
+        if (reel_chk_same_pair(h, &n) && h->lo <= hi && lo <= h->hi) {
             h->lo = lo < h->lo ? lo : h->lo;
             h->hi = hi > h->hi ? hi : h->hi;
             return REEL_OK;
@@ -78,9 +88,27 @@ reel_status reel_chk_report(reel_checker *c, reel_hazard_kind k, uint32_t space,
         return REEL_OK;
     if (!reel_grow((void **)&c->rep, &c->caprep, c->nrep + 1, sizeof *c->rep))
         return REEL_E_OOM;
-    c->rep[c->nrep++] = (reel_hazard){ .kind = k, .space = space, .lo = lo, .hi = hi,
-                                       .first = reel_chk_side(c, a), .second = reel_chk_side(c, b) };
+    c->rep[c->nrep++] = n;
     return REEL_OK;
+}
+
+void reel_chk_report_close(reel_checker *c)
+{
+    for (size_t i = c->op_first; i < c->nrep; i++) {
+        for (size_t j = i + 1; j < c->nrep;) {
+            reel_hazard *h = &c->rep[i], *x = &c->rep[j];
+            if (!reel_chk_same_pair(h, x) || h->hi < x->lo || x->hi < h->lo) {
+                j++;
+                continue;
+            }
+            h->lo = x->lo < h->lo ? x->lo : h->lo;
+            h->hi = x->hi > h->hi ? x->hi : h->hi;
+            memmove(x, x + 1, (c->nrep - j - 1) * sizeof *x);
+            c->nrep--;
+            c->total--;
+            j = i + 1;      /* the wider range may now touch an earlier one */
+        }
+    }
 }
 
 const reel_hazard *reel_checker_hazards(const reel_checker *c, size_t *n)
@@ -94,7 +122,7 @@ size_t reel_checker_count(const reel_checker *c) { return c ? c->total : 0; }
 
 const char *reel_hazard_kind_name(reel_hazard_kind k)
 {
-    static const char *const names[] = { "RAW", "WAR", "WAW", "use-after-free", "alias" };
+    static const char *const names[] = { "RAW", "WAR", "WAW", "use-after-free", "alias", "double free" };
     return (unsigned)k < REEL_HAZARD_KIND_COUNT ? names[k] : NULL;
 }
 

@@ -9,6 +9,13 @@
 
 #include "core/halloc.h"
 #include "reel_config.h"
+
+/* libreel.so is built with the system allocator (docs/decisions.md: jemalloc's
+ * initial-exec TLS cannot be dlopen'ed); libreel.a keeps the build's choice. */
+#if defined(REEL_ALLOC_SYSTEM)
+#undef REEL_USE_JEMALLOC
+#define REEL_USE_JEMALLOC 0
+#endif
 #include "core/err.h"
 
 #if REEL_USE_JEMALLOC

@@ -278,11 +278,15 @@ static reel_status infer_topk(const reel_shape *in, int nin, const reel_op_attrs
         if (a->topk.page_size <= 0)
             return bad(err, len, REEL_E_INVALID_ARG, "page_size must be > 0 with a page table, is %d",
                        a->topk.page_size);
-        /* Every index i < N reads page_table[i / page_size]: the table must cover N. */
-        if (in[2].dims[1] * a->topk.page_size < in[0].dims[1])
-            return bad(err, len, REEL_E_SHAPE, "page_table of %lld pages of %d covers %lld positions, scores have %lld",
+        /* Every index i < N reads page_table[i / page_size]: the table must
+         * cover N. Compared as pages (ceil(N / page_size)), so that a wide
+         * table of large pages cannot overflow the product. */
+        int64_t need = (in[0].dims[1] + a->topk.page_size - 1) / a->topk.page_size;
+        if (in[2].dims[1] < need)
+            return bad(err, len, REEL_E_SHAPE,
+                       "page_table of %lld pages of %d covers %lld positions, scores have %lld (%lld pages)",
                        (long long)in[2].dims[1], a->topk.page_size, (long long)(in[2].dims[1] * a->topk.page_size),
-                       (long long)in[0].dims[1]);
+                       (long long)in[0].dims[1], (long long)need);
     }
     set_tok(&out[0], REEL_I32, 2, a->topk.k, 0);
     return REEL_OK;

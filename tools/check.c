@@ -2,6 +2,7 @@
  * checker, then a report: hazards found, and per bucket the planned arena,
  * the lower bound and their ratio. Exit status 1 on any hazard. With
  * --table B, the memory plan of bucket B as a table. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,24 +41,50 @@ void check_usage(FILE *f)
           "Runs the demo serving loop with every step (replayed or eager) under the\n"
           "hazard checker and reports the hazards found and, per bucket, the planned\n"
           "arena against the lower bound (peak bytes live between two ops).\n"
-          "Exit status: 0 clean, 1 hazards or failure, 2 usage.\n"
-          "  --table N   print the memory plan of bucket index N (tensor, stream, first\n"
-          "              and last use, offset, size)\n\n",
+          "Exit status: 0 clean, 1 hazards or a failure, 2 bad options or configuration\n"
+          "(nothing ran), 130 interrupted.\n\n"
+          "  --table N          also print the memory plan of bucket index N, 0 to the\n"
+          "                     number of buckets - 1 (tensor, stream, first and last\n"
+          "                     use, offset, size)\n\n"
+          "demo options (see reel demo --help):\n",
           f);
-    demo_usage(f);
+    demo_options_usage(f);
+}
+
+/* --table's value: a bucket index in [0, num_buckets), decimal. */
+static int parse_table(const char *v, int num_buckets, int *out)
+{
+    char *end;
+    errno = 0;
+    long t = v ? strtol(v, &end, 10) : -1;
+    if (!v || errno || *v < '0' || *v > '9' || *end != '\0' || t >= num_buckets) {
+        fprintf(stderr, "reel check: --table wants a bucket index from 0 to %d, got '%s'\n", num_buckets - 1,
+                v ? v : "");
+        return -1;
+    }
+    *out = (int)t;
+    return 0;
 }
 
 int cmd_check(int argc, char **argv)
 {
     check_args a = {.table = -1};
-    /* Take --table out, hand the rest to the demo's parser. */
+    const char *table = NULL;
+    bool want_table = false;
+    /* Take --table out (--table N or --table=N), hand the rest to the demo's parser. */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int nr = 0;
     if (!rest)
-        return 1;
+        return DEMO_EXIT_FAILED;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--table") == 0 && i + 1 < argc) {
-            a.table = atoi(argv[++i]);
+        if (i > 0 && strcmp(argv[i], "--table") == 0) {
+            want_table = true;
+            table = i + 1 < argc ? argv[++i] : NULL;
+            continue;
+        }
+        if (i > 0 && strncmp(argv[i], "--table=", 8) == 0) {
+            want_table = true;
+            table = argv[i] + 8;
             continue;
         }
         rest[nr++] = argv[i];
@@ -66,16 +93,28 @@ int cmd_check(int argc, char **argv)
     demo_opts_default(&o);
     int pr = demo_parse_args(nr, rest, &o, stderr);
     free(rest);
-    if (pr != 0)
-        return pr == 1 ? 0 : 2;
+    if (pr == 1) {
+        check_usage(stdout);
+        return DEMO_EXIT_OK;
+    }
+    if (pr != 0 || demo_check_config(&o, "check", stderr) != 0 ||
+        (want_table && parse_table(table, o.num_buckets, &a.table) != 0))
+        return DEMO_EXIT_USAGE;
     o.hazards = true;
     o.inspect = inspect;
     o.inspect_arg = &a;
+    static volatile sig_atomic_t stop;
+    o.stop = &stop;
+    demo_catch_interrupt(&stop);
     demo_result r;
     reel_status st = demo_run(&o, &r, o.quiet ? NULL : stderr);
-    printf("reel check: %llu steps (%llu replayed, %llu eager) under the hazard checker\n",
+    if (st != REEL_OK && r.failed_step < 0) { /* nothing ran: no report */
+        fprintf(stderr, "reel check: %s\n", r.error);
+        return demo_exit_status(st, &r);
+    }
+    printf("reel check: %llu steps (%llu replayed, %llu eager) under the hazard checker%s\n",
            (unsigned long long)r.stats.steps, (unsigned long long)r.stats.replays,
-           (unsigned long long)r.stats.eager_steps);
+           (unsigned long long)r.stats.eager_steps, r.interrupted ? ", interrupted" : "");
     printf("  hazards found      %llu\n", (unsigned long long)r.stats.hazards);
     printf("\nlower bound: peak over the points between two ops of bytes produced before and needed after;\n"
            "node bound: peak over ops of bytes that must coexist at an op (no plan goes below it)\n");
@@ -89,8 +128,9 @@ int cmd_check(int argc, char **argv)
     }
     printf("\nshared arena %zu bytes\n", r.stats.arena_bytes);
     if (st != REEL_OK) {
-        fprintf(stderr, "reel check: %s: %s\n", reel_status_str(st), r.error);
-        return 1;
+        fprintf(stderr, "reel check: %s\n", r.error);
+        return demo_exit_status(st, &r);
     }
-    return r.stats.hazards ? 1 : 0;
+    if (r.stats.hazards) return DEMO_EXIT_FAILED;
+    return demo_exit_status(st, &r);
 }

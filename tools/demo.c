@@ -114,6 +114,7 @@ static reel_compile_opts compile_opts(const demo_opts *o)
     c.strict = o->strict;
     c.no_capture = o->eager;
     c.check_hazards = o->hazards;
+    if (o->pdl) c.pdl = 1;
     return c;
 }
 
@@ -142,12 +143,24 @@ typedef struct run {
     progress pg;
 } run;
 
+/* The library's reason: the context's message, or, with no context (its
+ * creation failed), the calling thread's last one. */
+static const char *reason(run *u, reel_status st)
+{
+    const char *m = reel_ctx_last_error(u->ctx);
+    if (m && *m && (u->ctx || strcmp(m, "no context") != 0)) return m;
+    if (!u->ctx && st == REEL_E_UNSUPPORTED)
+        return u->o->backend == REEL_BACKEND_CUDA ? "the CUDA backend is not available here (reel built without "
+                                                    "CUDA, or no CUDA device visible)"
+                                                  : "that backend is not available here";
+    return "(the library gave no reason)";
+}
+
 /* Records the failure of `what`; the library's message comes last. */
 static reel_status fail(run *u, reel_status st, const char *what)
 {
     u->r->status = st;
-    snprintf(u->r->error, sizeof u->r->error, "%s: %s: %s", what, reel_status_str(st),
-             u->ctx ? reel_ctx_last_error(u->ctx) : "");
+    snprintf(u->r->error, sizeof u->r->error, "%s: %s: %s", what, reel_status_str(st), reason(u, st));
     return st;
 }
 
@@ -170,11 +183,10 @@ static reel_status fail_step(run *u, reel_status st)
     if (b->longest_context > u->o->max_context)
         n += snprintf(where + n, sizeof where - (size_t)n, "; context over --max-context %d", u->o->max_context);
     snprintf(where + n, sizeof where - (size_t)n, ")");
-    if (st == REEL_E_FALLBACK) {
+    if (st == REEL_E_FALLBACK) { /* the library's message says what and why; ours only where */
         r->status = st;
-        snprintf(r->error, sizeof r->error,
-                 "%s would run eagerly (%s) and --strict forbids fallback: %s", where,
-                 reel_fallback_str(r->failed_fallback), reel_ctx_last_error(u->ctx));
+        snprintf(r->error, sizeof r->error, "step %" PRIu64 ": --strict forbids fallback: %s", r->steps,
+                 reason(u, st));
         return st;
     }
     return fail(u, st, where);
@@ -205,9 +217,11 @@ static reel_status setup(run *u)
     }
     reel_ctx_opts co = REEL_CTX_OPTS_INIT;
     co.backend = o->backend;
+    co.device = o->device;
     reel_status st = reel_ctx_create(&co, &u->ctx);
     if (st != REEL_OK) return fail(u, st, "creating the context");
     u->r->backend = reel_ctx_backend(u->ctx);
+    if (o->observer && o->observer->ctx_ready) o->observer->ctx_ready(o->observer->arg, u->ctx);
     reel_graph *g = NULL;
     st = model_build(u->ctx, &m, &g);
     if (st != REEL_OK) return fail(u, st, "building the model graph");
@@ -217,6 +231,7 @@ static reel_status setup(run *u)
     if (st != REEL_OK) return fail(u, st, "compiling the model");
     st = model_write_weights(u->plan, &m);
     if (st != REEL_OK) return fail(u, st, "writing the weights");
+    if (o->observer && o->observer->plan_ready) o->observer->plan_ready(o->observer->arg, u->plan);
     return REEL_OK;
 }
 
@@ -241,9 +256,15 @@ static reel_status one_step(run *u)
                  r->steps, MODEL_OUTPUT_NEXT, rows, b->num_tokens);
         return REEL_E_INTERNAL;
     }
-    double ms = (now_s() - t0) * 1e3;
+    double t1 = now_s(), ms = (t1 - t0) * 1e3;
     serve_commit(&u->s, (const int32_t *)out);
     bool replayed = reel_plan_last_fallback(u->plan) == REEL_FALLBACK_NONE;
+    const demo_observer *ob = u->o->observer;
+    if (ob && ob->step_done) {
+        demo_step_rec rec = {r->steps, b->num_tokens, b->num_seqs, b->longest_context,
+                             reel_plan_last_fallback(u->plan), t0, t1};
+        ob->step_done(ob->arg, u->plan, &rec);
+    }
     if (samples_push(&u->all, ms) || samples_push(replayed ? &u->replayed : &u->eager, ms))
         return fail(u, REEL_E_OOM, "recording step latency");
     bool over_t = b->num_tokens > largest_bucket(u->o), over_c = b->longest_context > u->o->max_context;
@@ -252,6 +273,9 @@ static reel_status one_step(run *u)
     r->steps_over_any += over_t || over_c;
     r->steps++;
     r->tokens += (uint64_t)b->num_tokens;
+    /* taken after the step ran: a refused step's tokens are not counted */
+    r->prefill_tokens = u->s.prefill_tokens;
+    r->decode_tokens = u->s.decode_tokens;
     return REEL_OK;
 }
 
@@ -263,6 +287,10 @@ static reel_status loop(run *u)
     reel_status st = REEL_OK;
     uint64_t replays = 0;
     while ((o->steps == 0 || r->steps < (uint64_t)o->steps) && serve_schedule(&u->s)) {
+        if (o->stop && *o->stop) { /* the batch just scheduled is not run, nor counted */
+            r->interrupted = true;
+            break;
+        }
         st = one_step(u);
         if (st != REEL_OK) break;
         replays += reel_plan_last_fallback(u->plan) == REEL_FALLBACK_NONE;
@@ -277,8 +305,6 @@ static void finish(run *u)
 {
     demo_result *r = u->r;
     if (u->plan) reel_plan_stats_get(u->plan, &r->stats);
-    r->prefill_tokens = u->s.prefill_tokens;
-    r->decode_tokens = u->s.decode_tokens;
     r->requests_done = u->s.num_done;
     if (u->s.reqs)
         for (int k = 0; k < u->s.o.requests; k++) r->generated += (uint64_t)u->s.reqs[k].generated;

@@ -6,6 +6,7 @@
 #ifndef REEL_TOOLS_DEMO_H
 #define REEL_TOOLS_DEMO_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,11 +25,33 @@ typedef struct demo_opts {
     int requests;
     int steps;        /* stop after this many steps; 0: when every request is done */
     uint64_t seed;
-    bool strict, eager, fit, hazards, quiet;
+    bool strict, eager, fit, hazards, quiet, pdl;
+    int device;       /* CUDA device ordinal */
+    /* When set and it becomes non-zero (a signal handler), the loop stops
+     * after the step in flight and the run ends REEL_OK, r->interrupted set. */
+    volatile sig_atomic_t *stop;
     /* Called with the plan after the run, before it is destroyed (NULL: none). */
     void (*inspect)(reel_plan *p, void *arg);
     void *inspect_arg;
+    /* Observers (tools/observe.c: traces, per-step CSV, the log hook); NULL: none. */
+    const struct demo_observer *observer;
 } demo_opts;
+
+/* One completed step as the loop saw it; times are CLOCK_MONOTONIC seconds,
+ * the clock of reel_op_span (in microseconds there). */
+typedef struct demo_step_rec {
+    uint64_t index;
+    int num_tokens, num_seqs, longest_context;
+    reel_fallback fallback;      /* REEL_FALLBACK_NONE: replayed */
+    double start_s, end_s;       /* set_input .. output read back */
+} demo_step_rec;
+
+typedef struct demo_observer {
+    void (*ctx_ready)(void *arg, reel_ctx *ctx);     /* before the model is built */
+    void (*plan_ready)(void *arg, reel_plan *p);     /* after compile and the weights */
+    void (*step_done)(void *arg, reel_plan *p, const demo_step_rec *s);
+    void *arg;
+} demo_observer;
 
 void demo_opts_default(demo_opts *o);
 
@@ -41,6 +64,7 @@ typedef struct demo_result {
     double wall_s, p50_ms, p99_ms, replay_p50_ms, eager_p50_ms;
     uint64_t checksum;
     reel_backend_kind backend;
+    bool interrupted; /* stopped by o->stop: the figures are of the steps run */
     /* on failure */
     reel_status status;
     char error[768];
@@ -54,8 +78,20 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *progress);
 
 void demo_print_summary(const demo_opts *o, const demo_result *r, FILE *f);
 void demo_usage(FILE *f);
-/* Parses argv (after "demo"); 0 ok, 1 help printed, 2 usage error printed to err. */
+/* The options demo and check share, one per line. */
+void demo_options_usage(FILE *f);
+/* Parses argv (after "demo"); 0 ok, 1 help asked for (nothing printed),
+ * 2 usage error printed to err (prefixed "reel CMD:", CMD = argv[0]). */
 int demo_parse_args(int argc, char **argv, demo_opts *o, FILE *err);
+/* Refuses what parses but cannot run as asked (REEL_BACKEND's value,
+ * --strict with --eager); 0 ok, 2 printed to err. */
+int demo_check_config(const demo_opts *o, const char *cmd, FILE *err);
+/* Exit statuses of demo and check. */
+enum { DEMO_EXIT_OK = 0, DEMO_EXIT_FAILED = 1, DEMO_EXIT_USAGE = 2, DEMO_EXIT_INTERRUPTED = 130 };
+/* The exit status of a run that returned st. */
+int demo_exit_status(reel_status st, const demo_result *r);
+/* Installs a SIGINT (and SIGTERM) handler that sets *flag. */
+void demo_catch_interrupt(volatile sig_atomic_t *flag);
 
 int cmd_demo(int argc, char **argv);
 /* `reel check` (check.c). */

@@ -15,8 +15,17 @@ void demo_usage(FILE *f)
           "Serves a seeded stream of requests through a small decoder-only transformer\n"
           "(paged KV cache, continuous batching, greedy sampling), replaying a captured\n"
           "graph per token bucket and falling back to eager steps beyond the limits.\n"
-          "\n"
-          "model:\n"
+          "Ctrl-C stops after the step in flight and prints the summary so far.\n"
+          "Exit status: 0 done, 1 a step or the library failed, 2 bad options or\n"
+          "configuration (nothing ran), 130 interrupted.\n"
+          "\n",
+          f);
+    demo_options_usage(f);
+}
+
+void demo_options_usage(FILE *f)
+{
+    fputs("model:\n"
           "  --layers N         transformer layers (4)\n"
           "  --hidden N         hidden size (256)\n"
           "  --heads N          attention heads; head dim = hidden / heads (4)\n"
@@ -32,19 +41,25 @@ void demo_usage(FILE *f)
           "  --strict           a step beyond the limits is an error, not an eager step\n"
           "  --eager            capture nothing: every step runs eagerly\n"
           "  --check-hazards    run every step under the hazard checker\n"
+          "  --pdl              programmatic dependent launch between kernels (CUDA)\n"
           "workload:\n"
           "  --max-tokens N     scheduler token budget per step (2 * largest bucket)\n"
           "  --requests N       requests to serve (48)\n"
           "  --steps N          stop after N steps (0: when all requests are done)\n"
           "  --kv-blocks N      KV cache blocks per layer (derived)\n"
           "  --fit              keep every step inside the plan's limits\n"
-          "  --seed N           weights and workload seed (1)\n"
+          "  --seed N           weights and workload seed, decimal (1)\n"
           "run:\n"
           "  --backend B        auto | host | cuda (auto: REEL_BACKEND, else cuda if present)\n"
+          "  --device N         CUDA device ordinal (0)\n"
           "  --quiet            no progress line\n"
-          "  -h, --help\n",
+          "  -h, --help\n"
+          "Options take their value as --opt VALUE or --opt=VALUE.\n",
           f);
 }
+
+/* The command being parsed ("demo", "check"), for messages. */
+static const char *cmd_name = "demo";
 
 static int parse_int(const char *opt, const char *s, long lo, long hi, int *out, FILE *err)
 {
@@ -52,7 +67,7 @@ static int parse_int(const char *opt, const char *s, long lo, long hi, int *out,
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || *s == '\0' || *end != '\0' || v < lo || v > hi) {
-        fprintf(err, "reel demo: --%s wants an integer in [%ld, %ld], got '%s'\n", opt, lo, hi, s);
+        fprintf(err, "reel %s: --%s wants an integer in [%ld, %ld], got '%s'\n", cmd_name, opt, lo, hi, s);
         return -1;
     }
     *out = (int)v;
@@ -67,17 +82,18 @@ static int parse_buckets(const char *s, demo_opts *o, FILE *err)
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (errno || end == p || v < 1 || v > 1 << 20 || (*end != ',' && *end != '\0') || n == REEL_MAX_BUCKETS ||
+        if (errno || end == p || *p == '-' || *p == '+' || v < 1 || v > 1 << 20 ||
+            (*end != ',' && *end != '\0') || (*end == ',' && end[1] == '\0') || n == REEL_MAX_BUCKETS ||
             (n > 0 && v <= o->buckets[n - 1])) {
-            fprintf(err, "reel demo: --buckets wants up to %d ascending positive integers separated by commas, "
-                         "got '%s'\n", REEL_MAX_BUCKETS, s);
+            fprintf(err, "reel %s: --buckets wants up to %d ascending positive integers separated by commas, "
+                         "got '%s'\n", cmd_name, REEL_MAX_BUCKETS, s);
             return -1;
         }
         o->buckets[n++] = (int32_t)v;
         p = *end == ',' ? end + 1 : end;
     }
     if (n == 0) {
-        fprintf(err, "reel demo: --buckets is empty\n");
+        fprintf(err, "reel %s: --buckets is empty\n", cmd_name);
         return -1;
     }
     o->num_buckets = n;
@@ -92,13 +108,13 @@ static int parse_dtype(const char *s, reel_dtype *out, FILE *err)
             *out = all[i];
             return 0;
         }
-    fprintf(err, "reel demo: --dtype wants f32, f16 or bf16, got '%s'\n", s);
+    fprintf(err, "reel %s: --dtype wants f32, f16 or bf16, got '%s'\n", cmd_name, s);
     return -1;
 }
 
 enum { O_LAYERS = 256, O_HIDDEN, O_HEADS, O_KV_HEADS, O_FFN, O_VOCAB, O_DTYPE, O_BLOCK, O_BUCKETS, O_CTX,
        O_SEQS, O_STRICT, O_EAGER, O_HAZARDS, O_TOKENS, O_REQUESTS, O_STEPS, O_KV_BLOCKS, O_FIT, O_SEED,
-       O_BACKEND, O_QUIET };
+       O_BACKEND, O_QUIET, O_PDL, O_DEVICE };
 
 static const struct option long_opts[] = {
     {"layers", required_argument, 0, O_LAYERS},     {"hidden", required_argument, 0, O_HIDDEN},
@@ -112,6 +128,7 @@ static const struct option long_opts[] = {
     {"steps", required_argument, 0, O_STEPS},       {"kv-blocks", required_argument, 0, O_KV_BLOCKS},
     {"fit", no_argument, 0, O_FIT},                 {"seed", required_argument, 0, O_SEED},
     {"backend", required_argument, 0, O_BACKEND},   {"quiet", no_argument, 0, O_QUIET},
+    {"pdl", no_argument, 0, O_PDL},                 {"device", required_argument, 0, O_DEVICE},
     {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
 };
 
@@ -119,9 +136,9 @@ static int parse_seed(const char *s, uint64_t *out, FILE *err)
 {
     char *end;
     errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || *s == '\0' || *s == '-' || *end != '\0') {
-        fprintf(err, "reel demo: --seed wants a non-negative integer, got '%s'\n", s);
+    unsigned long long v = strtoull(s, &end, 10); /* decimal: 010 is ten, not octal eight */
+    if (errno || *s < '0' || *s > '9' || *end != '\0') {
+        fprintf(err, "reel %s: --seed wants a non-negative decimal integer, got '%s'\n", cmd_name, s);
         return -1;
     }
     *out = (uint64_t)v;
@@ -154,9 +171,11 @@ static int parse_one(int c, const char *a, demo_opts *o, FILE *err)
     case O_HAZARDS: o->hazards = true; return 0;
     case O_FIT: o->fit = true; return 0;
     case O_QUIET: o->quiet = true; return 0;
+    case O_PDL: o->pdl = true; return 0;
+    case O_DEVICE: return parse_int("device", a, 0, 1023, &o->device, err);
     case O_BACKEND:
         if (reel_backend_parse(a, &o->backend) == REEL_OK) return 0;
-        fprintf(err, "reel demo: --backend wants auto, host or cuda, got '%s'\n", a);
+        fprintf(err, "reel %s: --backend wants auto, host or cuda, got '%s'\n", cmd_name, a);
         return -1;
     default: return -1;
     }
@@ -166,24 +185,58 @@ int demo_parse_args(int argc, char **argv, demo_opts *o, FILE *err)
 {
     optind = 0; /* GNU: full reinitialisation, so parsing twice in one process works */
     opterr = 0;
+    cmd_name = argc > 0 && argv[0] ? argv[0] : "demo";
     int c;
     while ((c = getopt_long(argc, argv, "+h", long_opts, NULL)) != -1) {
-        if (c == 'h') {
-            demo_usage(stdout);
-            return 1;
-        }
+        if (c == 'h') return 1;
         if (c == '?' || c == ':') {
-            fprintf(err, "reel demo: unknown option or missing value: '%s' (see reel demo --help)\n",
-                    argv[optind - 1]);
+            fprintf(err, "reel %s: unknown option or missing value: '%s' (see reel %s --help)\n", cmd_name,
+                    argv[optind - 1], cmd_name);
             return 2;
         }
         if (parse_one(c, optarg, o, err) != 0) return 2;
     }
     if (optind < argc) {
-        fprintf(err, "reel demo: unexpected argument '%s' (see reel demo --help)\n", argv[optind]);
+        fprintf(err, "reel %s: unexpected argument '%s' (see reel %s --help)\n", cmd_name, argv[optind], cmd_name);
         return 2;
     }
     return 0;
+}
+
+int demo_check_config(const demo_opts *o, const char *cmd, FILE *err)
+{
+    const char *env = getenv("REEL_BACKEND");
+    reel_backend_kind k;
+    if (o->backend == REEL_BACKEND_AUTO && env && *env && reel_backend_parse(env, &k) != REEL_OK) {
+        fprintf(err, "reel %s: the environment variable REEL_BACKEND is '%s'; it wants auto, host or cuda "
+                     "(or unset it, or pass --backend)\n", cmd, env);
+        return 2;
+    }
+    if (o->strict && o->eager) {
+        fprintf(err, "reel %s: --strict refuses every eager step and --eager captures nothing, so every step "
+                     "would be refused; use one of them\n", cmd);
+        return 2;
+    }
+    return 0;
+}
+
+static volatile sig_atomic_t *interrupt_flag;
+
+static void on_interrupt(int sig)
+{
+    (void)sig;
+    if (interrupt_flag) *interrupt_flag = 1;
+}
+
+void demo_catch_interrupt(volatile sig_atomic_t *flag)
+{
+    interrupt_flag = flag;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 /* ---- summary -------------------------------------------------------------- */
@@ -245,11 +298,23 @@ void demo_print_summary(const demo_opts *o, const demo_result *r, FILE *f)
             human_bytes((double)s->state_bytes, b3, sizeof b3));
     fprintf(f, "  compile            %.1f ms (capture %.1f ms, %" PRIu64 " graphs, %d nodes)\n", s->compile_ms,
             s->capture_ms, s->graphs_captured, s->num_nodes);
+    if (o->hazards) fprintf(f, "  hazards found      %" PRIu64 "\n", s->hazards);
     fprintf(f, "  token checksum     %016" PRIx64 "\n", r->checksum);
-    if (!o->eager && r->status == REEL_OK && s->eager_steps != r->steps_over_any)
+    if (r->interrupted)
+        fprintf(f, "  interrupted        after %" PRIu64 " steps: the figures above are of those steps\n",
+                r->steps);
+    if (!o->eager && r->status == REEL_OK && !r->interrupted && s->eager_steps != r->steps_over_any)
         fprintf(f, "  note: the plan ran %" PRIu64 " steps eagerly; the scheduler counted %" PRIu64
                    " steps beyond the limits (%" PRIu64 " over tokens, %" PRIu64 " over context)\n",
                 s->eager_steps, r->steps_over_any, r->steps_over_tokens, r->steps_over_context);
+}
+
+int demo_exit_status(reel_status st, const demo_result *r)
+{
+    if (st == REEL_OK) return r->interrupted ? DEMO_EXIT_INTERRUPTED : DEMO_EXIT_OK;
+    /* refused before any step ran: the options or the configuration */
+    if (r->failed_step < 0 && st == REEL_E_INVALID_ARG) return DEMO_EXIT_USAGE;
+    return DEMO_EXIT_FAILED;
 }
 
 int cmd_demo(int argc, char **argv)
@@ -257,13 +322,19 @@ int cmd_demo(int argc, char **argv)
     demo_opts o;
     demo_opts_default(&o);
     int rc = demo_parse_args(argc, argv, &o, stderr);
-    if (rc == 1) return 0;
-    if (rc != 0) return 2;
+    if (rc == 1) {
+        demo_usage(stdout);
+        return DEMO_EXIT_OK;
+    }
+    if (rc != 0 || demo_check_config(&o, "demo", stderr) != 0) return DEMO_EXIT_USAGE;
     demo_result *r = malloc(sizeof *r);
     if (!r) {
         fprintf(stderr, "reel demo: out of memory\n");
-        return 1;
+        return DEMO_EXIT_FAILED;
     }
+    static volatile sig_atomic_t stop;
+    o.stop = &stop;
+    demo_catch_interrupt(&stop);
     reel_status st = demo_run(&o, r, o.quiet ? NULL : stderr);
     if (st == REEL_OK || r->steps > 0) demo_print_summary(&o, r, stdout);
     fflush(stdout);
@@ -273,6 +344,7 @@ int cmd_demo(int argc, char **argv)
             fprintf(stderr, "reel demo: strict mode stopped at the first fallback; run without --strict to "
                             "fall back eagerly, or use --fit to keep the workload inside the limits\n");
     }
+    rc = demo_exit_status(st, r);
     free(r);
-    return st == REEL_OK ? 0 : 1;
+    return rc;
 }

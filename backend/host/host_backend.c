@@ -15,6 +15,10 @@ static reel_status host_alloc(reel_backend *be, size_t bytes, void **out, const 
 {
     if (!out)
         return reel_seterr(be->err, REEL_E_INVALID_ARG, "host %s: out is NULL", what);
+    char why[160];
+    *out = NULL;
+    if (!reel_hmem_fits(bytes, why, sizeof why))
+        return reel_seterr(be->err, REEL_E_OOM, "host %s: %s", what, why);
     *out = reel_haligned(64, bytes);
     if (!*out)
         return reel_seterr(be->err, REEL_E_OOM, "host %s: cannot allocate %zu bytes", what, bytes);
@@ -34,6 +38,10 @@ static reel_status host_pinned_alloc(reel_backend *be, size_t bytes, void **out)
 {
     if (!out)
         return reel_seterr(be->err, REEL_E_INVALID_ARG, "host pinned_alloc: out is NULL");
+    char why[160];
+    *out = NULL;
+    if (!reel_hmem_fits(bytes, why, sizeof why))
+        return reel_seterr(be->err, REEL_E_OOM, "host pinned_alloc: %s", why);
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t len = (bytes + page - 1) / page * page + page;
     void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -91,6 +99,23 @@ static reel_status host_fill(reel_backend *be, reel_stream *s, void *dst, int by
 
 static void host_destroy(reel_backend *be);
 
+static void host_set_tag(reel_backend *be, int tag)
+{
+    host_be *hb = host_of(be);
+    pthread_mutex_lock(&hb->mu);
+    hb->tag = tag;
+    pthread_mutex_unlock(&hb->mu);
+}
+
+static void host_set_trace(reel_backend *be, reel_kernel_trace_fn fn, void *user)
+{
+    host_be *hb = host_of(be);
+    pthread_mutex_lock(&hb->mu);
+    hb->trace = fn;
+    hb->trace_user = user;
+    pthread_mutex_unlock(&hb->mu);
+}
+
 static const reel_backend_vt host_vt = {
     .destroy = host_destroy,
     .stream_create = reel_host_stream_create,
@@ -115,6 +140,8 @@ static const reel_backend_vt host_vt = {
     .graph_launch = reel_host_graph_launch,
     .graph_destroy = reel_host_graph_destroy,
     .graph_update = NULL,   /* replay re-reads nothing, so there is nothing to update */
+    .set_tag = host_set_tag,
+    .set_trace = host_set_trace,
 };
 
 reel_status reel_host_launch(reel_backend *be, reel_stream *s, reel_host_fn fn, const void *args, size_t size)

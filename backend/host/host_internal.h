@@ -34,6 +34,7 @@ typedef struct host_item {
     const void *src;
     size_t bytes;
     int byte;
+    int tag;                     /* kernel: the executor's node + 1 (0: none), for op spans */
     reel_host_fn fn;
     size_t args_size;
     max_align_t args[];          /* kernel args, copied */
@@ -101,6 +102,9 @@ struct host_be {
     unsigned jitter_us;
     uint64_t jitter_seed;
     uint64_t items_run;
+    int tag;                     /* set_tag: given to kernels issued next (under mu) */
+    reel_kernel_trace_fn trace;  /* set_trace: op spans of tagged kernels (under mu) */
+    void *trace_user;
 };
 
 static inline host_be *host_of(reel_backend *be) { return (host_be *)be->impl; }

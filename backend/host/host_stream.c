@@ -75,6 +75,13 @@ static void sleep_us(unsigned us)
         ;
 }
 
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
 static void run_item(const host_item *it)
 {
     switch (it->kind) {
@@ -91,10 +98,15 @@ static void run_locked(host_be *hb, reel_stream *s, host_item *it)
 {
     unsigned delay = hb->jitter_us ? (unsigned)(rng_next(&s->rng) % (hb->jitter_us + 1u)) : 0;
     if (delay || it->kind <= HOST_FILL) {
+        reel_kernel_trace_fn trace = it->kind == HOST_KERNEL && it->tag ? hb->trace : NULL;
+        void *user = hb->trace_user;
         pthread_mutex_unlock(&hb->mu);
         if (delay)
             sleep_us(delay);
+        double t0 = trace ? now_us() : 0;
         run_item(it);
+        if (trace)
+            trace(user, it->tag, s, t0, now_us());
         pthread_mutex_lock(&hb->mu);
     }
     if (it->kind == HOST_WAIT)
@@ -236,6 +248,8 @@ reel_status reel_host_issue(reel_backend *be, reel_stream *s, host_item *it, con
     host_be *hb = host_of(be);
     reel_status st = REEL_OK;
     pthread_mutex_lock(&hb->mu);
+    if (it->kind == HOST_KERNEL)
+        it->tag = hb->tag;
     if (s->cap)
         st = reel_host_capture_item(hb, s, it);
     else

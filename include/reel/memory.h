@@ -35,6 +35,24 @@
  * declared, ordering through means it was not told about (a host spin on a
  * flag, a device-wide barrier), nor bugs inside one op.
  *
+ * What it reports: each access X is checked, on its bytes, against the last
+ * write of every stream that no later write is ordered after, and the last
+ * read of every stream that no later write is ordered after - a write that
+ * raced stays there beside the one that raced it. So for every conflicting
+ * pair (A, X) that is not ordered, either (A, X) is reported over those
+ * bytes, or A happens before an access A' of the same bytes whose pair
+ * (A', X) is reported (an earlier read on A's stream, a write that A was
+ * ordered before): nothing unordered goes unreported, after a race too. One
+ * report per pair of ops, kind and run of adjacent conflicting bytes within
+ * an op.
+ *
+ * Memory: the checker keeps what the unfinished work of a run touched. An
+ * access the host has passed (a host sync of its stream or every stream, an
+ * event sync, or the host's own access) cannot race with anything issued
+ * later; its history is dropped, so a serving loop that syncs each step runs
+ * in bounded memory and flat time per access. A run that never syncs keeps
+ * every stream's history (see docs/memory.md for the figures).
+ *
  * Threads: a checker is used by one thread at a time. Ownership: strings
  * passed in are copied; strings in reports are owned by the checker and
  * valid until it is destroyed.
@@ -64,6 +82,7 @@ typedef enum reel_hazard_kind {
     REEL_HAZARD_WAW,            /* a write over bytes written by an unordered access */
     REEL_HAZARD_USE_AFTER_FREE, /* an access through an allocation already freed */
     REEL_HAZARD_ALIAS,          /* an allocation over bytes of a live allocation */
+    REEL_HAZARD_DOUBLE_FREE,    /* a free of an allocation already freed */
     REEL_HAZARD_KIND_COUNT
 } reel_hazard_kind;
 
@@ -106,8 +125,10 @@ void reel_checker_destroy(reel_checker *c);
  * from step to step, so hazards across steps are found too. */
 void reel_checker_begin(reel_checker *c, int64_t step);
 /* An op on a stream with its accesses. REEL_E_LIMIT past
- * REEL_CHECK_MAX_STREAMS streams. Hazards are recorded, not returned as a
- * status. */
+ * REEL_CHECK_MAX_STREAMS streams; REEL_E_INVALID_ARG for
+ * REEL_CHECK_ALL_STREAMS as the stream (here and in every call that takes a
+ * stream but reel_checker_host_sync). Hazards are recorded, not returned as
+ * a status. */
 reel_status reel_checker_op(reel_checker *c, uint64_t stream, const char *op,
                             int nacc, const reel_check_access *acc);
 /* Event record on a stream: the event holds the stream's clock. */
@@ -132,7 +153,9 @@ size_t reel_checker_end(reel_checker *c, const reel_hazard **out, size_t *n);
 reel_status reel_checker_alloc(reel_checker *c, uint64_t stream, uint32_t space, uint64_t addr,
                                uint64_t size, const char *desc, uint64_t *id);
 /* Frees an allocation (on a stream, for the report). Its bytes keep their
- * last accesses: whoever gets them next is checked against those. */
+ * last accesses: whoever gets them next is checked against those. Freeing
+ * it again is reported (REEL_HAZARD_DOUBLE_FREE) and refused with
+ * REEL_E_HAZARD and a message. */
 reel_status reel_checker_free(reel_checker *c, uint64_t stream, uint64_t id);
 /* An op on a stream touching [off, off + size) of an allocation. A freed
  * allocation is reported (REEL_HAZARD_USE_AFTER_FREE). */
@@ -145,11 +168,16 @@ reel_status reel_checker_use(reel_checker *c, uint64_t stream, const char *op, u
 const reel_hazard *reel_checker_hazards(const reel_checker *c, size_t *n);
 /* All hazards found, including those past the kept ones. */
 size_t reel_checker_count(const reel_checker *c);
-/* "RAW", "WAR", "WAW", "use-after-free", "alias"; NULL for an unknown value. */
+/* "RAW", "WAR", "WAW", "use-after-free", "alias", "double free"; NULL for an
+ * unknown value. */
 const char *reel_hazard_kind_name(reel_hazard_kind k);
 /* One line: kind, bytes, both sides (op, stream, step, allocation). Returns
  * buf (truncated to len). */
 char *reel_hazard_format(const reel_hazard *h, char *buf, size_t len);
+
+/* Bytes of host memory the checker holds now (shadow memory, records,
+ * allocations, events, names, reports). */
+size_t reel_checker_memory(const reel_checker *c);
 
 #ifdef __cplusplus
 }

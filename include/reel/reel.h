@@ -22,7 +22,8 @@
  *     const void *sum; int64_t rows; reel_plan_output(p, "sum", &sum, &rows);
  *
  * Errors: every call that can fail returns a reel_status; the detail (the op,
- * tensor or limit at fault) is in reel_ctx_last_error(). No call aborts,
+ * tensor or limit at fault) is in reel_ctx_last_error() (of NULL for calls
+ * without a context, reel_ctx_create among them). No call aborts,
  * exits or prints on bad input. Handles are opaque; destructors accept NULL.
  *
  * Threads: a reel_ctx may be used from several threads, but each graph is
@@ -110,7 +111,8 @@ typedef struct reel_ctx_opts {
 
 #define REEL_CTX_OPTS_INIT { sizeof(reel_ctx_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, REEL_UNDEF_INT }
 
-/* Creates a context. opts may be NULL (defaults). On failure *out is NULL.
+/* Creates a context. opts may be NULL (defaults). On failure *out is NULL
+ * and the reason is in reel_ctx_last_error(NULL) (this thread's).
  * REEL_E_VERSION when opts breaks the option-struct rule above;
  * REEL_E_UNSUPPORTED when the CUDA backend is asked for and not available. */
 reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out);
@@ -118,7 +120,10 @@ reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out);
 void reel_ctx_destroy(reel_ctx *ctx);
 /* The message of the last failed call on this context ("" if none), copied
  * under the context's lock into a buffer of the calling thread: valid and
- * unchanged until this thread calls reel_ctx_last_error again. */
+ * unchanged until this thread calls reel_ctx_last_error again. ctx NULL:
+ * this thread's last failure that had no context to record on
+ * (reel_ctx_create, reel_backend_parse, a call with a NULL graph or plan).
+ * Every call that returns a status other than REEL_OK leaves a message. */
 const char *reel_ctx_last_error(const reel_ctx *ctx);
 reel_backend_kind reel_ctx_backend(const reel_ctx *ctx);
 /* "auto", "host", "cuda"; NULL for an unknown value. */
@@ -213,7 +218,9 @@ reel_tensor reel_paged_attention(reel_graph *g, reel_tensor q, reel_tensor k, re
  * candidate. A row with fewer than k candidates gives its valid indices, then
  * -1. With a page table [T, P] int32 (pass the invalid handle for none),
  * index i becomes page_table[i / page_size] * page_size + i % page_size;
- * -1 stays -1. Result [T, k] int32, order of equal scores unspecified. */
+ * -1 stays -1; a result past INT32_MAX (or a page past P) gives -1 and fails
+ * the step with REEL_E_LIMIT. Result [T, k] int32, order of equal scores
+ * unspecified. */
 reel_tensor reel_topk(reel_graph *g, reel_tensor scores, reel_tensor lengths, reel_tensor page_table,
                       int k, int page_size);
 /* Combines P partial attention results: outs [T, P, H*Dh], lses [T, P, H] f32
@@ -363,6 +370,98 @@ typedef struct reel_placement {
 /* The i-th activation (0-based, build order) of bucket b's plan;
  * REEL_E_NOT_FOUND past the last one or for a bucket out of range. */
 reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_placement *out);
+
+/* ---- observability ------------------------------------------------------ */
+
+/* Sized result structs (reel_node_info, reel_plan_memory) follow the option
+ * rule the other way round: initialise with the _INIT macro (size and
+ * version of the caller's header); the library fills only the fields the
+ * caller's struct has, so fields are only ever appended. */
+
+/* The library never prints. A log hook gets a few events worth a line:
+ * each bucket captured (INFO) or failed (WARN) at compile, each eager step
+ * and its reason (DEBUG), each graph updated or re-instantiated by
+ * reel_plan_bind_state (INFO). Called on the thread making the reel call,
+ * never from a stream's worker; msg is valid during the call only. */
+typedef enum reel_log_level { REEL_LOG_DEBUG = 0, REEL_LOG_INFO, REEL_LOG_WARN, REEL_LOG_ERROR } reel_log_level;
+typedef void (*reel_log_fn)(void *user, reel_log_level level, const char *msg);
+/* Events at min_level and above go to fn (NULL: none, the default). Set it
+ * while no other thread uses the context. */
+reel_status reel_set_log_hook(reel_ctx *ctx, reel_log_fn fn, void *user, reel_log_level min_level);
+
+#define REEL_NODE_MAX_IN 6
+#define REEL_NODE_MAX_OUT 2
+/* One node of the plan, in schedule order. */
+typedef struct reel_node_info {
+    size_t size;                          /* sizeof(reel_node_info) of the caller's header */
+    int version;
+    const char *op;                       /* "matmul"; static */
+    const char *name;                     /* its first output's name; owned by the plan */
+    int stream;
+    const char *kernel;                   /* the registry's choice, "host.matmul.ref"; static */
+    int priority;                         /* of that kernel */
+    int capturable, inplace_ok, pdl;      /* of that kernel; pdl: launched with PDL (largest bucket) */
+    int nin, nout;
+    const char *in[REEL_NODE_MAX_IN];     /* operand names (NULL: an absent optional operand) */
+    const char *in_kind[REEL_NODE_MAX_IN];/* "act", "input", "param", "state", "positions" */
+    int in_node[REEL_NODE_MAX_IN];        /* schedule position of an act's producer; -1 otherwise */
+    const char *out[REEL_NODE_MAX_OUT];
+    int is_output[REEL_NODE_MAX_OUT];     /* read back as a graph output */
+    char why[320];                        /* why that kernel: the impls the registry has for the op,
+                                             which refused the node's shapes and which lost on priority */
+    const char *output_name[REEL_NODE_MAX_OUT]; /* the graph output's name (reel_output), NULL if none */
+} reel_node_info;
+#ifdef __cplusplus
+#define REEL_NODE_INFO_INIT { sizeof(reel_node_info), REEL_VERSION_NUMBER }
+#else
+#define REEL_NODE_INFO_INIT { .size = sizeof(reel_node_info), .version = REEL_VERSION_NUMBER }
+#endif
+/* Node i (0 .. num_nodes-1 of the stats, schedule order). REEL_E_NOT_FOUND
+ * past the last node; REEL_E_VERSION for a struct not initialised. */
+reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out);
+
+/* The plan's own memory, known right after compile: what a serving stack
+ * subtracts before it sizes a KV cache (states, the KV caches among them,
+ * are listed apart). */
+typedef struct reel_plan_memory {
+    size_t size;                          /* sizeof(reel_plan_memory) of the caller's header */
+    int version;
+    int num_buckets;
+    size_t arena_bytes;                   /* device: activations, shared by all buckets */
+    size_t static_bytes;                  /* device: the step region (inputs, metadata) */
+    size_t pinned_bytes;                  /* pinned host: the step region's staging, the outputs */
+    size_t param_bytes, state_bytes;      /* device: parameters; states (bound ones included) */
+    int graph_bytes_known;                /* the backend reports graph memory (host: yes, 0) */
+    size_t graph_bytes;                   /* device memory of the captured graphs, where known */
+    size_t device_bytes;                  /* arena + static + graphs: the library's device memory
+                                             besides params and states (and the workspace of
+                                             eager steps past the limits) */
+    size_t bucket_arena_bytes[REEL_MAX_BUCKETS];  /* planned per bucket */
+    size_t bucket_graph_bytes[REEL_MAX_BUCKETS];  /* per captured bucket, where known */
+    size_t bucket_device_bytes[REEL_MAX_BUCKETS]; /* replaying bucket b alone: its arena, the
+                                                     static region, its graph */
+} reel_plan_memory;
+#ifdef __cplusplus
+#define REEL_PLAN_MEMORY_INIT { sizeof(reel_plan_memory), REEL_VERSION_NUMBER }
+#else
+#define REEL_PLAN_MEMORY_INIT { .size = sizeof(reel_plan_memory), .version = REEL_VERSION_NUMBER }
+#endif
+reel_status reel_plan_memory_get(const reel_plan *p, reel_plan_memory *out);
+
+/* Op spans: the start and end of each kernel on its stream, for traces.
+ * Host backend: taken on the stream's worker thread around each kernel
+ * (replayed or eager), CLOCK_MONOTONIC in microseconds. CUDA: none
+ * (REEL_E_UNSUPPORTED); a trace there has the steps' host times. */
+typedef struct reel_op_span {
+    int node;                             /* schedule position */
+    int stream;
+    double start_us, end_us;              /* CLOCK_MONOTONIC */
+} reel_op_span;
+/* Starts (on != 0) or stops recording op spans of the following steps. */
+reel_status reel_plan_trace_ops(reel_plan *p, int on);
+/* Moves up to cap recorded spans into buf (oldest first) and sets *n; call
+ * after a step (its kernels are done when reel_step returns). */
+reel_status reel_plan_take_op_spans(reel_plan *p, reel_op_span *buf, int cap, int *n);
 
 #ifdef __cplusplus
 }

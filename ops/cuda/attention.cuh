@@ -90,6 +90,54 @@ __host__ __device__ __forceinline__ int attn_chunking(int32_t p, int nchunks, in
  * token zeros. */
 #define REEL_ATTN_BAD_LSE 0x7fbad000u
 
+/* What a decode block (token t, chunk c, the nh heads from h0) attends,
+ * shared by both decode kernels: false when the block has nothing to do
+ * (a token of a multi-token run when the prefill kernel runs, a chunk past
+ * the token's last, a padding or refused token, whose zeros chunk 0 writes
+ * here and whose breach it reports); else the token's sequence, its keys
+ * [*k0, *k1) for this chunk and the chunks it uses. */
+template <typename T>
+__device__ __forceinline__ bool attn_decode_begin(const reel_meta_view &m, const attn_geom &g, int64_t t,
+                                                  int64_t rows, int c, int nchunks, bool skip_runs, T *orow,
+                                                  int nh, int32_t *seq, int32_t *k0, int32_t *k1, int *nact)
+{
+    if (skip_runs && attn_in_run(m, t, rows))
+        return false;
+    int32_t p, clen = 0;
+    const int ok = attn_token_ok(m, g, t, seq, &p);
+    *nact = ok == 1 ? attn_chunking(p, nchunks, &clen) : 1;
+    if (c >= *nact)
+        return false;
+    if (ok != 1) {
+        for (int64_t i = threadIdx.x; i < nh * g.dh; i += blockDim.x)
+            orow[i] = from_f<T>(0.0f);
+        if (ok < 0 && threadIdx.x == 0)
+            report(&m, REEL_E_LIMIT);
+        return false;
+    }
+    *k0 = c * clen;
+    *k1 = min(p + 1, *k0 + clen);
+    return true;
+}
+
+/* A decode chunk whose block ids breach the limits: reported, and the
+ * token gets zeros, written here when it has one chunk, else by the
+ * combine, which finds this chunk's mark. Called by the whole block. */
+template <typename T>
+__device__ __forceinline__ void attn_chunk_refuse(const reel_meta_view &m, const attn_geom &g, float *ws, int64_t t,
+                                                  int c, int nchunks, int nact, int64_t h0, int nh, T *orow)
+{
+    if (threadIdx.x == 0)
+        report(&m, REEL_E_LIMIT);
+    if (nact == 1) {
+        for (int64_t i = threadIdx.x; i < nh * g.dh; i += blockDim.x)
+            orow[i] = from_f<T>(0.0f);
+    } else if ((int)threadIdx.x < nh) {
+        float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
+        slot[g.qrow + h0 + threadIdx.x] = __uint_as_float(REEL_ATTN_BAD_LSE);
+    }
+}
+
 /* The partials' workspace (out[1]): slot-major, each slot H*Dh outputs then
  * H log-sum-exps (base 2). */
 __host__ __device__ __forceinline__ int64_t attn_ws_slot_floats(const attn_geom &g)

@@ -64,23 +64,11 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kl = lane % TPK, ks = lane / TPK;
 
-    if (skip_runs && attn_in_run(m, t, rows))
-        return;
-    int32_t s, p;
-    int ok = attn_token_ok(m, g, t, &s, &p);
-    int32_t clen = 0;
-    int nact = ok == 1 ? attn_chunking(p, nchunks, &clen) : 1;
-    if (c >= nact)
-        return;
     T *orow = out + t * g.qrow + h0 * DH;
-    if (ok != 1) {
-        for (int i = threadIdx.x; i < nh * DH; i += DEC_THREADS)
-            orow[i] = from_f<T>(0.0f);
-        if (ok < 0 && threadIdx.x == 0)
-            report(&m, REEL_E_LIMIT);
+    int32_t s, k0, k1;
+    int nact;
+    if (!attn_decode_begin(m, g, t, rows, c, nchunks, skip_runs, orow, nh, &s, &k0, &k1, &nact))
         return;
-    }
-    const int32_t k0 = c * clen, k1 = min(p + 1, k0 + clen);
 
     const float qscale = g.scale * 1.4426950408889634f; /* scores in base 2 */
     float qr[G][VEC], acc[G][VEC], mx[G], sm[G];
@@ -173,15 +161,7 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
     }
 
     if (bad) {
-        if (threadIdx.x == 0)
-            report(&m, REEL_E_LIMIT);
-        if (nact == 1) {
-            for (int i = threadIdx.x; i < nh * DH; i += DEC_THREADS)
-                orow[i] = from_f<T>(0.0f);
-        } else if (threadIdx.x < nh) {
-            float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
-            slot[g.qrow + h0 + threadIdx.x] = __uint_as_float(REEL_ATTN_BAD_LSE);
-        }
+        attn_chunk_refuse(m, g, ws, t, c, nchunks, nact, h0, nh, orow);
         return;
     }
 

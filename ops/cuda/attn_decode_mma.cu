@@ -57,23 +57,11 @@ __global__ void __launch_bounds__(DM_THREADS)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gi = lane >> 2, ti = lane & 3;
 
-    if (skip_runs && attn_in_run(m, t, rows))
-        return;
-    int32_t s, p;
-    const int ok = attn_token_ok(m, g, t, &s, &p);
-    int32_t clen = 0;
-    const int nact = ok == 1 ? attn_chunking(p, nchunks, &clen) : 1;
-    if (c >= nact)
-        return;
     T *orow = out + t * g.qrow + h0 * DH;
-    if (ok != 1) {
-        for (int i = threadIdx.x; i < nh * DH; i += DM_THREADS)
-            orow[i] = from_f<T>(0.0f);
-        if (ok < 0 && threadIdx.x == 0)
-            report(&m, REEL_E_LIMIT);
+    int32_t s, k0, k1;
+    int nact;
+    if (!attn_decode_begin(m, g, t, rows, c, nchunks, skip_runs, orow, nh, &s, &k0, &k1, &nact))
         return;
-    }
-    const int32_t k0 = c * clen, k1 = min(p + 1, k0 + clen);
     const int32_t *bt = m.block_tables + (int64_t)s * m.max_blocks;
     const int32_t bs = (int32_t)g.bs;
 
@@ -84,15 +72,7 @@ __global__ void __launch_bounds__(DM_THREADS)
         mybad |= blk < 0 || blk >= g.nblocks;
     }
     if (__syncthreads_or(mybad)) {
-        if (threadIdx.x == 0)
-            report(&m, REEL_E_LIMIT);
-        if (nact == 1) {
-            for (int i = threadIdx.x; i < nh * DH; i += DM_THREADS)
-                orow[i] = from_f<T>(0.0f);
-        } else if (threadIdx.x < nh) {
-            float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
-            slot[g.qrow + h0 + threadIdx.x] = __uint_as_float(REEL_ATTN_BAD_LSE);
-        }
+        attn_chunk_refuse(m, g, ws, t, c, nchunks, nact, h0, nh, orow);
         return;
     }
 

@@ -4,8 +4,8 @@
  * one). The selection is the host's: best first by (score, lower index on
  * ties), then -1 past the candidates; the page transform maps i to
  * page_table[i / page_size] * page_size + i % page_size, -1 stays -1, an
- * unmapped (negative) page gives -1, and a page index >= P is a limit breach
- * (-1, REEL_E_LIMIT).
+ * unmapped (negative) page gives -1, and a page index >= P or a result past
+ * INT32_MAX is a limit breach (-1, REEL_E_LIMIT).
  *
  * One block per row: a radix select over order-preserving 32-bit keys finds
  * the k-th best key in four 8-bit passes (histograms in shared memory), an
@@ -132,7 +132,14 @@ __device__ int32_t topk_page(int32_t i, const int32_t *pt, int64_t npages, int64
     }
     if (pt[page] < 0)
         return -1;
-    return (int32_t)(pt[page] * ps + i % ps);
+    /* In 64 bits, refused past INT32_MAX (never wrapped), as on the host. */
+    int64_t r = (int64_t)pt[page] * ps + i % ps;
+    if (r > INT32_MAX) {
+        if (err_word)
+            atomicCAS((int *)err_word, 0, (int)REEL_E_LIMIT);
+        return -1;
+    }
+    return (int32_t)r;
 }
 
 typedef struct topk_args {

@@ -5,7 +5,8 @@
  * sorted best first: deterministic, O(N log k). Slots past the candidates
  * get -1. The page transform maps i to page_table[i / page_size] *
  * page_size + i % page_size; -1 stays -1, an unmapped (negative) page gives
- * -1, and a page index >= P is a limit breach (-1, REEL_E_LIMIT). */
+ * -1, and a page index >= P or a result past INT32_MAX is a limit breach
+ * (-1, REEL_E_LIMIT). */
 #include <math.h>
 
 #include "ops/host/host_ops.h"
@@ -80,7 +81,14 @@ static int32_t reel_hk_topk_page(const reel_launch *l, const int32_t *pt, int64_
     }
     if (pt[page] < 0)
         return -1;
-    return (int32_t)(pt[page] * ps + i % ps);
+    /* In 64 bits: a page of 2^25 with page size 64 is past INT32_MAX, and
+     * wrapping it would hand back a wrong index with REEL_OK. */
+    int64_t r = (int64_t)pt[page] * ps + i % ps;
+    if (r > INT32_MAX) {
+        reel_hk_report(l->meta, REEL_E_LIMIT);
+        return -1;
+    }
+    return (int32_t)r;
 }
 
 void reel_host_topk(const void *args)

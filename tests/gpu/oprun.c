@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ops/cuda/cuda_ops.h"
+#include "tests/core/opts.h"
 #include "ops/host/dtype.h"
 #include "backend/ctx.h"
 
@@ -307,4 +308,19 @@ void gt_check_impl(reel_ctx *host, reel_ctx *cuda, const gt_op *op, const char *
     compare_result(op, impl, &want, &got, seed, what);
     gt_result_free(&got);
     gt_result_free(&want);
+}
+
+void gt_open(reel_ctx **host, reel_ctx **cuda, uint64_t *seed, gt_rng *rng)
+{
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), host), REEL_OK);
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), cuda), REEL_OK, "cuda context: %s",
+                 *cuda ? reel_ctx_last_error(*cuda) : "no context");
+    *seed = gt_fresh_seed();
+    rng->s = *seed;
+}
+
+void gt_close(reel_ctx *host, reel_ctx *cuda)
+{
+    reel_ctx_destroy(cuda);
+    reel_ctx_destroy(host);
 }

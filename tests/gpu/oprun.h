@@ -53,6 +53,11 @@ void *gt_random(gt_rng *r, reel_dtype dt, int64_t n, double lo, double hi);
 double gt_get(const void *p, reel_dtype dt, int64_t i);
 void gt_set(void *p, reel_dtype dt, int64_t i, double v);
 
+/* The GPU op tests' fixture: a host and a CUDA context (asserted), and a
+ * fresh seed with its generator. gt_close destroys both contexts. */
+void gt_open(reel_ctx **host, reel_ctx **cuda, uint64_t *seed, gt_rng *rng);
+void gt_close(reel_ctx *host, reel_ctx *cuda);
+
 /* Runs op with impl on be (a stream of its own), synchronously. */
 reel_status gt_run(reel_backend *be, const reel_op_impl *impl, const gt_op *op, gt_result *res);
 void gt_result_free(gt_result *r);

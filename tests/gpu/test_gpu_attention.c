@@ -19,17 +19,12 @@ static gt_rng rng;
 
 static void setup(void)
 {
-    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &hctx), REEL_OK);
-    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &cctx), REEL_OK,
-                 "cuda context: %s", cctx ? reel_ctx_last_error(cctx) : "no context");
-    seed = gt_fresh_seed();
-    rng.s = seed;
+    gt_open(&hctx, &cctx, &seed, &rng);
 }
 
 static void teardown(void)
 {
-    reel_ctx_destroy(cctx);
-    reel_ctx_destroy(hctx);
+    gt_close(hctx, cctx);
 }
 
 static const reel_dtype dts[3] = {REEL_F32, REEL_F16, REEL_BF16};

@@ -16,17 +16,12 @@ static gt_rng rng;
 
 static void setup(void)
 {
-    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &hctx), REEL_OK);
-    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &cctx), REEL_OK,
-                 "cuda context: %s", cctx ? reel_ctx_last_error(cctx) : "no context");
-    seed = gt_fresh_seed();
-    rng.s = seed;
+    gt_open(&hctx, &cctx, &seed, &rng);
 }
 
 static void teardown(void)
 {
-    reel_ctx_destroy(cctx);
-    reel_ctx_destroy(hctx);
+    gt_close(hctx, cctx);
 }
 
 static const reel_dtype dts[3] = {REEL_F32, REEL_F16, REEL_BF16};
@@ -357,6 +352,35 @@ Test(gpu_ops, topk_equals_host_exactly_with_nan_padding_ties_and_short_rows, .in
     int32_t big[3] = {5000, 4000, 2100};
     check_topk(3, 5000, 2048, 0, big);
     check_topk(3, 5000, 2048, 64, big);
+}
+
+/* A page past INT32_MAX / page_size: -1 and REEL_E_LIMIT in the error word,
+ * as on the host (row 0), never a wrapped index; the largest page that
+ * fits maps exactly (row 1). */
+Test(gpu_ops, topk_refuses_a_paged_index_past_int32_like_the_host, .init = setup, .fini = teardown)
+{
+    const int64_t t = 2, n = 128, np = 2;
+    gt_op op = op_new(REEL_OP_TOPK, t, 3, 1);
+    op.attrs.topk.k = 4;
+    op.attrs.topk.page_size = 64;
+    op.attrs.topk.has_page_table = true;
+    op.in[0] = gt_shape(REEL_F32, true, 2, (int64_t[]){t, n});
+    op.in[1] = gt_shape(REEL_I32, true, 1, (int64_t[]){t});
+    op.in[2] = gt_shape(REEL_I32, true, 2, (int64_t[]){t, np});
+    op.out[0] = gt_shape(REEL_I32, true, 2, (int64_t[]){t, 4});
+    float *sc = malloc((size_t)(t * n) * sizeof *sc);
+    int32_t *lens = malloc((size_t)t * sizeof *lens), *pt = malloc((size_t)(t * np) * sizeof *pt);
+    for (int64_t i = 0; i < t * n; i++)
+        sc[i] = (float)(i % n);
+    lens[0] = lens[1] = (int32_t)n;
+    pt[0] = 0, pt[1] = 1 << 25;                        /* 2^25 * 64 = 2^31 */
+    pt[2] = 0, pt[3] = (int32_t)((INT32_MAX - 63) / 64); /* the last page that fits */
+    op.data[0] = sc, op.data[1] = lens, op.data[2] = pt;
+    int32_t zero[2] = {0, 0}, one[1] = {1};
+    gt_meta m = {.positions = zero, .slot_mapping = zero, .token_seq = zero, .context_lens = one,
+                 .block_tables = zero, .max_seqs = 1, .max_blocks = 1, .max_context = 1};
+    op.meta = &m; /* for the error word */
+    check(&op, "topk (page index past INT32_MAX)");
 }
 
 /* ---- lse combine -------------------------------------------------------- */

@@ -30,6 +30,8 @@ typedef struct pexp {
 #define HOST REEL_CHECK_HOST
 #define ALLOC(s, slot, addr, size, name) { P_ALLOC, (s), (slot), (addr), (size), (name), false, 0 }
 #define FREE(s, slot) { P_FREE, (s), (slot), 0, 0, NULL, false, 0 }
+/* a free of a freed allocation: refused with REEL_E_HAZARD */
+#define FREE_AGAIN(s, slot) { P_FREE, (s), (slot), 0, 0, NULL, true, 0 }
 #define WR(s, slot, name) { P_USE, (s), (slot), 0, 0, (name), true, 0 }
 #define RD(s, slot, name) { P_USE, (s), (slot), 0, 0, (name), false, 0 }
 #define WR_AT(s, slot, off, size, name) { P_USE, (s), (slot), (off), (size), (name), true, 0 }
@@ -74,7 +76,8 @@ static inline void prog_run(reel_checker *c, const pstep *p, size_t n)
         case P_HSYNC: st = reel_checker_host_sync(c, x->s); break;
         case P_STEP: reel_checker_begin(c, x->slot); break;
         }
-        cr_assert_eq(st, REEL_OK, "program step %zu failed", i);
+        reel_status want = x->k == P_FREE && x->w ? REEL_E_HAZARD : REEL_OK;
+        cr_assert_eq(st, want, "program step %zu: %s, expected %s", i, reel_status_str(st), reel_status_str(want));
     }
 }
 

@@ -249,3 +249,44 @@ Test(ops, topk_reports_a_page_past_the_table_and_gives_minus_one)
         cr_assert_eq(c.out[i], 3 * 4 + 3 - i);
     topk_free(&c);
 }
+
+Test(ops, topk_refuses_a_page_whose_index_does_not_fit_int32_instead_of_wrapping)
+{
+    topk_case c;
+    topk_new(&c, 1, 128, 4, 2, 64);
+    for (int j = 0; j < 128; j++)
+        c.scores[j] = (float)j;
+    c.lengths[0] = 128;
+    /* 2^25 * 64 = 2^31: one past INT32_MAX for the first index of the page. */
+    c.pages[0] = 0, c.pages[1] = 1 << 25;
+    topk_run(&c);
+    cr_assert_eq(c.err, REEL_E_LIMIT, "an index past INT32_MAX must report REEL_E_LIMIT");
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(c.out[i], -1, "slot %d is %d: a page index past INT32_MAX must give -1, not wrap", i, c.out[i]);
+    /* The largest page that still fits maps exactly. */
+    c.err = 0;
+    c.pages[1] = (int32_t)((INT32_MAX - 63) / 64);
+    topk_run(&c);
+    cr_assert_eq(c.err, 0);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(c.out[i], (int32_t)((int64_t)c.pages[1] * 64 + 63 - i));
+    topk_free(&c);
+}
+
+Test(ops, topk_builder_checks_page_table_coverage_without_overflowing)
+{
+    reel_ctx *ctx;
+    cr_assert_eq(reel_ctx_create(NULL, &ctx), REEL_OK);
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    int64_t sd[] = {REEL_DIM_TOKENS, 16}, ld[] = {REEL_DIM_TOKENS}, pd[] = {REEL_DIM_TOKENS, (int64_t)1 << 40};
+    reel_tensor s = reel_input(g, "s", REEL_F32, 2, sd), l = reel_input(g, "l", REEL_I32, 1, ld);
+    reel_tensor pt = reel_input(g, "pt", REEL_I32, 2, pd);
+    /* 2^40 pages of 2^30 positions: the product is past INT64_MAX, and the
+     * table covers the 16 scores whatever its width. */
+    reel_tensor o = reel_topk(g, s, l, pt, 4, 1 << 30);
+    cr_assert_neq(o.id, 0, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(reel_graph_status(g), REEL_OK);
+    reel_graph_destroy(g);
+    reel_ctx_destroy(ctx);
+}

@@ -1,0 +1,235 @@
+/* Introspection: what `reel inspect`, traces and serving stacks read from a
+ * compiled plan. Node info (the schedule, the kernel the registry chose and
+ * why), the plan's own memory per bucket, and op spans recorded by the
+ * backend around each kernel (host backend). Reads the schedule only; the
+ * span buffer is the one piece of serving-loop state here. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/grow.h"
+#include "core/halloc.h"
+#include "exec/plan.h"
+
+/* ---- sized result structs ------------------------------------------------ */
+
+/* The caller's struct: initialised, of this major version, no larger than
+ * ours. Fills are done into a full local copy and the caller's size copied. */
+static reel_status sized_ok(size_t size, int version, size_t ours)
+{
+    if (size < sizeof(size_t) + sizeof(int) || size > ours || version / 10000 != REEL_VERSION_MAJOR)
+        return REEL_E_VERSION;
+    return REEL_OK;
+}
+
+/* ---- node info ------------------------------------------------------------- */
+
+static const char *kind_name(reel_tensor_kind k)
+{
+    switch (k) {
+    case REEL_T_INPUT: return "input";
+    case REEL_T_PARAM: return "param";
+    case REEL_T_STATE: return "state";
+    case REEL_T_META: return "positions";
+    case REEL_T_ACT: return "act";
+    }
+    return "?";
+}
+
+/* The registry's decision, told again: every impl of the op on this
+ * backend, which one won, which refused the node (can_use on the shapes at
+ * the largest bucket, as at compile) and which lost on priority. */
+static void explain_kernel(const reel_plan *p, int i, char *why, size_t len)
+{
+    const reel_node *n = &p->nodes[i];
+    const reel_op_impl *win = p->impl[i];
+    reel_shape in[REEL_OP_MAX_IN], out[REEL_OP_MAX_OUT];
+    reel_plan_node_shapes(p, i, p->buckets[p->nbuckets - 1], in, out);
+    int count = 0, nimpl = 0;
+    const reel_op_impl *const *all = reel_registry_all(p->be->kind, &count);
+    char refused[160] = "", lower[160] = "";
+    size_t nr = 0, nl = 0;
+    for (int k = 0; k < count; k++) {
+        const reel_op_impl *im = all[k];
+        if (im->op != n->op)
+            continue;
+        nimpl++;
+        if (im == win)
+            continue;
+        bool usable = !im->can_use || im->can_use(in, n->nin, out, &n->attrs, &p->be->caps);
+        if (!usable && nr < sizeof refused)
+            nr += (size_t)snprintf(refused + nr, sizeof refused - nr, "%s%s", nr ? ", " : "", im->name);
+        else if (usable && nl < sizeof lower)
+            nl += (size_t)snprintf(lower + nl, sizeof lower - nl, "%s%s (%d)", nl ? ", " : "", im->name,
+                                   im->priority);
+    }
+    size_t w = (size_t)snprintf(why, len, "highest priority (%d) of %d %s kernel(s) accepting its shapes/dtypes",
+                                win->priority, nimpl, reel_backend_name(p->be->kind));
+    if (nr && w < len)
+        w += (size_t)snprintf(why + w, len - w, "; refused the shapes/dtypes/device: %s", refused);
+    if (nl && w < len)
+        w += (size_t)snprintf(why + w, len - w, "; lower priority: %s", lower);
+    if (!win->capturable && w < len)
+        snprintf(why + w, len - w, "; cannot be captured: the plan runs eagerly");
+}
+
+reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out)
+{
+    if (!p || !out)
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "node_info: NULL plan or output");
+    REEL_TRY(sized_ok(out->size, out->version, sizeof *out));
+    if (i < 0 || i >= p->nnodes)
+        return REEL_E_NOT_FOUND;
+    const reel_node *n = &p->nodes[i];
+    reel_node_info r;
+    memset(&r, 0, sizeof r);
+    r.size = out->size;
+    r.version = out->version;
+    r.op = reel_op_schema_get(n->op)->name;
+    r.name = p->tensors[n->out[0]].name;
+    r.stream = n->stream;
+    r.kernel = p->impl[i]->name;
+    r.priority = p->impl[i]->priority;
+    r.capturable = p->impl[i]->capturable && p->dbg.not_capturable_node != i;
+    r.inplace_ok = p->impl[i]->inplace_ok;
+    r.pdl = p->bucket[p->nbuckets - 1].launches ? p->bucket[p->nbuckets - 1].launches[i].pdl : 0;
+    r.nin = n->nin;
+    r.nout = n->nout;
+    for (int k = 0; k < n->nin && k < REEL_NODE_MAX_IN; k++) {
+        r.in_node[k] = -1;
+        if (!n->in[k])
+            continue;
+        const reel_tinfo *t = &p->tensors[n->in[k]];
+        r.in[k] = t->name;
+        r.in_kind[k] = kind_name(t->kind);
+        r.in_node[k] = t->kind == REEL_T_ACT ? t->producer : -1;
+    }
+    for (int k = 0; k < n->nout && k < REEL_NODE_MAX_OUT; k++) {
+        r.out[k] = p->tensors[n->out[k]].name;
+        for (int o = 0; o < p->noutputs; o++)
+            if (p->outputs[o].tensor == n->out[k] && !r.output_name[k]) {
+                r.is_output[k] = 1;
+                r.output_name[k] = p->outputs[o].name;
+            }
+    }
+    explain_kernel(p, i, r.why, sizeof r.why);
+    memcpy(out, &r, out->size);
+    return REEL_OK;
+}
+
+/* ---- the plan's memory ------------------------------------------------------- */
+
+reel_status reel_plan_memory_get(const reel_plan *p, reel_plan_memory *out)
+{
+    if (!p || !out)
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "memory_get: NULL plan or output");
+    REEL_TRY(sized_ok(out->size, out->version, sizeof *out));
+    reel_plan_memory m;
+    memset(&m, 0, sizeof m);
+    m.size = out->size;
+    m.version = out->version;
+    m.num_buckets = p->nbuckets;
+    m.arena_bytes = p->arena_bytes;
+    m.static_bytes = p->stat_bytes;
+    m.pinned_bytes = p->stat_bytes + p->out_bytes;
+    m.param_bytes = p->st.param_bytes;
+    m.state_bytes = p->st.state_bytes;
+    /* A host graph is a list of items in host memory: no device bytes. CUDA
+     * does not report what an instantiated graph holds on the device. */
+    m.graph_bytes_known = p->be->kind == REEL_BACKEND_HOST;
+    for (int b = 0; b < p->nbuckets; b++) {
+        m.bucket_arena_bytes[b] = p->bucket[b].arena_bytes;
+        m.bucket_device_bytes[b] = p->bucket[b].arena_bytes + p->stat_bytes + m.bucket_graph_bytes[b];
+        m.graph_bytes += m.bucket_graph_bytes[b];
+    }
+    m.device_bytes = m.arena_bytes + m.static_bytes + m.graph_bytes;
+    memcpy(out, &m, out->size);
+    return REEL_OK;
+}
+
+/* ---- op spans -------------------------------------------------------------- */
+
+/* Filled by the stream threads (the backend's trace callback), drained by
+ * the thread stepping the plan: a lock of its own. */
+typedef struct reel_span_buf {
+    pthread_mutex_t mu;
+    reel_op_span *v;
+    size_t n, cap;
+    bool lost;                  /* memory ran out: spans were dropped */
+} reel_span_buf;
+
+#define REEL_SPAN_MAX ((size_t)1 << 22) /* spans kept between two takes */
+
+static void on_kernel(void *user, int tag, reel_stream *s, double t0, double t1)
+{
+    reel_plan *p = user;
+    reel_span_buf *b = p->spans;
+    int stream = -1;
+    for (int k = 0; k < p->nstreams; k++)
+        if (p->streams[k] == s)
+            stream = k;
+    if (stream < 0 || tag < 1 || tag > p->nnodes)
+        return; /* another plan's kernel on a shared backend */
+    pthread_mutex_lock(&b->mu);
+    if (b->n < REEL_SPAN_MAX && reel_grow((void **)&b->v, &b->cap, b->n + 1, sizeof *b->v))
+        b->v[b->n++] = (reel_op_span){.node = tag - 1, .stream = stream, .start_us = t0, .end_us = t1};
+    else
+        b->lost = true;
+    pthread_mutex_unlock(&b->mu);
+}
+
+reel_status reel_plan_trace_ops(reel_plan *p, int on)
+{
+    if (!p)
+        return REEL_E_INVALID_ARG;
+    if (!p->be->vt->set_trace)
+        return reel_seterr(p->err, REEL_E_UNSUPPORTED, "trace_ops: backend '%s' records no op spans",
+                           reel_backend_name(p->be->kind));
+    if (on && !p->spans) {
+        p->spans = reel_hcalloc(1, sizeof *p->spans);
+        if (!p->spans)
+            return reel_seterr(p->err, REEL_E_OOM, "trace_ops: out of memory");
+        pthread_mutex_init(&p->spans->mu, NULL);
+    }
+    if (p->spans)
+        p->be->vt->set_trace(p->be, on ? on_kernel : NULL, on ? p : NULL);
+    return REEL_OK;
+}
+
+reel_status reel_plan_take_op_spans(reel_plan *p, reel_op_span *buf, int cap, int *n)
+{
+    if (!p || !n || cap < 0 || (!buf && cap))
+        return REEL_E_INVALID_ARG;
+    *n = 0;
+    reel_span_buf *b = p->spans;
+    if (!b)
+        return REEL_OK;
+    pthread_mutex_lock(&b->mu);
+    size_t k = b->n < (size_t)cap ? b->n : (size_t)cap;
+    if (k)
+        memcpy(buf, b->v, k * sizeof *buf);
+    memmove(b->v, b->v + k, (b->n - k) * sizeof *b->v);
+    b->n -= k;
+    bool lost = b->lost;
+    b->lost = false;
+    pthread_mutex_unlock(&b->mu);
+    *n = (int)k;
+    if (lost)
+        return reel_seterr(p->err, REEL_E_OOM, "take_op_spans: spans were dropped (memory, or %zu kept)",
+                           (size_t)REEL_SPAN_MAX);
+    return REEL_OK;
+}
+
+void reel_plan_trace_free(reel_plan *p)
+{
+    if (!p->spans)
+        return;
+    /* A backend may be shared: stop only our callback (the streams are
+     * drained, so none is running). */
+    if (p->be->vt->set_trace)
+        p->be->vt->set_trace(p->be, NULL, NULL);
+    pthread_mutex_destroy(&p->spans->mu);
+    reel_hfree(p->spans->v);
+    reel_hfree(p->spans);
+    p->spans = NULL;
+}
