@@ -1,6 +1,6 @@
 /* Collective ops in plans on the host backend, ranks as threads: every op
  * with 2, 3, 4 and 8 ranks against its definition, replay == eager bitwise
- * on every rank, a pipeline of send/recv stages equal to one stage, and the
+ * on every rank (both under the hazard checker), a pipeline of send/recv stages equal to one stage, and the
  * compile-time rules: the sequence check across ranks, a graph with
  * collectives and no communicator, the capture decision, the destroy order,
  * and a failing rank leaving the others with an error, not a hang. */
@@ -85,6 +85,7 @@ static reel_status run_plan(rk_world *w, int r, op_job *j, bool eager, float *go
     o.buckets[0] = 2;
     o.buckets[1] = 4;
     o.no_capture = eager;
+    o.check_hazards = 1; /* a collective's staging and result are declared like any op's */
     o.comm = w->comm[r];
     if (st == REEL_OK)
         st = reel_compile(g, &o, &p);
