@@ -57,7 +57,7 @@ typedef struct reel_plan_debug {
 /* A plan is two things kept apart: the schedule, fixed when compile returns
  * (the graph in schedule order, kernels, streams and events, the bucket
  * layouts and their graphs; what several ranks running one model must agree
- * on, and what a collective-sequence hash will cover), and the serving
+ * on, and what the collective-sequence check covers: collective.c), and the serving
  * loop's state that calls between and during steps write (inputs, outputs,
  * the overflow layout, stats, the checker). Only reel_plan_bind_state and
  * reel_plan_write_param touch the schedule's memory after compile: they
