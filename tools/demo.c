@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -133,6 +134,19 @@ static reel_step_info step_info(const serve_batch *b)
     return si;
 }
 
+/* Pipeline stages (--pp): stage 0 is the run's own context and plan, on the
+ * loop's thread; stages 1.. each run on a worker thread that steps its plan
+ * whenever the loop releases a step (a barrier), since a stage's step blocks
+ * in its receives until the previous stage sends. */
+typedef struct pp_stage {
+    struct run *u;
+    int stage;
+    reel_ctx *ctx;
+    reel_plan *plan;
+    reel_status st;
+    char error[512];
+} pp_stage;
+
 typedef struct run {
     const demo_opts *o;
     demo_result *r;
@@ -141,6 +155,16 @@ typedef struct run {
     serve_state s;
     samples all, replayed, eager;
     progress pg;
+    /* --pp */
+    int pp;
+    model_config m;
+    reel_comm *comm[DEMO_PP_MAX];
+    pp_stage stage[DEMO_PP_MAX];
+    pthread_t worker[DEMO_PP_MAX];
+    int workers;
+    pthread_barrier_t go, done;
+    bool barriers, quit;
+    reel_step_info si;
 } run;
 
 /* The library's reason: the context's message, or, with no context (its
@@ -192,6 +216,137 @@ static reel_status fail_step(run *u, reel_status st)
     return fail(u, st, where);
 }
 
+/* ---- pipeline stages (--pp) ---------------------------------------------- */
+
+/* Builds, compiles and weights stage k (every stage at once: compile
+ * exchanges the collective sequences across the stages). */
+static reel_status stage_compile(pp_stage *ps)
+{
+    run *u = ps->u;
+    reel_graph *g = NULL;
+    reel_status st = model_build_stage(ps->ctx, &u->m, ps->stage, u->pp, &g);
+    if (st == REEL_OK) {
+        reel_compile_opts c = compile_opts(u->o);
+        c.comm = u->comm[ps->stage];
+        st = reel_compile(g, &c, &ps->plan);
+    }
+    reel_graph_destroy(g);
+    if (st == REEL_OK) st = model_write_stage_weights(ps->plan, &u->m, ps->stage, u->pp);
+    return st;
+}
+
+static void stage_note(pp_stage *ps, reel_status st, const char *what)
+{
+    ps->st = st;
+    if (st != REEL_OK)
+        snprintf(ps->error, sizeof ps->error, "stage %d: %s: %s: %s", ps->stage, what, reel_status_str(st),
+                 reel_ctx_last_error(ps->ctx));
+}
+
+static void *stage_compile_main(void *arg)
+{
+    pp_stage *ps = arg;
+    stage_note(ps, stage_compile(ps), "compiling");
+    return NULL;
+}
+
+/* A worker: one step of its stage each time the loop releases one. */
+static void *stage_main(void *arg)
+{
+    pp_stage *ps = arg;
+    run *u = ps->u;
+    for (;;) {
+        pthread_barrier_wait(&u->go);
+        if (u->quit) break;
+        reel_status st = reel_step(ps->plan, &u->si);
+        if (ps->st == REEL_OK) stage_note(ps, st, "step");
+        pthread_barrier_wait(&u->done);
+    }
+    return NULL;
+}
+
+static reel_status pp_setup(run *u, const reel_ctx_opts *co)
+{
+    reel_ctx *ctxs[DEMO_PP_MAX];
+    ctxs[0] = u->ctx;
+    u->stage[0] = (pp_stage){.u = u, .stage = 0, .ctx = u->ctx};
+    for (int k = 1; k < u->pp; k++) {
+        u->stage[k] = (pp_stage){.u = u, .stage = k};
+        reel_status st = reel_ctx_create(co, &u->stage[k].ctx);
+        if (st != REEL_OK) return fail(u, st, "creating a stage's context");
+        ctxs[k] = u->stage[k].ctx;
+    }
+    reel_comm_opts cmo = REEL_COMM_OPTS_INIT;
+    cmo.timeout_ms = 60000;
+    reel_status st = reel_comm_create_group(ctxs, u->pp, &cmo, u->comm);
+    if (st != REEL_OK) return fail(u, st, "creating the stages' communicators");
+    pthread_t th[DEMO_PP_MAX];
+    for (int k = 1; k < u->pp; k++)
+        if (pthread_create(&th[k], NULL, stage_compile_main, &u->stage[k]) != 0)
+            return fail(u, REEL_E_BACKEND, "starting a stage's thread"); /* before any compile: none waits */
+    stage_note(&u->stage[0], stage_compile(&u->stage[0]), "compiling");
+    for (int k = 1; k < u->pp; k++) pthread_join(th[k], NULL);
+    u->plan = u->stage[0].plan;
+    u->stage[0].plan = NULL; /* owned by the run from here */
+    for (int k = 0; k < u->pp; k++)
+        if (u->stage[k].st != REEL_OK) {
+            u->r->status = u->stage[k].st;
+            snprintf(u->r->error, sizeof u->r->error, "%s", u->stage[k].error);
+            return u->stage[k].st;
+        }
+    if (pthread_barrier_init(&u->go, NULL, (unsigned)u->pp) != 0) return fail(u, REEL_E_BACKEND, "a barrier");
+    if (pthread_barrier_init(&u->done, NULL, (unsigned)u->pp) != 0) {
+        pthread_barrier_destroy(&u->go);
+        return fail(u, REEL_E_BACKEND, "a barrier");
+    }
+    u->barriers = true;
+    for (int k = 1; k < u->pp; k++) {
+        if (pthread_create(&u->worker[k], NULL, stage_main, &u->stage[k]) != 0)
+            return fail(u, REEL_E_BACKEND, "starting a stage's thread");
+        u->workers = k;
+    }
+    if (u->workers != u->pp - 1) return REEL_E_BACKEND;
+    if (u->o->observer && u->o->observer->plan_ready) u->o->observer->plan_ready(u->o->observer->arg, u->plan);
+    return REEL_OK;
+}
+
+/* Stage 0's step on this thread, the others' on their workers, together. */
+static reel_status pp_step(run *u, const reel_step_info *si)
+{
+    u->si = *si;
+    pthread_barrier_wait(&u->go);
+    reel_status st = reel_step(u->plan, &u->si);
+    pthread_barrier_wait(&u->done);
+    for (int k = 1; k < u->pp && st == REEL_OK; k++)
+        if (u->stage[k].st != REEL_OK) {
+            st = u->stage[k].st;
+            snprintf(u->stage[0].error, sizeof u->stage[0].error, "%s", u->stage[k].error);
+        }
+    return st;
+}
+
+/* Stops the workers, then plans before communicators before contexts. */
+static void pp_teardown(run *u)
+{
+    if (u->barriers) {
+        u->quit = true;
+        if (u->workers == u->pp - 1) {
+            pthread_barrier_wait(&u->go);
+            for (int k = 1; k < u->pp; k++) pthread_join(u->worker[k], NULL);
+        }
+        pthread_barrier_destroy(&u->go);
+        pthread_barrier_destroy(&u->done);
+    }
+    for (int k = 0; k < u->pp; k++) {
+        reel_plan_destroy(u->stage[k].plan);
+        u->stage[k].plan = NULL;
+    }
+    reel_plan_destroy(u->plan);
+    u->plan = NULL;
+    for (int k = 0; k < u->pp; k++) reel_comm_destroy(u->comm[k]);
+    for (int k = 1; k < u->pp; k++) reel_ctx_destroy(u->stage[k].ctx);
+}
+
 static reel_status setup(run *u)
 {
     const demo_opts *o = u->o;
@@ -218,10 +373,13 @@ static reel_status setup(run *u)
     reel_ctx_opts co = REEL_CTX_OPTS_INIT;
     co.backend = o->backend;
     co.device = o->device;
+    if (u->pp > 1) co.backend = REEL_BACKEND_HOST; /* one GPU holds one NCCL rank */
     reel_status st = reel_ctx_create(&co, &u->ctx);
     if (st != REEL_OK) return fail(u, st, "creating the context");
     u->r->backend = reel_ctx_backend(u->ctx);
     if (o->observer && o->observer->ctx_ready) o->observer->ctx_ready(o->observer->arg, u->ctx);
+    u->m = m;
+    if (u->pp > 1) return pp_setup(u, &co);
     reel_graph *g = NULL;
     st = model_build(u->ctx, &m, &g);
     if (st != REEL_OK) return fail(u, st, "building the model graph");
@@ -243,7 +401,13 @@ static reel_status one_step(run *u)
     double t0 = now_s();
     reel_status st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, b->tokens, b->num_tokens);
     if (st != REEL_OK) return fail_step(u, st);
-    st = reel_step(u->plan, &si);
+    st = u->pp > 1 ? pp_step(u, &si) : reel_step(u->plan, &si);
+    if (st != REEL_OK && u->pp > 1 && u->stage[0].error[0]) { /* another stage failed: say which */
+        fail_step(u, st);
+        size_t n = strlen(u->r->error);
+        snprintf(u->r->error + n, sizeof u->r->error - n, " (%s)", u->stage[0].error);
+        return st;
+    }
     if (st != REEL_OK) return fail_step(u, st);
     const void *out = NULL;
     int64_t rows = 0;
@@ -319,7 +483,7 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
 {
     memset(r, 0, sizeof *r);
     r->failed_step = -1;
-    run u = {.o = o, .r = r};
+    run u = {.o = o, .r = r, .pp = o->pp > 1 ? o->pp : 1};
     u.pg.f = prog;
     u.pg.tty = prog && isatty(fileno(prog));
     reel_status st = setup(&u);
@@ -331,6 +495,7 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
     free(u.replayed.v);
     free(u.eager.v);
     serve_destroy(&u.s);
+    if (u.pp > 1) pp_teardown(&u);
     reel_plan_destroy(u.plan);
     reel_ctx_destroy(u.ctx);
     return st;

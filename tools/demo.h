@@ -13,6 +13,8 @@
 
 #include "model.h"
 
+#define DEMO_PP_MAX 8
+
 typedef struct demo_opts {
     model_config model;
     reel_backend_kind backend;
@@ -27,6 +29,8 @@ typedef struct demo_opts {
     uint64_t seed;
     bool strict, eager, fit, hazards, quiet, pdl;
     int device;       /* CUDA device ordinal */
+    int pp;           /* pipeline stages (0, 1: one); each a thread with its own context, plan and
+                         communicator (host backend), joined by send/recv inside the graphs */
     /* When set and it becomes non-zero (a signal handler), the loop stops
      * after the step in flight and the run ends REEL_OK, r->interrupted set. */
     volatile sig_atomic_t *stop;

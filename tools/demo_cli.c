@@ -52,6 +52,8 @@ void demo_options_usage(FILE *f)
           "run:\n"
           "  --backend B        auto | host | cuda (auto: REEL_BACKEND, else cuda if present)\n"
           "  --device N         CUDA device ordinal (0)\n"
+          "  --pp N             pipeline stages, layers split between them, one thread, context and\n"
+          "                     communicator each, send/recv inside the graphs (1; at most --layers)\n"
           "  --quiet            no progress line\n"
           "  -h, --help\n"
           "Options take their value as --opt VALUE or --opt=VALUE.\n",
@@ -114,7 +116,7 @@ static int parse_dtype(const char *s, reel_dtype *out, FILE *err)
 
 enum { O_LAYERS = 256, O_HIDDEN, O_HEADS, O_KV_HEADS, O_FFN, O_VOCAB, O_DTYPE, O_BLOCK, O_BUCKETS, O_CTX,
        O_SEQS, O_STRICT, O_EAGER, O_HAZARDS, O_TOKENS, O_REQUESTS, O_STEPS, O_KV_BLOCKS, O_FIT, O_SEED,
-       O_BACKEND, O_QUIET, O_PDL, O_DEVICE };
+       O_BACKEND, O_QUIET, O_PDL, O_DEVICE, O_PP };
 
 static const struct option long_opts[] = {
     {"layers", required_argument, 0, O_LAYERS},     {"hidden", required_argument, 0, O_HIDDEN},
@@ -129,6 +131,7 @@ static const struct option long_opts[] = {
     {"fit", no_argument, 0, O_FIT},                 {"seed", required_argument, 0, O_SEED},
     {"backend", required_argument, 0, O_BACKEND},   {"quiet", no_argument, 0, O_QUIET},
     {"pdl", no_argument, 0, O_PDL},                 {"device", required_argument, 0, O_DEVICE},
+    {"pp", required_argument, 0, O_PP},
     {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
 };
 
@@ -173,6 +176,7 @@ static int parse_one(int c, const char *a, demo_opts *o, FILE *err)
     case O_QUIET: o->quiet = true; return 0;
     case O_PDL: o->pdl = true; return 0;
     case O_DEVICE: return parse_int("device", a, 0, 1023, &o->device, err);
+    case O_PP: return parse_int("pp", a, 1, DEMO_PP_MAX, &o->pp, err);
     case O_BACKEND:
         if (reel_backend_parse(a, &o->backend) == REEL_OK) return 0;
         fprintf(err, "reel %s: --backend wants auto, host or cuda, got '%s'\n", cmd_name, a);
@@ -210,6 +214,16 @@ int demo_check_config(const demo_opts *o, const char *cmd, FILE *err)
     if (o->backend == REEL_BACKEND_AUTO && env && *env && reel_backend_parse(env, &k) != REEL_OK) {
         fprintf(err, "reel %s: the environment variable REEL_BACKEND is '%s'; it wants auto, host or cuda "
                      "(or unset it, or pass --backend)\n", cmd, env);
+        return 2;
+    }
+    if (o->pp > o->model.layers) {
+        fprintf(err, "reel %s: --pp %d wants at least %d layers (--layers is %d)\n", cmd, o->pp, o->pp,
+                o->model.layers);
+        return 2;
+    }
+    if (o->pp > 1 && o->backend == REEL_BACKEND_CUDA) {
+        fprintf(err, "reel %s: --pp runs its stages on the host backend (multi-GPU runs are their own issue)\n",
+                cmd);
         return 2;
     }
     if (o->strict && o->eager) {
@@ -264,6 +278,9 @@ static void print_header(const demo_opts *o, const demo_result *r, FILE *f)
     for (int i = 0; i < o->num_buckets; i++) fprintf(f, "%s%d", i ? "," : "", o->buckets[i]);
     fprintf(f, "   max context %d, max seqs %d%s%s\n", o->max_context, o->max_seqs, o->strict ? ", strict" : "",
             o->eager ? ", eager (no capture)" : "");
+    if (o->pp > 1)
+        fprintf(f, "  pipeline           %d stages (layers split between them; the stats below are stage 0's)\n",
+                o->pp);
 }
 
 static void print_reasons(const demo_result *r, FILE *f)

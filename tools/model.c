@@ -68,21 +68,48 @@ static reel_tensor layer(reel_graph *g, const model_config *c, int i, reel_tenso
     return h;
 }
 
-reel_status model_build(reel_ctx *ctx, const model_config *c, reel_graph **out)
+void model_stage_layers(const model_config *c, int stage, int nstages, int *first, int *last)
+{
+    int base = c->layers / nstages, extra = c->layers % nstages;
+    *first = stage * base + (stage < extra ? stage : extra);
+    *last = *first + base + (stage < extra ? 1 : 0);
+}
+
+/* Stage `stage` of `nstages`: the first embeds the tokens, the last has the
+ * head; the hidden state (the residual stream) goes to the next stage by a
+ * send inside the graph, and the last stage's tokens come back to the first
+ * the same way, so every stage's step is one replay. One stage: the model. */
+reel_status model_build_stage(reel_ctx *ctx, const model_config *c, int stage, int nstages, reel_graph **out)
 {
     reel_graph *g = NULL;
     *out = NULL;
     reel_status st = reel_graph_create(ctx, &g);
     if (st != REEL_OK) return st;
-    int64_t tok_dims[1] = {REEL_DIM_TOKENS};
-    reel_tensor ids = reel_input(g, MODEL_INPUT_TOKENS, REEL_I32, 1, tok_dims);
+    int first, last;
+    model_stage_layers(c, stage, nstages, &first, &last);
+    int64_t tok_dims[1] = {REEL_DIM_TOKENS}, h_dims[2] = {REEL_DIM_TOKENS, c->hidden};
+    reel_tensor ids = {0}, h;
+    if (stage == 0) ids = reel_input(g, MODEL_INPUT_TOKENS, REEL_I32, 1, tok_dims);
     reel_tensor pos = reel_positions(g);
-    reel_tensor h = reel_embedding(g, weight(g, c, "embed", 2, c->vocab, c->hidden), ids);
-    for (int i = 0; i < c->layers; i++) h = layer(g, c, i, h, pos);
-    h = reel_rmsnorm(g, h, weight(g, c, "final_norm", 1, c->hidden, 0), c->eps);
-    reel_tensor logits = reel_matmul(g, h, weight(g, c, "lm_head", 2, c->hidden, c->vocab), false);
-    reel_set_name(g, logits, "logits");
-    reel_output(g, MODEL_OUTPUT_NEXT, reel_argmax(g, logits));
+    if (stage == 0) {
+        h = reel_embedding(g, weight(g, c, "embed", 2, c->vocab, c->hidden), ids);
+    } else {
+        h = reel_recv(g, "hidden_in", c->dtype, 2, h_dims, stage - 1);
+    }
+    for (int i = first; i < last; i++) h = layer(g, c, i, h, pos);
+    if (stage < nstages - 1) {
+        reel_send(g, h, stage + 1);
+    } else {
+        h = reel_rmsnorm(g, h, weight(g, c, "final_norm", 1, c->hidden, 0), c->eps);
+        reel_tensor logits = reel_matmul(g, h, weight(g, c, "lm_head", 2, c->hidden, c->vocab), false);
+        reel_set_name(g, logits, "logits");
+        reel_tensor next = reel_argmax(g, logits);
+        if (nstages == 1) reel_output(g, MODEL_OUTPUT_NEXT, next);
+        else reel_send(g, next, 0);
+    }
+    /* Built last, so it is issued after the stage's own send. */
+    if (stage == 0 && nstages > 1)
+        reel_output(g, MODEL_OUTPUT_NEXT, reel_recv(g, "next_in", REEL_I32, 1, tok_dims, nstages - 1));
     st = reel_graph_status(g);
     if (st != REEL_OK) goto fail;
     *out = g;
@@ -90,6 +117,11 @@ reel_status model_build(reel_ctx *ctx, const model_config *c, reel_graph **out)
 fail:
     reel_graph_destroy(g);
     return st;
+}
+
+reel_status model_build(reel_ctx *ctx, const model_config *c, reel_graph **out)
+{
+    return model_build_stage(ctx, c, 0, 1, out);
 }
 
 /* ---- weights -------------------------------------------------------------- */
@@ -164,12 +196,14 @@ static reel_status write_one(reel_plan *p, const model_config *c, const char *na
 /* Scale sqrt(3 / fan_in) gives unit variance of a matmul's outputs. */
 static float fan_in_scale(int64_t fan_in) { return sqrtf(3.0f / (float)fan_in); }
 
-reel_status model_write_weights(reel_plan *p, const model_config *c)
+reel_status model_write_stage_weights(reel_plan *p, const model_config *c, int stage, int nstages)
 {
+    int first, last;
+    model_stage_layers(c, stage, nstages, &first, &last);
     const int64_t D = c->hidden, Dh = model_head_dim(c), KV = (int64_t)c->kv_heads * Dh, F = c->ffn;
     char n[64];
-    reel_status st = write_one(p, c, "embed", (size_t)(c->vocab * D), 0.0f, 1.0f);
-    for (int i = 0; i < c->layers && st == REEL_OK; i++) {
+    reel_status st = stage == 0 ? write_one(p, c, "embed", (size_t)(c->vocab * D), 0.0f, 1.0f) : REEL_OK;
+    for (int i = first; i < last && st == REEL_OK; i++) {
         struct { const char *suffix; int64_t rows, cols; float center, scale; } w[] = {
             {"attn_norm", D, 1, 1.0f, 0.1f},
             {"wq", D, D, 0.0f, fan_in_scale(D)},
@@ -185,10 +219,13 @@ reel_status model_write_weights(reel_plan *p, const model_config *c)
             st = write_one(p, c, n, (size_t)(w[j].rows * w[j].cols), w[j].center, w[j].scale);
         }
     }
+    if (stage < nstages - 1) return st;
     if (st == REEL_OK) st = write_one(p, c, "final_norm", (size_t)D, 1.0f, 0.1f);
     if (st == REEL_OK) st = write_one(p, c, "lm_head", (size_t)(D * c->vocab), 0.0f, fan_in_scale(D));
     return st;
 }
+
+reel_status model_write_weights(reel_plan *p, const model_config *c) { return model_write_stage_weights(p, c, 0, 1); }
 
 uint64_t model_weight_bytes(const model_config *c)
 {

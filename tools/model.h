@@ -53,6 +53,17 @@ reel_status model_build(reel_ctx *ctx, const model_config *c, reel_graph **out);
 /* Writes every weight of the model (generated from c->seed) into the plan. */
 reel_status model_write_weights(reel_plan *p, const model_config *c);
 
+/* Pipeline parallelism: stage `stage` of `nstages` holds layers
+ * [first, last) (split as evenly as possible, earlier stages one more). The
+ * first stage embeds the tokens and outputs next_token; the hidden state
+ * travels to the next stage, and the last stage's tokens back to the first,
+ * as send/recv nodes inside each stage's graph (compile each with its
+ * rank's communicator, rank = stage). Each weight has the values it has in
+ * the one-stage model, so every stage count gives the same tokens. */
+void model_stage_layers(const model_config *c, int stage, int nstages, int *first, int *last);
+reel_status model_build_stage(reel_ctx *ctx, const model_config *c, int stage, int nstages, reel_graph **out);
+reel_status model_write_stage_weights(reel_plan *p, const model_config *c, int stage, int nstages);
+
 /* Bytes of all weights, and of the KV cache (all layers, K and V). */
 uint64_t model_weight_bytes(const model_config *c);
 uint64_t model_kv_bytes(const model_config *c);
