@@ -4,12 +4,13 @@
  *
  * Every op declares the byte ranges it reads and writes. Each stream keeps a
  * vector clock; event records and waits and host synchronizations move the
- * clocks; every access is checked against the last write of its bytes and
- * the reads since. Two accesses conflict when at least one writes, their
- * bytes overlap, and neither happens before the other. A conflict is
- * reported with both ops, their streams, the byte range and the allocation
- * that produced the bytes for each side (a plan offset and tensor name, or a
- * workspace block), so reuse of bytes by an allocator is covered too.
+ * clocks; every access is checked against the earlier accesses of its bytes
+ * it could race with (see "What it reports"). Two accesses conflict when at
+ * least one writes, their bytes overlap, and neither happens before the
+ * other. A conflict is reported with both ops, their streams, the byte
+ * range and the allocation that produced the bytes for each side (a plan
+ * offset and tensor name, or a workspace block), so reuse of bytes by an
+ * allocator is covered too.
  *
  *     reel_checker *c;  reel_checker_create(NULL, &c);
  *     uint64_t a, b;
