@@ -112,9 +112,14 @@ int obs_begin(obs_run *o, demo_observer *ob)
         fputs("step,tokens,seqs,longest_context,path,reason,start_ms,latency_ms\n", o->csv);
     }
     if (o->trace_path) {
-        o->trace = trace_create();
+        o->trace_file = fopen(o->trace_path, "w");
+        o->trace = o->trace_file ? trace_create() : NULL;
         if (!o->trace) {
-            snprintf(o->error, sizeof o->error, "out of memory");
+            snprintf(o->error, sizeof o->error, "%s '%s'", o->trace_file ? "out of memory for" : "cannot write",
+                     o->trace_path);
+            if (o->trace_file) fclose(o->trace_file);
+            if (o->csv) fclose(o->csv);
+            o->trace_file = o->csv = NULL;
             return -1;
         }
     }
@@ -130,9 +135,11 @@ int obs_end(obs_run *o, const demo_result *r)
     }
     o->csv = NULL;
     if (o->trace) {
-        FILE *f = fopen(o->trace_path, "w");
-        if (!f || trace_write(o->trace, f, r) != 0 || fclose(f) != 0) {
-            snprintf(o->error, sizeof o->error, "cannot write the trace '%s'", o->trace_path);
+        FILE *f = o->trace_file;
+        o->trace_file = NULL;
+        bool bad = trace_write(o->trace, f, r) != 0;
+        if (fclose(f) != 0 || bad) {
+            snprintf(o->error, sizeof o->error, "writing the trace '%s' failed", o->trace_path);
             rc = -1;
         }
         trace_destroy(o->trace);

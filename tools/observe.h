@@ -16,7 +16,7 @@
 typedef struct obs_run {
     const char *trace_path, *csv_path; /* NULL: none */
     bool json;
-    FILE *csv;
+    FILE *csv, *trace_file;            /* opened before the run: a bad path fails at once */
     struct trace *trace;               /* trace.c */
     reel_plan_memory mem;              /* taken at compile, before any step */
     bool have_mem;

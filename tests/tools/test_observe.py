@@ -105,6 +105,7 @@ def demo():
     text = reel("demo", "--quiet", "--requests", "2", "--steps-csv", path("small.csv")).stdout
     check(not text.lstrip().startswith("{"), "demo without --json prints the text summary")
     reel("demo", "--trace", rc=2)
+    reel("demo", "--trace", os.path.join(OUT, "no-such-dir", "t.json"), rc=2)  # refused before the run
     check("--steps-csv FILE" in reel("demo", "--help").stdout, "demo --help lists the observability options")
     check("--json" in reel("check", "--help").stdout, "check --help lists --json")
     check("--svg FILE" in reel("help", "inspect").stdout, "help inspect")
