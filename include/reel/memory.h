@@ -156,7 +156,9 @@ reel_status reel_checker_alloc(reel_checker *c, uint64_t stream, uint32_t space,
 /* Frees an allocation (on a stream, for the report). Its bytes keep their
  * last accesses: whoever gets them next is checked against those. Freeing
  * it again is reported (REEL_HAZARD_DOUBLE_FREE) and refused with
- * REEL_E_HAZARD and a message. */
+ * REEL_E_HAZARD and a message. The checker keeps the last 65536 freed
+ * allocations; an id freed before those is refused (REEL_E_INVALID_ARG,
+ * with a message saying so) by this call and reel_checker_use, not reported. */
 reel_status reel_checker_free(reel_checker *c, uint64_t stream, uint64_t id);
 /* An op on a stream touching [off, off + size) of an allocation. A freed
  * allocation is reported (REEL_HAZARD_USE_AFTER_FREE). */
