@@ -23,6 +23,8 @@ deps:
 # DIR is wiped), build; all of it into DIR/make.log, whose end is printed on failure.
 define quiet_build
 	@mkdir -p $(1); log=$(1)/make.log; \
+	if [ ! -f $(1)/build.ninja ] || ninja -C $(1) -n 2>/dev/null | grep -q '^\[1/'; then \
+	  echo "reel: building $(1) (configure and build output: $$log)"; fi; \
 	{ tools/install-deps.sh && \
 	  if [ -f $(1)/build.ninja ]; then :; \
 	  elif [ -d $(1)/meson-private ]; then meson setup --wipe $(1) $(2); \

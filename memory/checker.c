@@ -343,17 +343,28 @@ reel_status reel_checker_alloc(reel_checker *c, uint64_t stream, uint32_t space,
         return reel_chk_refused(s);
     const char *d = reel_chk_intern(c, desc);
     int32_t r = d ? reel_chk_rec(c, s, "alloc", d, true) : -1;
-    if (r < 0 || !reel_grow((void **)&c->al, &c->capal, c->nal + 1, sizeof *c->al) ||
+    bool reuse = c->nfreed >= CHK_KEEP_FREED;
+    if (r < 0 || (!reuse && (c->nal >= UINT32_MAX - 1 ||
+                             !reel_grow((void **)&c->al, &c->capal, c->nal + 1, sizeof *c->al))) ||
         !reel_grow((void **)&c->live, &c->caplive, c->nlive + 1, sizeof *c->live))
         return reel_seterr(c->err, REEL_E_OOM, "checker alloc '%s': out of host memory", desc ? desc : "");
     chk_alloc n = { .space = space, .lo = addr, .hi = addr + size, .desc = d, .rec = r, .free_rec = -1,
-                    .live_pos = (uint32_t)c->nlive, .live = true };
+                    .live_pos = (uint32_t)c->nlive, .next_freed = UINT32_MAX, .live = true };
     reel_status st = reel_chk_alias(c, &n, r);
     if (st != REEL_OK)
         return reel_seterr(c->err, st, "checker alloc '%s': out of host memory", d);
-    c->al[c->nal] = n;
-    c->live[c->nlive++] = c->nal;
-    *id = ++c->nal;
+    size_t i = c->nal;
+    if (reuse) {        /* the oldest freed entry: its id becomes stale */
+        i = c->freed_head;
+        c->freed_head = c->al[i].next_freed;
+        c->nfreed--;
+        n.gen = c->al[i].gen + 1;
+    } else {
+        c->nal++;
+    }
+    c->al[i] = n;
+    c->live[c->nlive++] = i;
+    *id = ((uint64_t)n.gen << 32) | (uint64_t)(i + 1);
     return REEL_OK;
 }
 
@@ -361,11 +372,18 @@ static chk_alloc *reel_chk_alloc_of(reel_checker *c, uint64_t id, const char *wh
 {
     if (!c)
         return NULL;
-    if (id == 0 || id > c->nal) {
+    uint64_t i = (id & UINT32_MAX) - 1;
+    if ((id & UINT32_MAX) == 0 || i >= c->nal || (id >> 32) > c->al[i].gen) {
         reel_seterr(c->err, REEL_E_INVALID_ARG, "checker %s: no allocation %llu", what, (unsigned long long)id);
         return NULL;
     }
-    return &c->al[id - 1];
+    if ((id >> 32) != c->al[i].gen) {
+        reel_seterr(c->err, REEL_E_INVALID_ARG,
+                    "checker %s: allocation %llu was freed before the last %d frees; it is not kept", what,
+                    (unsigned long long)id, CHK_KEEP_FREED);
+        return NULL;
+    }
+    return &c->al[i];
 }
 
 reel_status reel_checker_free(reel_checker *c, uint64_t stream, uint64_t id)
@@ -388,6 +406,12 @@ reel_status reel_checker_free(reel_checker *c, uint64_t stream, uint64_t id)
     a->live = false;
     a->free_rec = r;
     a->rec = -1;        /* only a live allocation is named by an alias report */
+    uint32_t i = (uint32_t)(a - c->al);
+    if (c->nfreed++)
+        c->al[c->freed_tail].next_freed = i;
+    else
+        c->freed_head = i;
+    c->freed_tail = i;
     size_t last = c->live[--c->nlive];
     if (a->live_pos < c->nlive) {
         c->live[a->live_pos] = last;
@@ -400,9 +424,10 @@ reel_status reel_checker_use(reel_checker *c, uint64_t stream, const char *op, u
                              uint64_t off, uint64_t size, bool write)
 {
     chk_alloc *a = reel_chk_alloc_of(c, id, "use");
-    if (!a || !op)
-        return reel_seterr(c ? c->err : NULL, REEL_E_INVALID_ARG, "checker use: %s",
-                           !c ? "checker is NULL" : !a ? "no such allocation" : "op name is NULL");
+    if (!a)
+        return REEL_E_INVALID_ARG;      /* message set */
+    if (!op)
+        return reel_seterr(c->err, REEL_E_INVALID_ARG, "checker use: op name is NULL");
     if (off > a->hi - a->lo || size > a->hi - a->lo - off)
         return reel_seterr(c->err, REEL_E_INVALID_ARG, "checker use '%s': [%llu, +%llu) is outside '%s'", op,
                            (unsigned long long)off, (unsigned long long)size, a->desc);

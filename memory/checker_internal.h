@@ -49,8 +49,15 @@ typedef struct chk_alloc {
     const char *desc;
     int32_t rec, free_rec;  /* the alloc (while live) and the free records */
     uint32_t live_pos;      /* index in the live list while live */
+    uint32_t gen;           /* how often the entry was reused: the id's high half */
+    uint32_t next_freed;    /* the next freed entry, oldest first; UINT32_MAX: none */
     bool live;
 } chk_alloc;
+
+/* Freed allocations kept so that a later use or free of their id names the
+ * op that freed them; past this many the oldest entry is reused, and its old
+ * id is refused as one freed long ago. */
+#define CHK_KEEP_FREED 65536
 
 struct reel_checker {
     reel_err *err;
@@ -86,9 +93,12 @@ struct reel_checker {
     uint32_t *walk;         /* scratch for in-order walks */
     size_t capwalk;
     uint64_t rng;
-    /* allocations: all of them (id - 1), and the live ones */
+    /* allocations: live and recently freed ones (id: gen << 32 | index + 1),
+     * the freed ones in a queue, and the live ones */
     chk_alloc *al;
     size_t nal, capal;
+    uint32_t freed_head, freed_tail;
+    size_t nfreed;
     size_t *live;
     size_t nlive, caplive;
     /* reports */

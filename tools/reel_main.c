@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "demo.h"
+#include "observe.h"
 #include "reel/reel.h"
 
 typedef struct command {
@@ -17,8 +18,11 @@ static int cmd_version(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
-    {"demo", cmd_demo, demo_usage, "run the serving loop over a small transformer (replay + eager fallback)"},
-    {"check", cmd_check, check_usage, "run the demo under the hazard checker; report hazards and arena vs lower bound"},
+    {"demo", cmd_demo_observed, demo_observed_usage,
+     "run the serving loop over a small transformer (replay + eager fallback)"},
+    {"check", cmd_check_observed, check_observed_usage,
+     "run the demo under the hazard checker; report hazards and arena vs lower bound"},
+    {"inspect", cmd_inspect, inspect_usage, "show the demo model's plan: schedule, kernels, memory; DOT and SVG"},
     {"version", cmd_version, NULL, "print the version of reel and of the library it runs with"},
     {"help", cmd_help, NULL, "show this help, or `reel help COMMAND` for one command"},
 };

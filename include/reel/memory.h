@@ -4,12 +4,13 @@
  *
  * Every op declares the byte ranges it reads and writes. Each stream keeps a
  * vector clock; event records and waits and host synchronizations move the
- * clocks; every access is checked against the last write of its bytes and
- * the reads since. Two accesses conflict when at least one writes, their
- * bytes overlap, and neither happens before the other. A conflict is
- * reported with both ops, their streams, the byte range and the allocation
- * that produced the bytes for each side (a plan offset and tensor name, or a
- * workspace block), so reuse of bytes by an allocator is covered too.
+ * clocks; every access is checked against the earlier accesses of its bytes
+ * it could race with (see "What it reports"). Two accesses conflict when at
+ * least one writes, their bytes overlap, and neither happens before the
+ * other. A conflict is reported with both ops, their streams, the byte
+ * range and the allocation that produced the bytes for each side (a plan
+ * offset and tensor name, or a workspace block), so reuse of bytes by an
+ * allocator is covered too.
  *
  *     reel_checker *c;  reel_checker_create(NULL, &c);
  *     uint64_t a, b;
@@ -155,7 +156,9 @@ reel_status reel_checker_alloc(reel_checker *c, uint64_t stream, uint32_t space,
 /* Frees an allocation (on a stream, for the report). Its bytes keep their
  * last accesses: whoever gets them next is checked against those. Freeing
  * it again is reported (REEL_HAZARD_DOUBLE_FREE) and refused with
- * REEL_E_HAZARD and a message. */
+ * REEL_E_HAZARD and a message. The checker keeps the last 65536 freed
+ * allocations; an id freed before those is refused (REEL_E_INVALID_ARG,
+ * with a message saying so) by this call and reel_checker_use, not reported. */
 reel_status reel_checker_free(reel_checker *c, uint64_t stream, uint64_t id);
 /* An op on a stream touching [off, off + size) of an allocation. A freed
  * allocation is reported (REEL_HAZARD_USE_AFTER_FREE). */

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "tests/core/opts.h"
@@ -99,4 +100,33 @@ Test(sizes, a_host_state_larger_than_physical_memory_is_refused_at_compile_namin
     HAS("huge_kv");
     HAS("physical memory");
     reel_graph_destroy(g);
+}
+
+/* The process's own limits count too: RLIMIT_DATA lowered (in this test's
+ * process only) below a state that the machine could give. */
+Test(sizes, a_host_state_past_rlimit_data_is_refused_at_compile_naming_the_limit, .init = setup, .fini = teardown,
+     .timeout = 10)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    cr_skip_test("ASan maps its own memory under the lowered limit");
+#else
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    int64_t phys = (int64_t)pages * page, state = (int64_t)1 << 30;
+    if (phys < 4 * state)
+        cr_skip_test("the machine has less than 4 GiB: the state would be refused for physical memory");
+    struct rlimit rl;
+    cr_assert_eq(getrlimit(RLIMIT_DATA, &rl), 0);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)state)
+        cr_skip_test("RLIMIT_DATA is already below the state");
+    reel_graph *g = one_add();
+    int64_t d[] = {state / (4 * 1024), 1024};
+    reel_state(g, "big_kv", REEL_F32, 2, d);
+    rl.rlim_cur = (rlim_t)state / 2;
+    cr_assert_eq(setrlimit(RLIMIT_DATA, &rl), 0);
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(g, NULL, &p), REEL_E_OOM, "%s", reel_ctx_last_error(ctx));
+    HAS("big_kv");
+    HAS("RLIMIT_DATA");
+    reel_graph_destroy(g);
+#endif
 }

@@ -5,6 +5,7 @@
  * (a read over t separately written slots costing O(t)). */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "memory/checker_internal.h"
@@ -172,4 +173,44 @@ Test(checker_scale, keeps_history_the_host_has_not_passed_across_collections)
     acc(c, 1, "after sync", 0, 1 << 30, 64, true);
     cr_assert_eq(reel_checker_count(c), 1);
     reel_checker_destroy(c);
+}
+
+Test(checker_scale, keeps_memory_bounded_for_a_pool_handing_out_blocks_for_ever)
+{
+    reel_ctx *ctx;
+    cr_assert_eq(reel_ctx_create(NULL, &ctx), REEL_OK);
+    reel_checker *c;
+    cr_assert_eq(reel_checker_create(ctx, &c), REEL_OK);
+    uint64_t first = 0, id = 0;
+    size_t at200k = 0;
+    for (int i = 0; i < 400000; i++) {
+        uint64_t s = (uint64_t)(i % 4), addr = (uint64_t)(i % 64) * 4096;
+        cr_assert_eq(reel_checker_alloc(c, s, 0, addr, 4096, "block", &id), REEL_OK);
+        if (i == 0)
+            first = id;
+        cr_assert_eq(reel_checker_use(c, s, "fill", id, 0, 4096, true), REEL_OK);
+        cr_assert_eq(reel_checker_free(c, s, id), REEL_OK);
+        cr_assert_eq(reel_checker_host_sync(c, s), REEL_OK);    /* the next owner follows */
+        if (i == 199999)
+            at200k = reel_checker_memory(c);
+    }
+    cr_assert_eq(reel_checker_count(c), 0);
+    /* 65536 freed allocations kept, and the records they pin: the same after
+     * 200000 hand-outs as after 400000 */
+    size_t at400k = reel_checker_memory(c);
+    cr_assert_leq(at400k, at200k, "after 200000 hand-outs %zu bytes, after 400000 %zu", at200k, at400k);
+    cr_assert_lt(at400k, 32u << 20, "%zu bytes", at400k);
+    /* the first block's entry was reused long ago: its id is refused, saying why */
+    cr_assert_eq(reel_checker_use(c, 0, "late", first, 0, 64, false), REEL_E_INVALID_ARG);
+    cr_assert(strstr(reel_ctx_last_error(ctx), "freed before the last 65536 frees"), "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(reel_checker_free(c, 0, first), REEL_E_INVALID_ARG);
+    /* a recent one is still reported with the op that freed it */
+    cr_assert_eq(reel_checker_use(c, 0, "late", id, 0, 64, false), REEL_OK);
+    size_t n;
+    const reel_hazard *h = reel_checker_hazards(c, &n);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(h[0].kind, REEL_HAZARD_USE_AFTER_FREE);
+    cr_assert_eq(h[0].first.seq, 400000u * 3);
+    reel_checker_destroy(c);
+    reel_ctx_destroy(ctx);
 }

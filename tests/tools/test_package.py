@@ -97,7 +97,6 @@ def pkg_env(dest, prefix):
     env = dict(os.environ)
     root = dest + prefix
     env["PKG_CONFIG_PATH"] = ":".join(glob.glob(os.path.join(root, "**", "pkgconfig"), recursive=True))
-    env["PKG_CONFIG_SYSROOT_DIR"] = dest
     env["PKG_CONFIG_ALLOW_SYSTEM_CFLAGS"] = env["PKG_CONFIG_ALLOW_SYSTEM_LIBS"] = "1"
     return env
 
@@ -135,17 +134,18 @@ def test_install(src, build):
         with open(os.path.join(work, "main.c"), "w") as f:
             f.write(PROGRAM)
         env = pkg_env(dest, prefix)
+        pcdef = f"--define-variable=prefix={root}"  # the pc file's own prefix, moved into the temp dir
         run_env = dict(os.environ, LD_LIBRARY_PATH=libdir)
         cc = os.environ.get("CC", "cc")
 
-        r = run(f"{cc} -std=c11 -Wall -Werror main.c -o user_shared $(pkg-config --cflags --libs reel)", env, work)
+        r = run(f"{cc} -std=c11 -Wall -Werror main.c -o user_shared $(pkg-config {pcdef} --cflags --libs reel)", env, work)
         if check(r.returncode == 0, "cc main.c $(pkg-config --cflags --libs reel)"):
             r = run(["./user_shared"], run_env, work)
             check(r.returncode == 0, "the program runs against the installed libreel.so")
 
-        libs = run("pkg-config --static --libs reel", env).stdout.split()
+        libs = run(f"pkg-config {pcdef} --static --libs reel", env).stdout.split()
         libs = ["-l:libreel.a" if w == "-lreel" else w for w in libs]  # the archive, not the .so beside it
-        r = run(f"{cc} -std=c11 main.c -o user_static $(pkg-config --cflags reel) {' '.join(libs)}", env, work)
+        r = run(f"{cc} -std=c11 main.c -o user_static $(pkg-config {pcdef} --cflags reel) {' '.join(libs)}", env, work)
         if check(r.returncode == 0, "cc main.c with pkg-config --static --libs reel (libreel.a)"):
             needed = run(f"readelf -d ./user_static", cwd=work).stdout
             check("libreel" not in needed, "the static program needs no libreel.so")
