@@ -265,6 +265,18 @@ Test(cli, pdl_and_device_are_command_line_options)
     cr_expect(strstr(out, "--pdl") != NULL && strstr(out, "--device") != NULL, "%s", out);
 }
 
+/* The PP start-up smoke test: two stages start, serve and say so; a stage
+ * count the layers cannot fill is a usage error. */
+Test(cli, demo_pp_runs_pipeline_stages_and_refuses_more_stages_than_layers)
+{
+    int rc = reel_run("demo " SMALL_ARGS " --quiet --pp 2 --steps 6", out, sizeof out);
+    cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+    cr_expect(strstr(out, "pipeline           2 stages") != NULL, "%s", out);
+    rc = reel_run("demo " SMALL_ARGS " --quiet --pp 3", out, sizeof out);
+    cr_expect_eq(rc, 2, "exit %d:\n%s", rc, out);
+    cr_expect(strstr(out, "--pp 3 wants at least 3 layers (--layers is 2)") != NULL, "%s", out);
+}
+
 Test(cli, ctrl_c_prints_a_partial_summary)
 {
     const char *bin = getenv("REEL_BIN");
