@@ -335,7 +335,7 @@ typedef struct rule_job {
     reel_fallback why[RK_MAX];
 } rule_job;
 
-enum { M_SHAPE, M_P2P, M_ONE_FAILS, M_CAPTURE, M_KEEP, M_INJECT, M_NRANKS, M_STREAMS };
+enum { M_SHAPE, M_P2P, M_ONE_FAILS, M_CAPTURE, M_KEEP, M_INJECT, M_NRANKS, M_STREAMS, M_SILENT };
 
 static void rule_body(rk_world *w, int r, void *arg)
 {
@@ -393,7 +393,9 @@ static void rule_body(rk_world *w, int r, void *arg)
         xs[i] = (float)(r + i);
     if (st == REEL_OK && j->mode == M_INJECT && r == 1)
         reel_host_comm_fail_at(w->comm[r], 1);
-    for (int step = 0; step < (j->mode == M_INJECT ? 2 : 1) && st == REEL_OK && j->mode != M_KEEP; step++) {
+    bool silent = j->mode == M_SILENT && r == 1; /* compiles, then never steps */
+    for (int step = 0; step < (j->mode == M_INJECT ? 2 : 1) && st == REEL_OK && j->mode != M_KEEP && !silent;
+         step++) {
         st = reel_plan_set_input(p, "x", xs, 3);
         reel_step_info s = {.num_tokens = 3};
         if (st == REEL_OK)
@@ -522,6 +524,24 @@ Test(collectives, a_failure_injected_on_one_rank_fails_every_ranks_step_without_
     for (int r = 0; r < 4; r++) {
         cr_assert_eq(w.st[r], REEL_E_BACKEND, "rank %d: %s", r, w.msg[r]);
         cr_assert(strstr(w.msg[r], "comm rank 1 of 4: all_reduce #") && strstr(w.msg[r], "injected failure"),
+                  "rank %d: %s", r, w.msg[r]);
+    }
+    rk_close(&w);
+}
+
+Test(collectives, a_rank_that_stops_stepping_times_the_others_step_out)
+{
+    rk_world w;
+    rule_job j = {.mode = M_SILENT};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    run_rule(&w, 3, &j, 300);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    cr_assert_lt((double)(t1.tv_sec - t0.tv_sec), 20.0);
+    cr_assert_eq(w.st[1], REEL_OK, "%s", w.msg[1]);
+    for (int r = 0; r < 3; r += 2) {
+        cr_assert_eq(w.st[r], REEL_E_BACKEND, "rank %d: %s", r, w.msg[r]);
+        cr_assert(strstr(w.msg[r], "step: a collective failed: comm rank") && strstr(w.msg[r], "timed out after 300 ms"),
                   "rank %d: %s", r, w.msg[r]);
     }
     rk_close(&w);

@@ -315,6 +315,48 @@ Test(comm, a_rank_that_never_comes_times_the_others_out_with_a_message)
     rk_close(&w);
 }
 
+typedef struct leave_job {
+    reel_status st;
+    char msg[512];
+} leave_job;
+
+/* Rank 1 leaves (destroys its communicator) while rank 0 waits for it. */
+static void leave_body(rk_world *w, int r, void *arg)
+{
+    leave_job *j = arg;
+    if (r == 1) {
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+        reel_comm_destroy(w->comm[1]);
+        w->comm[1] = NULL;
+        return;
+    }
+    reel_comm *c = w->comm[0];
+    reel_backend *be = w->ctx[0]->be;
+    reel_stream *s = NULL;
+    float a[4] = {0}, b[4];
+    be->vt->stream_create(be, &s);
+    j->st = c->vt->all_reduce(c, s, a, b, 4, REEL_F32, REEL_REDOP_SUM);
+    if (j->st == REEL_OK)
+        j->st = c->vt->sync(c, s);
+    snprintf(j->msg, sizeof j->msg, "%s", reel_ctx_last_error(w->ctx[0]));
+    be->vt->stream_destroy(be, s);
+}
+
+Test(comm, a_rank_that_destroys_its_communicator_fails_the_one_waiting_for_it)
+{
+    rk_world w;
+    cr_assert_eq(rk_open(&w, 2, 0), REEL_OK); /* the default timeout: minutes */
+    leave_job j = {0};
+    double t0 = now_s();
+    rk_run(&w, leave_body, &j);
+    cr_assert_lt(now_s() - t0, 10.0);
+    cr_assert_eq(j.st, REEL_E_BACKEND, "%s", j.msg);
+    cr_assert(strstr(j.msg, "comm rank 0 of 2: all_reduce #0: ranks 1 (left) never came: a rank left the group"),
+              "%s", j.msg);
+    rk_close(&w);
+}
+
 /* ---- creation by id --------------------------------------------------------- */
 
 typedef struct join_job {
