@@ -34,15 +34,39 @@ static reel_status launch_wait(reel_plan *p, int s, reel_event *e)
     return p->be->vt->stream_wait(p->be, p->streams[s], e);
 }
 
+static bool is_p2p(const reel_plan *p, int i)
+{
+    return i >= 0 && i < p->nnodes && (p->nodes[i].op == REEL_OP_SEND || p->nodes[i].op == REEL_OP_RECV);
+}
+
+/* Node i continues the point-to-point group of node i - 1: both sends or
+ * receives, back to back on one stream with nothing issued between them
+ * (no event record after i - 1, no wait before i). */
+static bool p2p_chained(const reel_plan *p, const reel_layout *L, int i)
+{
+    return is_p2p(p, i) && is_p2p(p, i - 1) && p->nodes[i].stream == p->nodes[i - 1].stream && !L->rec[i - 1] &&
+           L->new_wait_start[i] == L->new_wait_start[i + 1];
+}
+
 static reel_status launch_node(reel_plan *p, const reel_layout *L, int i)
 {
     char buf[160];
+    /* Consecutive sends and receives go to the communicator as one group
+     * (NCCL: ncclGroupStart/End), so a rank's sends and receives of one
+     * exchange never wait on each other. */
+    reel_comm *c = L->launches[i].comm;
+    if (c && is_p2p(p, i) && !p2p_chained(p, L, i))
+        REEL_TRY(c->vt->group_begin(c));
     if (p->be->vt->set_tag) /* op spans name the node (introspect.c), replays included */
         p->be->vt->set_tag(p->be, i + 1);
     reel_status rc = p->dbg.fail_launch_of == i + 1 ? reel_seterr(p->err, REEL_E_BACKEND, "injected launch failure")
                                                     : p->impl[i]->launch(p->be, &L->launches[i]);
     if (p->be->vt->set_tag)
         p->be->vt->set_tag(p->be, 0);
+    if (c && is_p2p(p, i) && (rc != REEL_OK || !p2p_chained(p, L, i + 1))) {
+        reel_status end = c->vt->group_end(c);
+        rc = rc != REEL_OK ? rc : end;
+    }
     p->st.op_dispatches++;
     if (rc != REEL_OK)
         return reel_err_prefix(p->err, rc, "%s, kernel '%s'", reel_plan_node_name(p, i, buf, sizeof buf),

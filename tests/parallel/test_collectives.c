@@ -333,9 +333,10 @@ typedef struct rule_job {
     reel_plan *plan[RK_MAX];
     uint64_t replays[RK_MAX];
     reel_fallback why[RK_MAX];
+    float ring[RK_MAX][12];
 } rule_job;
 
-enum { M_SHAPE, M_P2P, M_ONE_FAILS, M_CAPTURE, M_KEEP, M_INJECT, M_NRANKS, M_STREAMS, M_SILENT };
+enum { M_SHAPE, M_P2P, M_ONE_FAILS, M_CAPTURE, M_KEEP, M_INJECT, M_NRANKS, M_STREAMS, M_SILENT, M_RING };
 
 static void rule_body(rk_world *w, int r, void *arg)
 {
@@ -379,6 +380,10 @@ static void rule_body(rk_world *w, int r, void *arg)
         reel_output(g, "b", b);
         break;
     }
+    case M_RING: /* every rank sends to the next and receives from the previous, back to back */
+        reel_send(g, x, (r + 1) % w->n);
+        reel_output(g, "y", reel_recv(g, "y", REEL_F32, 2, d4, (r + w->n - 1) % w->n));
+        break;
     default:
         reel_output(g, "y", reel_all_reduce(g, x));
         o.no_capture = j->mode == M_CAPTURE && r == 0;
@@ -409,6 +414,12 @@ static void rule_body(rk_world *w, int r, void *arg)
                 st = REEL_E_INTERNAL;
             break;
         }
+    }
+    if (p && st == REEL_OK && j->mode == M_RING) {
+        const void *y;
+        int64_t rows;
+        if ((st = reel_plan_output(p, "y", &y, &rows)) == REEL_OK)
+            memcpy(j->ring[r], y, sizeof j->ring[r]);
     }
     if (p) {
         reel_plan_stats ps;
@@ -545,6 +556,24 @@ Test(collectives, a_rank_that_stops_stepping_times_the_others_step_out)
                   "rank %d: %s", r, w.msg[r]);
     }
     rk_close(&w);
+}
+
+Test(collectives, a_ring_of_send_and_recv_nodes_back_to_back_completes_on_every_rank)
+{
+    for (int n = 2; n <= 8; n *= 2) {
+        rk_world w;
+        rule_job *j = calloc(1, sizeof *j);
+        j->mode = M_RING;
+        run_rule(&w, n, j, 0);
+        for (int r = 0; r < n; r++) {
+            cr_assert_eq(w.st[r], REEL_OK, "%d ranks: rank %d: %s", n, r, w.msg[r]);
+            cr_assert_eq(j->replays[r], 1, "%d ranks: rank %d did not replay", n, r);
+            for (int i = 0; i < 12; i++)
+                cr_assert_eq(j->ring[r][i], (float)((r + n - 1) % n + i), "%d ranks: rank %d element %d", n, r, i);
+        }
+        rk_close(&w);
+        free(j);
+    }
 }
 
 Test(collectives, a_communicator_is_not_destroyed_while_a_plan_uses_it)
