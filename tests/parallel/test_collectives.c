@@ -5,6 +5,7 @@
  * collectives and no communicator, the capture decision, the destroy order,
  * and a failing rank leaving the others with an error, not a hang. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -616,4 +617,114 @@ Test(collectives, a_graph_with_collectives_and_no_communicator_is_refused_at_com
               "%s", reel_ctx_last_error(ctx));
     reel_graph_destroy(g);
     reel_ctx_destroy(ctx);
+}
+
+/* ---- the DCP combine over ranks ------------------------------------------- */
+
+#define DH 2   /* heads */
+#define DD 3   /* head dim */
+
+typedef struct dcp_job {
+    float out[RK_MAX][ROWS * DH * DD], lse[RK_MAX][ROWS * DH];   /* each rank's partial */
+    float got_out[RK_MAX][ROWS * DH * DD], got_lse[RK_MAX][ROWS * DH];
+} dcp_job;
+
+/* Each rank's partial attention (out [T,1,H*Dh], lse [T,1,H]) gathered over
+ * the ranks, then the LSE combine: what DCP's all-gather exchange does. */
+static void dcp_body(rk_world *w, int r, void *arg)
+{
+    dcp_job *j = arg;
+    reel_graph *g = NULL;
+    reel_status st = reel_graph_create(w->ctx[r], &g);
+    int64_t od[] = {REEL_DIM_TOKENS, 1, DH * DD}, ld[] = {REEL_DIM_TOKENS, 1, DH};
+    reel_tensor o = reel_all_gather(g, reel_input(g, "out", REEL_F32, 3, od), 1, w->n);
+    reel_tensor l = reel_all_gather(g, reel_input(g, "lse", REEL_F32, 3, ld), 1, w->n);
+    reel_tensor co, cl;
+    reel_lse_combine(g, o, l, DH, &co, &cl);
+    reel_output(g, "o", co);
+    reel_output(g, "l", cl);
+    reel_compile_opts opt = REEL_COMPILE_OPTS_INIT;
+    opt.num_buckets = 1;
+    opt.buckets[0] = 4;
+    opt.comm = w->comm[r];
+    reel_plan *p = NULL;
+    if (st == REEL_OK)
+        st = reel_compile(g, &opt, &p);
+    reel_graph_destroy(g);
+    if (st == REEL_OK)
+        st = reel_plan_set_input(p, "out", j->out[r], ROWS);
+    if (st == REEL_OK)
+        st = reel_plan_set_input(p, "lse", j->lse[r], ROWS);
+    reel_step_info s = {.num_tokens = ROWS};
+    if (st == REEL_OK)
+        st = reel_step(p, &s);
+    const void *y;
+    int64_t rows;
+    if (st == REEL_OK && (st = reel_plan_output(p, "o", &y, &rows)) == REEL_OK)
+        memcpy(j->got_out[r], y, sizeof j->got_out[r]);
+    if (st == REEL_OK && (st = reel_plan_output(p, "l", &y, &rows)) == REEL_OK)
+        memcpy(j->got_lse[r], y, sizeof j->got_lse[r]);
+    rk_note(w, r, st);
+    reel_plan_destroy(p);
+}
+
+Test(collectives, dcp_partials_combined_across_ranks_equal_the_combine_on_one_rank_empty_shards_included)
+{
+    for (int n = 2; n <= 8; n *= 2) {
+        dcp_job *j = calloc(1, sizeof *j);
+        for (int r = 0; r < n; r++)
+            for (int t = 0; t < ROWS; t++)
+                for (int h = 0; h < DH; h++) {
+                    /* rank 1 holds no keys of token 0 (an empty shard: out NaN, lse -inf) */
+                    bool empty = r == 1 && t == 0;
+                    j->lse[r][t * DH + h] = empty ? -INFINITY : (float)((r * 7 + t * 3 + h) % 5) * 0.5f;
+                    for (int d = 0; d < DD; d++)
+                        j->out[r][(t * DH + h) * DD + d] = empty ? NAN : (float)(r - t + d) * 0.25f;
+                }
+        rk_world w;
+        cr_assert_eq(rk_open(&w, n, 0), REEL_OK);
+        rk_run(&w, dcp_body, j);
+        /* One rank: the same partials as one [T, n, ...] input. */
+        reel_ctx *ctx = NULL;
+        reel_ctx_opts co = REEL_CTX_OPTS_INIT;
+        co.backend = REEL_BACKEND_HOST;
+        cr_assert_eq(reel_ctx_create(&co, &ctx), REEL_OK);
+        reel_graph *g = NULL;
+        reel_graph_create(ctx, &g);
+        int64_t od[] = {REEL_DIM_TOKENS, n, DH * DD}, ld[] = {REEL_DIM_TOKENS, n, DH};
+        reel_tensor out, lse;
+        reel_lse_combine(g, reel_input(g, "out", REEL_F32, 3, od), reel_input(g, "lse", REEL_F32, 3, ld), DH, &out,
+                         &lse);
+        reel_output(g, "o", out);
+        reel_output(g, "l", lse);
+        reel_plan *p = NULL;
+        cr_assert_eq(reel_compile(g, NULL, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+        reel_graph_destroy(g);
+        float *ao = calloc((size_t)(ROWS * n * DH * DD), sizeof *ao), *al = calloc((size_t)(ROWS * n * DH), 4);
+        for (int t = 0; t < ROWS; t++)
+            for (int r = 0; r < n; r++) {
+                memcpy(ao + (t * n + r) * DH * DD, j->out[r] + t * DH * DD, DH * DD * 4);
+                memcpy(al + (t * n + r) * DH, j->lse[r] + t * DH, DH * 4);
+            }
+        reel_plan_set_input(p, "out", ao, ROWS);
+        reel_plan_set_input(p, "lse", al, ROWS);
+        reel_step_info s = {.num_tokens = ROWS};
+        cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
+        const void *wo, *wl;
+        int64_t rows;
+        reel_plan_output(p, "o", &wo, &rows);
+        reel_plan_output(p, "l", &wl, &rows);
+        for (int r = 0; r < n; r++) {
+            cr_assert_eq(w.st[r], REEL_OK, "%d ranks: rank %d: %s", n, r, w.msg[r]);
+            cr_assert(!memcmp(j->got_out[r], wo, sizeof j->got_out[r]), "%d ranks: rank %d's out differs", n, r);
+            cr_assert(!memcmp(j->got_lse[r], wl, sizeof j->got_lse[r]), "%d ranks: rank %d's lse differs", n, r);
+            for (size_t i = 0; i < sizeof j->got_out[r] / 4; i++)
+                cr_assert(!isnan(j->got_out[r][i]), "%d ranks: an empty shard's NaN reached the result", n);
+        }
+        free(ao), free(al);
+        reel_plan_destroy(p);
+        reel_ctx_destroy(ctx);
+        rk_close(&w);
+        free(j);
+    }
 }
