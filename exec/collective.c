@@ -257,7 +257,7 @@ static void fill_round1(reel_plan *p, char *buf, bool ok)
     h->reason = p->plan_reason;
     h->ncoll = p->ncoll_desc;
     h->nbuckets = p->nbuckets;
-    memcpy(h->buckets, p->buckets, sizeof h->buckets);
+    memcpy(h->buckets, p->buckets, (size_t)p->nbuckets * sizeof h->buckets[0]); /* the rest stays 0 */
     h->group_hash = FNV_START;
     for (int q = 0; q < n; q++)
         pair[2 * q] = pair[2 * q + 1] = FNV_START;
