@@ -337,7 +337,7 @@ typedef struct rule_job {
     float ring[RK_MAX][12];
 } rule_job;
 
-enum { M_SHAPE, M_P2P, M_ONE_FAILS, M_CAPTURE, M_KEEP, M_INJECT, M_NRANKS, M_STREAMS, M_SILENT, M_RING };
+enum { M_SHAPE, M_P2P, M_ONE_FAILS, M_CAPTURE, M_KEEP, M_INJECT, M_NRANKS, M_STREAMS, M_SILENT, M_RING, M_BUCKETS };
 
 static void rule_body(rk_world *w, int r, void *arg)
 {
@@ -388,6 +388,10 @@ static void rule_body(rk_world *w, int r, void *arg)
     default:
         reel_output(g, "y", reel_all_reduce(g, x));
         o.no_capture = j->mode == M_CAPTURE && r == 0;
+        if (j->mode == M_BUCKETS && r == 1)
+            o.num_buckets = 2, o.buckets[1] = 8;
+        else
+            o.buckets[5] = 99; /* past num_buckets: not compared */
         break;
     }
     reel_plan *p = NULL;
@@ -452,6 +456,19 @@ Test(collectives, ranks_whose_collective_sequences_differ_all_fail_at_compile_na
         cr_assert(strstr(w.msg[r], "collective sequences differ at collective #1: rank 0 has all_reduce (node 1 -> "
                                    "'all_reduce#1') of [T,4] f32, rank 1 has all_reduce (node 1 -> 'all_reduce#1') "
                                    "of [T,8] f32"),
+                  "rank %d: %s", r, w.msg[r]);
+    }
+    rk_close(&w);
+}
+
+Test(collectives, ranks_that_capture_different_buckets_all_fail_at_compile)
+{
+    rk_world w;
+    rule_job j = {.mode = M_BUCKETS};
+    run_rule(&w, 3, &j, 0);
+    for (int r = 0; r < 3; r++) {
+        cr_assert_eq(w.st[r], REEL_E_INVALID_USAGE, "rank %d: %s", r, w.msg[r]);
+        cr_assert(strstr(w.msg[r], "rank 1's buckets differ from rank 0's (2 and 1 buckets, largest 8 and 4)"),
                   "rank %d: %s", r, w.msg[r]);
     }
     rk_close(&w);
