@@ -15,10 +15,13 @@
 
 /* The caller's struct: initialised, of this major version, no larger than
  * ours. Fills are done into a full local copy and the caller's size copied. */
-static reel_status sized_ok(size_t size, int version, size_t ours)
+static reel_status sized_ok(reel_err *err, const char *call, size_t size, int version, size_t ours)
 {
     if (size < sizeof(size_t) + sizeof(int) || size > ours || version / 10000 != REEL_VERSION_MAJOR)
-        return REEL_E_VERSION;
+        return reel_seterr(err, REEL_E_VERSION,
+                           "%s: result struct of size %zu, version %d: not initialised with its _INIT macro, "
+                           "or of a newer header (this library's is %zu bytes, version %d)",
+                           call, size, version, ours, REEL_VERSION_NUMBER);
     return REEL_OK;
 }
 
@@ -77,9 +80,9 @@ reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out)
 {
     if (!p || !out)
         return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "node_info: NULL plan or output");
-    REEL_TRY(sized_ok(out->size, out->version, sizeof *out));
+    REEL_TRY(sized_ok(p->err, "node_info", out->size, out->version, sizeof *out));
     if (i < 0 || i >= p->nnodes)
-        return REEL_E_NOT_FOUND;
+        return reel_seterr(p->err, REEL_E_NOT_FOUND, "node_info: node %d outside the plan's 0..%d", i, p->nnodes - 1);
     const reel_node *n = &p->nodes[i];
     reel_node_info r;
     memset(&r, 0, sizeof r);
@@ -123,7 +126,7 @@ reel_status reel_plan_memory_get(const reel_plan *p, reel_plan_memory *out)
 {
     if (!p || !out)
         return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "memory_get: NULL plan or output");
-    REEL_TRY(sized_ok(out->size, out->version, sizeof *out));
+    REEL_TRY(sized_ok(p->err, "memory_get", out->size, out->version, sizeof *out));
     reel_plan_memory m;
     memset(&m, 0, sizeof m);
     m.size = out->size;
@@ -181,7 +184,7 @@ static void on_kernel(void *user, int tag, reel_stream *s, double t0, double t1)
 reel_status reel_plan_trace_ops(reel_plan *p, int on)
 {
     if (!p)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "trace_ops: the plan is NULL");
     if (!p->be->vt->set_trace)
         return reel_seterr(p->err, REEL_E_UNSUPPORTED, "trace_ops: backend '%s' records no op spans",
                            reel_backend_name(p->be->kind));
@@ -199,7 +202,9 @@ reel_status reel_plan_trace_ops(reel_plan *p, int on)
 reel_status reel_plan_take_op_spans(reel_plan *p, reel_op_span *buf, int cap, int *n)
 {
     if (!p || !n || cap < 0 || (!buf && cap))
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG,
+                           "take_op_spans: %s", !p ? "the plan is NULL" : !n ? "n is NULL"
+                                                : cap < 0 ? "cap is negative" : "buf is NULL with cap > 0");
     *n = 0;
     reel_span_buf *b = p->spans;
     if (!b)

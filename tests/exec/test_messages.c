@@ -67,6 +67,35 @@ Test(messages, compile_stats_and_placement_refusals_say_why, .init = setup, .fin
     reel_graph_destroy(g);
 }
 
+/* Found by tests/fuzz/fuzz_graph (corpus_graph/seed_add): node_info past the
+ * last node, and the other introspection refusals, returned with no message. */
+Test(messages, introspection_refusals_say_why, .init = setup, .fini = teardown)
+{
+    reel_graph *g = one_add();
+    reel_plan *p = fresh_plan(g);
+    reel_node_info ni = REEL_NODE_INFO_INIT;
+    SAYS(ctx, reel_plan_node_info(p, 1, &ni), REEL_E_NOT_FOUND, "node 1");
+    reel_plan_destroy(p);
+    p = fresh_plan(g);
+    SAYS(ctx, reel_plan_node_info(p, -1, &ni), REEL_E_NOT_FOUND, "node -1");
+    reel_plan_destroy(p);
+    p = fresh_plan(g);
+    reel_node_info zero = {0};
+    SAYS(ctx, reel_plan_node_info(p, 0, &zero), REEL_E_VERSION, "node_info");
+    reel_plan_destroy(p);
+    p = fresh_plan(g);
+    reel_plan_memory mem = {0};
+    SAYS(ctx, reel_plan_memory_get(p, &mem), REEL_E_VERSION, "memory_get");
+    reel_plan_destroy(p);
+    p = fresh_plan(g);
+    int n;
+    SAYS(ctx, reel_plan_take_op_spans(p, NULL, -1, &n), REEL_E_INVALID_ARG, "cap");
+    reel_plan_destroy(p);
+    SAYS(NULL, reel_plan_trace_ops(NULL, 1), REEL_E_INVALID_ARG, "trace_ops");
+    SAYS(NULL, reel_plan_take_op_spans(NULL, NULL, 0, &n), REEL_E_INVALID_ARG, "take_op_spans");
+    reel_graph_destroy(g);
+}
+
 Test(messages, calls_without_a_handle_say_why_in_the_threads_last_error)
 {
     reel_plan_stats st;
