@@ -21,11 +21,14 @@ class G:
     def __init__(self):
         self.b = []
         self.n = 0  # pool size
+        self.kinds = []  # per leaf the fuzzer tracks: the bytes a step reads for it
 
     def leaf(self, kind, name, dt, dims, extra=(), refused=False):
         self.b += [kind, NAME[name], dt, len(dims)] + [DIM[d] for d in dims]
         if refused:  # the builder refuses it: nothing more is read
             return -1
+        # a step sets an input (mode 0, fill byte), writes a deferred parameter (the same), keeps a state
+        self.kinds.append([0, 3] if kind == 0 or (kind == 1 and 1 in extra) else [0])
         if kind == 0:
             self.b.append(0)  # dims not NULL
         if kind == 1:
@@ -54,11 +57,13 @@ class G:
 
     def steps(self, steps, leaves):
         self.b.append(len(steps))
-        for (tokens, seqs, have, arrays, stride, tr) in steps:
+        for (tokens, seqs, have, arrays, stride, bt, tr) in steps:
             self.b += [TOK[tokens], TOK[seqs], have]
-            self.b += arrays  # the metadata arrays' mode bytes (and values)
+            self.b += arrays  # positions, query_start, slots, context_lens: mode byte (2: then values)
             self.b.append(stride + 1)
-            self.b += [0, 3] * leaves  # per leaf: mode 0 (set / keep), fill seed
+            self.b += bt  # block tables, the same way
+            for k in self.kinds:
+                self.b += k
             self.b += [tr, 0]
 
     def bytes(self): return bytes(x & 0xFF for x in self.b)
@@ -66,7 +71,7 @@ class G:
 
 def simple_steps(tokens_list, leaves, tr=0):
     # positions given (have bit 1, mode 0: 0..n-1), no sequence arrays
-    return [(t, 0, 1, [0], 0, tr) for t in tokens_list]
+    return [(t, 0, 1, [0], 0, [], tr) for t in tokens_list]
 
 
 def graph_seeds():
@@ -108,9 +113,13 @@ def graph_seeds():
     g.steps(simple_steps([3], 2), 2); seeds["lse_combine"] = g
     # paged attention: q [T,8] (2 heads of 4), k v [T,4], caches [8,4,1,4]
     for name, steps in {
-        "attn_prefill": [(3, 1, 0x1f, [0, 0, 0, 0], 2, 0)],
-        "attn_garbage": [(4, 2, 0x1f, [2, 3, 1, 2, 16, 2, 0, 7, 8, 2, 1, 4, 2, 1, 3, 0], 3, 0)],
-        "attn_eager": [(33, 2, 0x1f, [0, 0, 0, 0], 4, 1)],
+        # one sequence of 3 new tokens: query_start {0, 3}, positions and slots 0..2, context 3, blocks {0, 1}
+        "attn_prefill": [(3, 1, 0x1f, [0, 2, META[0], META[3], 0, 2, META[3]], 2, [0], 0)],
+        # then a decode token at position 3 (slot 3)
+        "attn_prefill_decode": [(3, 1, 0x1f, [0, 2, META[0], META[3], 0, 2, META[3]], 2, [0], 0),
+                                (1, 1, 0x1f, [2, META[3], 2, META[0], META[1], 2, META[3], 2, 4], 2, [0], 0)],
+        "attn_garbage": [(4, 2, 0x1f, [2, 3, 1, 2, 16, 2, 0, 7, 8, 2, 1, 4, 2, 1, 3, 0], 3, [2, 5, 0, 1, 2, 3, 4, 5], 0)],
+        "attn_eager": [(33, 2, 0x1f, [0, 0, 0, 0], 4, [0], 1)],
     }.items():
         g = G(); q = g.inp("a", ["T", 8]); k = g.inp("b", T4); v = g.inp("c", T4)
         kc = g.state("d", [8, 4, 1, 4]); vc = g.state("e", [8, 4, 1, 4])
