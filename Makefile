@@ -5,13 +5,15 @@
 SHELL := /bin/bash
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 45
 DEMO_ARGS ?=
 MESON_ARGS ?=
 ASAN_MESON_ARGS := -Db_sanitize=address,undefined -Dallocator=system -Dcuda=disabled
 # nvcc lives here on CUDA machines; meson's auto-detected CUDA support needs it on PATH.
 export PATH := $(if $(wildcard /usr/local/cuda/bin),/usr/local/cuda/bin:)$(PATH)
 
-.PHONY: all deps build build-asan demo test test-normal test-asan clean
+.PHONY: all deps build build-asan demo test test-normal test-asan test-fuzz clean
 
 all: build
 
@@ -56,13 +58,19 @@ test-normal: build
 test-asan: build-asan
 	$(call quiet_test,$(ASAN_BUILD))
 
-# Runs both even when the first fails, then prints one line over both.
+# libFuzzer targets (tests/fuzz, clang), FUZZ_SECONDS each, both at once;
+# skipped with a message where clang's fuzzer runtime is missing.
+test-fuzz:
+	@tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# Runs all three even when one fails, then prints one line over the suites.
 test:
 	@rm -f $(BUILD)/make-test.log $(ASAN_BUILD)/make-test.log; \
 	rc=0; $(MAKE) --no-print-directory test-normal || rc=1; \
 	$(MAKE) --no-print-directory test-asan || rc=1; \
+	$(MAKE) --no-print-directory test-fuzz || rc=1; \
 	tools/test-summary.sh $(BUILD)/make-test.log $(ASAN_BUILD)/make-test.log || rc=1; \
 	exit $$rc
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
