@@ -94,7 +94,7 @@ reel_status reel_comm_create(reel_ctx *ctx, const reel_comm_id *id, int rank, in
     if (nranks < 1 || nranks > 4096 || rank < 0 || rank >= nranks)
         return reel_seterr(&ctx->err, REEL_E_INVALID_ARG, "comm create: rank %d of %d: need 0 <= rank < nranks <= 4096",
                            rank, nranks);
-    int timeout_ms;
+    int timeout_ms = 0;
     REEL_TRY(load_opts(&ctx->err, opts, &timeout_ms));
     if (memcmp(id->bytes, id_magic, sizeof id_magic) != 0)
         return reel_seterr(&ctx->err, REEL_E_INVALID_ARG, "comm create: rank %d: not an id from reel_comm_unique_id",
@@ -119,7 +119,7 @@ reel_status reel_comm_create_group(reel_ctx *const *ctxs, int n, const reel_comm
     for (int r = 0; r < n; r++)
         if (!ctxs[r])
             return REEL_E_INVALID_ARG;
-    int timeout_ms;
+    int timeout_ms = 0;
     REEL_TRY(load_opts(&ctxs[0]->err, opts, &timeout_ms));
     for (int r = 1; r < n; r++)
         if (ctxs[r]->kind != ctxs[0]->kind)
