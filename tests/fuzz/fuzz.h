@@ -79,6 +79,11 @@ static inline reel_status fz_check(reel_status st, const reel_ctx *ctx, const ch
 #else
 #define FZ_ASAN_DEFAULTS
 #endif
+/* UBSan reports stop the run (a report that only prints is lost in a fuzz
+ * log); harmless where UBSan is not linked. */
+#define FZ_UBSAN_DEFAULTS                                                  \
+    const char *__ubsan_default_options(void);                           \
+    const char *__ubsan_default_options(void) { return "halt_on_error=1:print_stacktrace=1"; }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

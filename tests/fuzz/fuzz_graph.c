@@ -9,6 +9,7 @@
 #include "fuzz.h"
 
 FZ_ASAN_DEFAULTS
+FZ_UBSAN_DEFAULTS
 
 enum { POOL = 48, LEAVES = 24, MAX_OUT = 8, MAX_BYTES = 1 << 20 };
 

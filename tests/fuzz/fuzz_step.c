@@ -8,6 +8,7 @@
 #include "fuzz.h"
 
 FZ_ASAN_DEFAULTS
+FZ_UBSAN_DEFAULTS
 
 enum { H = 2, HKV = 1, DH = 4, BS = 4, NBLK = 8, QW = H * DH, KW = HKV * DH, MAXT = 96 };
 enum { CACHE_ELEMS = NBLK * BS * HKV * DH };
