@@ -211,9 +211,10 @@ reel_status reel_plan_take_op_spans(reel_plan *p, reel_op_span *buf, int cap, in
         return REEL_OK;
     pthread_mutex_lock(&b->mu);
     size_t k = b->n < (size_t)cap ? b->n : (size_t)cap;
-    if (k)
+    if (k) { /* b->v is NULL until the first span */
         memcpy(buf, b->v, k * sizeof *buf);
-    memmove(b->v, b->v + k, (b->n - k) * sizeof *b->v);
+        memmove(b->v, b->v + k, (b->n - k) * sizeof *b->v);
+    }
     b->n -= k;
     bool lost = b->lost;
     b->lost = false;

@@ -132,6 +132,10 @@ def graph_seeds():
     g = G(); a = g.inp("a", ["T", 0]); g.out("a", g.op(9, a)); g.compile(); g.steps(simple_steps([2], 1), 1); seeds["zero_width"] = g
     g = G(); a = g.inp("a", T4); g.out("a", a); g.compile(buckets=(4, 2)); seeds["buckets_descending"] = g
     g = G(); a = g.inp("a", T4); g.out("a", g.op(11, a)); g.compile(); g.steps(simple_steps([100, 64], 1), 1); seeds["past_buckets"] = g
+    # found by fuzz_graph: op spans taken after tracing starts and before any
+    # span (a refused first step) passed NULL to memmove (UBSan)
+    g = G(); a = g.inp("a", T4); g.out("a", g.op(11, a)); g.compile()
+    g.steps([(0, 0, 0, [], 0, [], 0x41)], 1); seeds["take_spans_before_any_span"] = g  # trace on, take 2
     return {k: v.bytes() for k, v in seeds.items()}
 
 
