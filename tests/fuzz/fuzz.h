@@ -60,7 +60,8 @@ static inline reel_status fz_check(reel_status st, const reel_ctx *ctx, const ch
 #define FZ_CHECK(ctx, call) fz_check((call), (ctx), #call)
 
 /* Huge shapes reach reel's allocator: it must refuse them with REEL_E_OOM,
- * not take the fuzzer's RSS with it, so ASan returns NULL past 1 GiB. */
+ * not take the fuzzer's RSS with it, so ASan returns NULL past 256 MiB
+ * (a few such buffers stay under the runs' 2 GiB RSS limit). */
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
 #define FZ_ASAN 1
@@ -74,7 +75,7 @@ static inline reel_status fz_check(reel_status st, const reel_ctx *ctx, const ch
     const char *__asan_default_options(void);                                       \
     const char *__asan_default_options(void)                                        \
     {                                                                               \
-        return "allocator_may_return_null=1:max_allocation_size_mb=1024:detect_leaks=1"; \
+        return "allocator_may_return_null=1:max_allocation_size_mb=256:detect_leaks=1"; \
     }
 #else
 #define FZ_ASAN_DEFAULTS
