@@ -29,7 +29,8 @@ static const float f_tab[] = {1e-5f, 0.0f, -1.0f, 1e30f, 10000.0f, 0.5f};
 /* A leaf the fuzzer made and knows the shape of (to size its data). */
 typedef struct leaf {
     int kind; /* 0 input, 1 param, 2 state */
-    const char *name;
+    const char *name; /* follows reel_set_name */
+    reel_tensor t;
     reel_dtype dt;
     int ndim;
     int64_t dims[REEL_MAX_DIMS];
@@ -118,7 +119,7 @@ static void make_leaf(world *w, int kind)
     if (w->nleaves == LEAVES)
         return;
     leaf *l = &w->leaves[w->nleaves++];
-    *l = (leaf){.kind = kind, .name = name, .dt = (reel_dtype)dtv, .ndim = ndim};
+    *l = (leaf){.kind = kind, .name = name, .t = t, .dt = (reel_dtype)dtv, .ndim = ndim};
     memcpy(l->dims, dims, sizeof(int64_t) * (size_t)(ndim < REEL_MAX_DIMS ? ndim : REEL_MAX_DIMS));
     if (kind == 1) {
         uint8_t mode = fz_u8(&w->f) % 4;
@@ -194,7 +195,15 @@ static void build(world *w)
                 w->outs[w->nouts++] = name;
             break;
         }
-        case 19: FZ_CHECK(w->ctx, reel_set_name(g, pick_t(w), FZ_PICK(&w->f, names))); break;
+        case 19: { /* a leaf renamed is set, written and bound by its new name */
+            reel_tensor t = pick_t(w);
+            const char *name = FZ_PICK(&w->f, names);
+            if (FZ_CHECK(w->ctx, reel_set_name(g, t, name)) == REEL_OK)
+                for (int i = 0; i < w->nleaves; i++)
+                    if (w->leaves[i].t.id == t.id)
+                        w->leaves[i].name = name;
+            break;
+        }
         case 20: FZ_CHECK(w->ctx, reel_set_stream(g, pick_t(w), (int)(fz_u8(&w->f) % 7) - 1)); break;
         case 21: FZ_CHECK(NULL, reel_output(NULL, "a", pick_t(w))); break;
         case 23: return; /* end of the graph */
