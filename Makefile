@@ -6,7 +6,7 @@ SHELL := /bin/bash
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
-FUZZ_SECONDS ?= 45
+FUZZ_SECONDS ?= 20
 DEMO_ARGS ?=
 MESON_ARGS ?=
 ASAN_MESON_ARGS := -Db_sanitize=address,undefined -Dallocator=system -Dcuda=disabled
