@@ -10,6 +10,7 @@
 #include "exec/plan.h"
 #include "memory/pinned.h"
 #include "memory/workspace.h"
+#include "parallel/parallel.h"
 
 /* The size of the first sized form of reel_compile_opts (reel 0.1): no
  * caller's struct is shorter. Fields appended later are not counted here. */
@@ -244,6 +245,7 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile
     REEL_TRY(reel_graph_validate(g));
     REEL_TRY(copy_graph(p, g));
     REEL_TRY(check_row_sizes(p));
+    REEL_TRY(reel_par_check_plan(p->nodes, p->nnodes, p->tensors, p->comm, p->err, &p->dcp));
     REEL_TRY(select_kernels(p));
     REEL_TRY(reel_plan_comm_bind(p));
     REEL_TRY(reel_schedule_streams(p));

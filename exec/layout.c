@@ -234,8 +234,9 @@ reel_status reel_layout_build(reel_plan *p, reel_layout *L, int64_t rows, int32_
     REEL_TRY(layout_arrays(p, L));
     reel_staging_layout(p, L, stat_tokens, max_seqs, max_blocks);
     /* Blocks of a large block size may hold more than INT32_MAX tokens:
-     * no context can exceed that anyway. */
-    int64_t max_context = (int64_t)max_blocks * p->block_size;
+     * no context can exceed that anyway. Under DCP the blocks are this
+     * rank's: the context is the longest whose share fits them. */
+    int64_t max_context = reel_dcp_global_of(p->dcp, (int64_t)max_blocks * p->block_size);
     L->max_context = max_context > INT32_MAX ? INT32_MAX : (int32_t)max_context;
     REEL_TRY(layout_memplan(p, L, rows));
     if (!allocate)

@@ -82,6 +82,9 @@ struct reel_plan {
         bool has_attention;
         bool checks_limits;          /* some kernel may write the error word */
         int32_t block_size;          /* smallest block size of the attention ops */
+        reel_dcp_view dcp;           /* the attention ops' DCP layout (n 1: none): the
+                                        step's block tables are this rank's pages,
+                                        reel_plan_local_len of a context long */
         /* Each distinct KV-cache geometry of the attention ops, and the
          * first op of it: a step is checked against every one before
          * anything runs (one op's cache cannot stand for another's). */
@@ -181,6 +184,12 @@ static inline const char *reel_plan_tname(const reel_plan *p, uint32_t t) { retu
 /* Block-table entries a context of len tokens needs; in 64 bits, as len
  * may be close to INT32_MAX (len >= 1, bs >= 1: the result fits). */
 static inline int32_t reel_blocks_for(int32_t len, int32_t bs) { return (int32_t)(((int64_t)len + bs - 1) / bs); }
+/* The slots a sequence of context len takes in this rank's cache: len, or
+ * under DCP the positions this rank owns (ops/attn_layout.h). */
+static inline int32_t reel_plan_local_len(const reel_plan *p, int32_t len)
+{
+    return reel_dcp_local_count(p->dcp, len);
+}
 
 /* Where tensor t lives in layout L (device memory). */
 static inline void *reel_plan_tensor_dev(const reel_plan *p, const reel_layout *L, uint32_t t)

@@ -121,7 +121,7 @@ size_t reel_staging_fill(reel_plan *p, const reel_layout *L, const reel_step_inf
     for (int32_t q = 0; q < ns; q++) {
         fill_i32(tseq + s->query_start[q], q, s->query_start[q + 1] - s->query_start[q]);
         ctx[q] = s->context_lens[q];
-        int32_t blocks = reel_blocks_for(s->context_lens[q], p->block_size);
+        int32_t blocks = reel_blocks_for(reel_plan_local_len(p, s->context_lens[q]), p->block_size);
         if (blocks > L->max_blocks)
             blocks = L->max_blocks; /* only with skip_dispatch_guard: the kernel refuses it */
         memcpy(bt + (size_t)q * L->max_blocks, s->block_tables + (size_t)q * s->block_table_stride,

@@ -43,7 +43,7 @@ static reel_status check_blocks(reel_plan *p, const reel_step_info *s, int32_t q
     const int32_t *row = s->block_tables + (size_t)q * s->block_table_stride;
     for (int k = 0; k < p->nkv; k++) {
         const reel_kv_geom *g = &p->kv[k];
-        int32_t blocks = reel_blocks_for(len, g->block_size);
+        int32_t blocks = reel_blocks_for(reel_plan_local_len(p, len), g->block_size);
         for (int32_t j = 0; j < blocks; j++) {
             if (row[j] >= 0 && row[j] < g->blocks)
                 continue;
@@ -59,14 +59,15 @@ static reel_status check_blocks(reel_plan *p, const reel_step_info *s, int32_t q
 }
 
 /* Every op writes a token's K/V into the slot the mapping gives, in its
- * own cache: the slot must be inside each of them. */
+ * own cache: the slot must be inside each of them. Under DCP the mapping
+ * only marks padding (-1): the slot is the owner's, from its block table. */
 static reel_status check_slots(reel_plan *p, const reel_step_info *s)
 {
     for (int k = 0; k < p->nkv; k++) {
         const reel_kv_geom *g = &p->kv[k];
         for (int32_t t = 0; t < s->num_tokens; t++) {
             int32_t slot = s->slot_mapping[t];
-            if (slot >= -1 && slot < g->slots)
+            if (slot >= -1 && (slot < g->slots || p->dcp.n > 1))
                 continue;
             char buf[160];
             return reel_seterr(p->err, REEL_E_INVALID_ARG, "step: token %d slot %d outside the KV cache of %s (%lld slots)",
@@ -79,13 +80,16 @@ static reel_status check_slots(reel_plan *p, const reel_step_info *s)
 static reel_status check_seqs(reel_plan *p, const reel_step_info *s, step_need *need)
 {
     int32_t n = s->num_tokens, bs = p->block_size;
-    if (s->num_seqs < 1 || !s->query_start || !s->context_lens || !s->block_tables || !s->slot_mapping ||
-        !s->positions)
+    if (!s->query_start || !s->context_lens || !s->block_tables || !s->slot_mapping || !s->positions)
         return reel_seterr(p->err, REEL_E_INVALID_ARG,
-                           "step: the plan has paged attention: num_seqs >= 1 and query_start, positions, "
-                           "slot_mapping, context_lens and block_tables are required");
-    if (s->query_start[0] != 0 || s->query_start[s->num_seqs] != n)
-        return reel_seterr(p->err, REEL_E_INVALID_ARG, "step: query_start must run from 0 to num_tokens (%d)", n);
+                           "step: the plan has paged attention: query_start, positions, slot_mapping, "
+                           "context_lens and block_tables are required");
+    /* Tokens after the last sequence's are padding (a rank of a layout
+     * with fewer tokens than the others, or none: num_seqs 0). */
+    if (s->query_start[0] != 0 || s->query_start[s->num_seqs] > n)
+        return reel_seterr(p->err, REEL_E_INVALID_ARG,
+                           "step: query_start must run from 0 to at most num_tokens (%d); it ends at %d", n,
+                           s->query_start[s->num_seqs]);
     for (int32_t q = 0; q < s->num_seqs; q++) {
         int32_t a = s->query_start[q], b = s->query_start[q + 1], len = s->context_lens[q];
         /* Checked before positions[a..b) is read: b past n would read past
@@ -97,11 +101,11 @@ static reel_status check_seqs(reel_plan *p, const reel_step_info *s, step_need *
         if (len < b - a || len < 1)
             return reel_seterr(p->err, REEL_E_INVALID_ARG, "step: sequence %d has context %d but %d new tokens", q, len,
                                b - a);
-        int32_t blocks = reel_blocks_for(len, bs);
+        int32_t blocks = reel_blocks_for(reel_plan_local_len(p, len), bs);
         if (blocks > s->block_table_stride)
             return reel_seterr(p->err, REEL_E_INVALID_ARG,
-                               "step: sequence %d needs %d blocks for context %d, block_table_stride is %d", q, blocks,
-                               len, s->block_table_stride);
+                               "step: sequence %d needs %d blocks for context %d%s, block_table_stride is %d", q,
+                               blocks, len, p->dcp.n > 1 ? " (this DCP rank's share)" : "", s->block_table_stride);
         REEL_TRY(check_blocks(p, s, q, len));
         for (int32_t t = a; t < b; t++)
             if (s->positions[t] < 0 || s->positions[t] >= len)

@@ -25,6 +25,17 @@ uint32_t reel_graph_push_tensor(reel_graph *g, const char *name, reel_tensor_kin
 reel_status reel_graph_add_op(reel_graph *g, reel_op_kind op, const uint32_t *in, uint32_t optional,
                               const reel_op_attrs *a, reel_tensor *outs);
 
+/* Paged attention over in[0..5] (q, k, v, k_cache, v_cache, and kv_slots
+ * or 0) with a layout across ranks (NULL: none; ops/op.h), the scale
+ * resolved; *lse (may be NULL) gets the lse output where the layout asks
+ * for one. The public reel_paged_attention is this without a layout. */
+reel_tensor reel_graph_paged_attention(reel_graph *g, const uint32_t *in, const reel_attn_params *p,
+                                       const reel_attn_layout *lay, reel_tensor *lse);
+/* lse_combine of packed partials ([T, P, H*Dh + H] float32, ops/op.h) into
+ * out (out_dtype) and lse. */
+reel_status reel_graph_lse_combine_packed(reel_graph *g, reel_tensor packed, int num_heads, reel_dtype out_dtype,
+                                          reel_tensor *out, reel_tensor *lse);
+
 /* "input", "parameter", "state", "positions", "activation". */
 const char *reel_tensor_kind_name(reel_tensor_kind k);
 

@@ -85,7 +85,12 @@ static reel_status add_node(reel_graph *g, reel_op_kind op, const uint32_t *in, 
         describe_operands(g, sc, in, why, sizeof why);
         return reel_graph_fail(g, st, "op '%s' (node %d): %s", sc->name, g->nnodes, why);
     }
-    if (reel_graph_reserve(g, sc->nout, 1) != REEL_OK)
+    /* Trailing outputs the inference left without dims are absent (paged
+     * attention's lse): the node has fewer outputs than its schema. */
+    int nout = sc->nout;
+    while (nout > 1 && osh[nout - 1].ndim == 0)
+        nout--;
+    if (reel_graph_reserve(g, nout, 1) != REEL_OK)
         return reel_graph_fail(g, REEL_E_OOM, "op '%s' (node %d): out of host memory", sc->name, g->nnodes);
     int id = g->nnodes++;
     reel_node *n = &g->nodes[id];
@@ -93,9 +98,9 @@ static reel_status add_node(reel_graph *g, reel_op_kind op, const uint32_t *in, 
     n->op = op;
     n->attrs = *a;
     n->nin = sc->nin;
-    n->nout = sc->nout;
+    n->nout = nout;
     memcpy(n->in, in, sizeof n->in);
-    for (int i = 0; i < sc->nout; i++) {
+    for (int i = 0; i < nout; i++) {
         char name[REEL_NAME_MAX];
         if (i == 0)
             snprintf(name, sizeof name, "%s#%d", sc->name, id);
@@ -168,28 +173,41 @@ reel_tensor reel_argmax(reel_graph *g, reel_tensor x)
     return node1(g, REEL_OP_ARGMAX, x.id, 0, &(reel_op_attrs){ { 0 } });
 }
 
-reel_tensor reel_paged_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel_tensor v,
-                                 reel_tensor k_cache, reel_tensor v_cache, const reel_attn_params *p)
+reel_tensor reel_graph_paged_attention(reel_graph *g, const uint32_t *in, const reel_attn_params *p,
+                                       const reel_attn_layout *lay, reel_tensor *lse)
 {
     reel_tensor out = { 0 };
+    if (lse)
+        *lse = out;
     if (!g)
         return out;
     if (!p) {
         reel_graph_fail(g, REEL_E_INVALID_ARG, "op 'paged_attention' (node %d): params are NULL", g->nnodes);
         return out;
     }
-    uint32_t in[REEL_OP_MAX_IN] = { q.id, k.id, v.id, k_cache.id, v_cache.id };
     reel_op_attrs a = { .attn = { *p } };
-    /* The second output is the op's split-KV workspace, not the caller's. */
+    if (lay)
+        a.attn.lay = *lay;
+    /* The second output is the op's split-KV workspace, not the caller's;
+     * the third, with a layout that asks for it, the lse. */
     reel_tensor res[REEL_OP_MAX_OUT] = { { 0 } };
-    if (add_node(g, REEL_OP_PAGED_ATTENTION, in, 0, &a, res) != REEL_OK)
+    if (add_node(g, REEL_OP_PAGED_ATTENTION, in, 1u << 5, &a, res) != REEL_OK)
         return out;
     out = res[0];
+    if (lse)
+        *lse = res[2];
     /* Resolved once here so every backend uses the same scale. */
     reel_attn_params *np = &g->nodes[g->nnodes - 1].attrs.attn.p;
     if (np->scale == 0.0f)
         np->scale = 1.0f / sqrtf((float)np->head_dim);
     return out;
+}
+
+reel_tensor reel_paged_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel_tensor v,
+                                 reel_tensor k_cache, reel_tensor v_cache, const reel_attn_params *p)
+{
+    uint32_t in[REEL_OP_MAX_IN] = { q.id, k.id, v.id, k_cache.id, v_cache.id, 0 };
+    return reel_graph_paged_attention(g, in, p, NULL, NULL);
 }
 
 reel_tensor reel_topk(reel_graph *g, reel_tensor scores, reel_tensor lengths, reel_tensor page_table, int k,
@@ -211,7 +229,7 @@ reel_status reel_lse_combine(reel_graph *g, reel_tensor outs, reel_tensor lses, 
     reel_tensor res[REEL_OP_MAX_OUT] = { { 0 } };
     reel_status st = REEL_E_INVALID_ARG;
     if (g && out && lse) {
-        reel_op_attrs a = { .lse = { num_heads } };
+        reel_op_attrs a = { .lse = { num_heads, false, REEL_F32 } };
         uint32_t in[REEL_OP_MAX_IN] = { outs.id, lses.id };
         st = add_node(g, REEL_OP_LSE_COMBINE, in, 0, &a, res);
     } else if (g) {
@@ -221,6 +239,18 @@ reel_status reel_lse_combine(reel_graph *g, reel_tensor outs, reel_tensor lses, 
         *out = res[0];
     if (lse)
         *lse = res[1];
+    return st;
+}
+
+reel_status reel_graph_lse_combine_packed(reel_graph *g, reel_tensor packed, int num_heads, reel_dtype out_dtype,
+                                          reel_tensor *out, reel_tensor *lse)
+{
+    reel_tensor res[REEL_OP_MAX_OUT] = { { 0 } };
+    reel_op_attrs a = { .lse = { num_heads, true, out_dtype } };
+    uint32_t in[REEL_OP_MAX_IN] = { packed.id, 0 };
+    reel_status st = add_node(g, REEL_OP_LSE_COMBINE, in, 1u << 1, &a, res);
+    *out = res[0];
+    *lse = res[1];
     return st;
 }
 

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/comm.h"
 #include "core/shape.h"
+#include "ops/attn_layout.h"
 #include "reel/reel.h"
 
 typedef enum reel_op_kind {
@@ -35,6 +36,10 @@ typedef enum reel_op_kind {
     REEL_OP_ALL_TO_ALL,
     REEL_OP_SEND,
     REEL_OP_RECV,
+    /* The DCP combine's pieces (issue 10, parallel/): appended, so the
+     * collectives stay one range. */
+    REEL_OP_LSE_RESCALE,
+    REEL_OP_LSE_PACK,
     REEL_OP_COUNT
 } reel_op_kind;
 
@@ -42,7 +47,7 @@ typedef enum reel_op_kind {
 static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_REDUCE && k <= REEL_OP_RECV; }
 
 #define REEL_OP_MAX_IN 6
-#define REEL_OP_MAX_OUT 2
+#define REEL_OP_MAX_OUT 3
 
 /* Paged attention's second output is its split-KV workspace: partial
  * results of REEL_ATTN_SPLIT_SLOTS (token, chunk) pairs, each num_heads
@@ -54,13 +59,50 @@ static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_RED
  * reference does not split and leaves it untouched. */
 #define REEL_ATTN_SPLIT_SLOTS 256
 
+/* Paged attention across ranks (issue 10; parallel/ builds these nodes and
+ * checks them against the validated subset at compile). All zero: a plain
+ * node, as reel_paged_attention builds.
+ *  - dcp >= 1: DCP (ops/attn_layout.h). The caches and block tables are this
+ *    rank's own pages; context lengths and positions stay global. The KV
+ *    write of a token happens on its owner only, at the local slot its block
+ *    table gives (the slot mapping only says -1: skip); a token attends its
+ *    local prefix. An empty prefix gives (0, -inf).
+ *  - cp >= 1: CP. k and v are [T, cp * Hkv*Dh], chunk q of row t being rank
+ *    q's token t, and in[5] (kv_slots, [T, cp] int32) gives each one's slot
+ *    (-1: none): all are written before any token attends, so a token sees
+ *    the keys the other ranks computed in the same step. The step's slot
+ *    mapping is not read.
+ *  - lse: a third output, [T, H] float32, the natural log-sum-exp of each
+ *    (token, head)'s scores (-inf where nothing is attended). */
+typedef struct reel_attn_layout {
+    int32_t dcp, dcp_rank, interleave;
+    int32_t cp;
+    bool lse;
+} reel_attn_layout;
+
+/* A node's DCP view (n 1: none). */
+static inline reel_dcp_view reel_attn_dcp(const reel_attn_layout *l)
+{
+    reel_dcp_view d = { 1, 0, 1 };
+    if (l->dcp > 1) {
+        d.n = l->dcp;
+        d.r = l->dcp_rank;
+        d.i = l->interleave;
+    }
+    return d;
+}
+
 typedef union reel_op_attrs {
     struct { bool w_transposed; } matmul;
     struct { float eps; } rmsnorm;
     struct { int head_dim, rot_dim; float theta; } rope;
-    struct { reel_attn_params p; } attn;
+    struct { reel_attn_params p; reel_attn_layout lay; } attn;
     struct { int k, page_size; bool has_page_table; } topk;
-    struct { int num_heads; } lse;
+    /* packed: no lses operand; outs is [T, P, H*Dh + H] float32, each
+     * partial's outputs then its lses, and the result has out_dtype. */
+    struct { int num_heads; bool packed; reel_dtype out_dtype; } lse;
+    /* lse_rescale and lse_pack: the DCP group and this rank. */
+    struct { int num_heads, nranks, rank; } dcp;
     /* Collectives: the axis chunked or gathered, the group size the op was
      * built for (0: any, all_reduce), the peer of send/recv, and recv's
      * declared shape. */

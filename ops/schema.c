@@ -230,14 +230,30 @@ static reel_status check_cache(const reel_shape *c, const char *role, const reel
     return REEL_OK;
 }
 
+/* The layout attributes' own consistency (the validated subset is
+ * parallel/'s, at compile): ranks >= 0, a DCP rank inside its group and an
+ * interleave >= 1 (the kernels divide by it). */
+static reel_status check_attn_layout(const reel_attn_layout *l, char *err, size_t len)
+{
+    if (l->dcp < 0 || l->cp < 0)
+        return bad(err, len, REEL_E_INVALID_ARG, "dcp %d and cp %d must be >= 0", l->dcp, l->cp);
+    if (l->dcp >= 1 && (l->dcp_rank < 0 || l->dcp_rank >= l->dcp || l->interleave < 1))
+        return bad(err, len, REEL_E_INVALID_ARG, "dcp rank %d must be in 0..%d and interleave %d >= 1", l->dcp_rank,
+                   l->dcp - 1, l->interleave);
+    return REEL_OK;
+}
+
 static reel_status infer_paged_attention(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
                                          char *err, size_t len)
 {
     const reel_attn_params *p = &a->attn.p;
+    const reel_attn_layout *lay = &a->attn.lay;
     TRY(check_attn_params(p, err, len));
+    TRY(check_attn_layout(lay, err, len));
     TRY(need_tok(&in[0], "q", 2, err, len));
     TRY(need_float(&in[0], "q", err, len));
     int64_t qw = (int64_t)p->num_heads * p->head_dim, kw = (int64_t)p->num_kv_heads * p->head_dim;
+    int64_t gathered = lay->cp >= 1 ? lay->cp : 1; /* CP: every rank's rows side by side */
     if (in[0].dims[1] != qw)
         return bad(err, len, REEL_E_SHAPE, "q[1] = %lld must be num_heads*head_dim = %lld", (long long)in[0].dims[1],
                    (long long)qw);
@@ -245,18 +261,32 @@ static reel_status infer_paged_attention(const reel_shape *in, int nin, const re
     for (int i = 1; i <= 2; i++) {
         TRY(need_tok(&in[i], kv[i - 1], 2, err, len));
         TRY(same_dtype(&in[0], "q", &in[i], kv[i - 1], err, len));
-        if (in[i].dims[1] != kw)
-            return bad(err, len, REEL_E_SHAPE, "%s[1] = %lld must be num_kv_heads*head_dim = %lld", kv[i - 1],
-                       (long long)in[i].dims[1], (long long)kw);
+        if (in[i].dims[1] != gathered * kw)
+            return bad(err, len, REEL_E_SHAPE, "%s[1] = %lld must be %snum_kv_heads*head_dim = %lld", kv[i - 1],
+                       (long long)in[i].dims[1], lay->cp >= 1 ? "cp * " : "", (long long)(gathered * kw));
     }
     TRY(check_cache(&in[3], "k_cache", &in[0], p, err, len));
     TRY(check_cache(&in[4], "v_cache", &in[0], p, err, len));
     if (in[3].dims[0] != in[4].dims[0])
         return bad(err, len, REEL_E_SHAPE, "k_cache has %lld blocks, v_cache %lld", (long long)in[3].dims[0],
                    (long long)in[4].dims[0]);
+    bool slots = nin > 5 && in[5].ndim != 0;
+    if (slots != (lay->cp >= 1))
+        return bad(err, len, REEL_E_INVALID_ARG, "kv_slots is %s, and cp is %d: CP (cp >= 1) takes it, nothing else",
+                   slots ? "given" : "absent", lay->cp);
+    if (slots) {
+        TRY(need_tok(&in[5], "kv_slots", 2, err, len));
+        TRY(need_dtype(&in[5], "kv_slots", REEL_I32, err, len));
+        if (in[5].dims[1] != lay->cp)
+            return bad(err, len, REEL_E_SHAPE, "kv_slots[1] = %lld must be cp = %d", (long long)in[5].dims[1], lay->cp);
+    }
     set_tok(&out[0], in[0].dtype, 2, qw, 0);
     out[1] = (reel_shape){ .dtype = REEL_F32, .ndim = 2, .tokens = false,
                            .dims = { REEL_ATTN_SPLIT_SLOTS, qw + p->num_heads, 0, 0 } };
+    if (lay->lse)
+        set_tok(&out[2], REEL_F32, 2, p->num_heads, 0);
+    else
+        out[2] = (reel_shape){ 0 }; /* absent: the node has two outputs */
     return REEL_OK;
 }
 
@@ -296,8 +326,26 @@ static reel_status infer_lse_combine(const reel_shape *in, int nin, const reel_o
                                      char *err, size_t len)
 {
     int h = a->lse.num_heads;
+    bool has_lses = nin > 1 && in[1].ndim != 0;
     TRY(need_tok(&in[0], "outs", 3, err, len));
     TRY(need_float(&in[0], "outs", err, len));
+    if (a->lse.packed) {
+        /* [T, P, H*Dh + H] float32: each partial's outputs, then its lses. */
+        if (has_lses)
+            return bad(err, len, REEL_E_INVALID_ARG, "a packed combine takes no lses operand");
+        TRY(need_dtype(&in[0], "outs", REEL_F32, err, len));
+        if (!is_float(a->lse.out_dtype))
+            return bad(err, len, REEL_E_DTYPE, "the result's dtype must be f32, f16 or bf16");
+        if (h <= 0 || in[0].dims[2] % h != 0 || in[0].dims[2] / h < 2)
+            return bad(err, len, REEL_E_INVALID_ARG,
+                       "num_heads %d must be > 0 and outs[2] = %lld must be num_heads*(head_dim + 1)", h,
+                       (long long)in[0].dims[2]);
+        set_tok(&out[0], a->lse.out_dtype, 2, in[0].dims[2] - h, 0);
+        set_tok(&out[1], REEL_F32, 2, h, 0);
+        return REEL_OK;
+    }
+    if (!has_lses)
+        return bad(err, len, REEL_E_INVALID_ARG, "lses is absent");
     TRY(need_tok(&in[1], "lses", 3, err, len));
     TRY(need_dtype(&in[1], "lses", REEL_F32, err, len));
     if (h <= 0 || in[0].dims[2] % h != 0)
@@ -308,6 +356,53 @@ static reel_status infer_lse_combine(const reel_shape *in, int nin, const reel_o
                    h);
     set_tok(&out[0], in[0].dtype, 2, in[0].dims[2], 0);
     set_tok(&out[1], REEL_F32, 2, h, 0);
+    return REEL_OK;
+}
+
+/* The DCP group of lse_rescale and lse_pack: H heads over N ranks. */
+static reel_status check_dcp_group(const reel_op_attrs *a, const reel_shape *o, char *err, size_t len)
+{
+    int h = a->dcp.num_heads, n = a->dcp.nranks;
+    TRY(need_tok(o, "out", 2, err, len));
+    TRY(need_float(o, "out", err, len));
+    if (h <= 0 || n < 1 || h % n != 0 || a->dcp.rank < 0 || a->dcp.rank >= n)
+        return bad(err, len, REEL_E_INVALID_ARG, "num_heads %d must be a multiple of nranks %d >= 1, rank %d in 0..%d",
+                   h, n, a->dcp.rank, n - 1);
+    if (o->dims[1] % h != 0)
+        return bad(err, len, REEL_E_SHAPE, "out[1] = %lld is not a multiple of num_heads %d", (long long)o->dims[1], h);
+    return REEL_OK;
+}
+
+/* out [T, H*Dh] this rank's partial, lses [T, N*H] every rank's lse (rank
+ * major) -> out weighted by exp(lse_rank - lse_all) [T, H*Dh], and the
+ * combined lse of this rank's heads [T, H/N]. */
+static reel_status infer_lse_rescale(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                     char *err, size_t len)
+{
+    TRY(check_dcp_group(a, &in[0], err, len));
+    TRY(need_tok(&in[1], "lses", 2, err, len));
+    TRY(need_dtype(&in[1], "lses", REEL_F32, err, len));
+    int64_t want = (int64_t)a->dcp.nranks * a->dcp.num_heads;
+    if (in[1].dims[1] != want)
+        return bad(err, len, REEL_E_SHAPE, "lses[1] = %lld must be nranks*num_heads = %lld", (long long)in[1].dims[1],
+                   (long long)want);
+    out[0] = in[0];
+    set_tok(&out[1], REEL_F32, 2, a->dcp.num_heads / a->dcp.nranks, 0);
+    return REEL_OK;
+}
+
+/* out [T, H*Dh], lse [T, H] -> [T, N, (H/N)*Dh + H/N] float32: chunk q holds
+ * the outputs of rank q's heads, then their lses. */
+static reel_status infer_lse_pack(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                  char *err, size_t len)
+{
+    TRY(check_dcp_group(a, &in[0], err, len));
+    TRY(need_tok(&in[1], "lse", 2, err, len));
+    TRY(need_dtype(&in[1], "lse", REEL_F32, err, len));
+    int h = a->dcp.num_heads, n = a->dcp.nranks;
+    if (in[1].dims[1] != h)
+        return bad(err, len, REEL_E_SHAPE, "lse[1] = %lld must be num_heads = %d", (long long)in[1].dims[1], h);
+    set_tok(&out[0], REEL_F32, 3, n, in[0].dims[1] / n + h / n);
     return REEL_OK;
 }
 
@@ -424,8 +519,8 @@ static const reel_op_schema schemas[REEL_OP_COUNT] = {
     [REEL_OP_ROPE] = { "rope", 2, 1, infer_rope, { "x", "positions" } },
     [REEL_OP_SOFTMAX] = { "softmax", 1, 1, infer_softmax, { "x" } },
     [REEL_OP_ARGMAX] = { "argmax", 1, 1, infer_argmax, { "x" } },
-    [REEL_OP_PAGED_ATTENTION] = { "paged_attention", 5, 2, infer_paged_attention,
-                                  { "q", "k", "v", "k_cache", "v_cache" } },
+    [REEL_OP_PAGED_ATTENTION] = { "paged_attention", 6, 3, infer_paged_attention,
+                                  { "q", "k", "v", "k_cache", "v_cache", "kv_slots" } },
     [REEL_OP_TOPK] = { "topk", 3, 1, infer_topk, { "scores", "lengths", "page_table" } },
     [REEL_OP_LSE_COMBINE] = { "lse_combine", 2, 2, infer_lse_combine, { "outs", "lses" } },
     [REEL_OP_ALL_REDUCE] = { "all_reduce", 1, 1, infer_all_reduce, { "x" } },
@@ -434,6 +529,8 @@ static const reel_op_schema schemas[REEL_OP_COUNT] = {
     [REEL_OP_ALL_TO_ALL] = { "all_to_all", 1, 2, infer_all_to_all, { "x" } },
     [REEL_OP_SEND] = { "send", 1, 1, infer_send, { "x" } },
     [REEL_OP_RECV] = { "recv", 0, 1, infer_recv, { NULL } },
+    [REEL_OP_LSE_RESCALE] = { "lse_rescale", 2, 2, infer_lse_rescale, { "out", "lses" } },
+    [REEL_OP_LSE_PACK] = { "lse_pack", 2, 1, infer_lse_pack, { "out", "lse" } },
 };
 
 const char *reel_op_node_label(reel_op_kind k, int node, const char *out, bool quoted, char *buf, size_t len)

@@ -468,8 +468,10 @@ reel_status reel_plan_take_op_spans(reel_plan *p, reel_op_span *buf, int cap, in
 #endif
 
 /* The allocator-safety API (hazard checker) lives in its own header, and
- * so do communicators and collective ops. */
+ * so do communicators and collective ops, and the CP and DCP layouts of
+ * attention. */
 #include "reel/memory.h"
 #include "reel/comm.h"
+#include "reel/parallel.h"
 
 #endif /* REEL_REEL_H */

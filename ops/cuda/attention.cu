@@ -8,7 +8,10 @@
  *    head) walks the keys with an online softmax, each warp every 4th key,
  *    the warps merged at the end in a fixed order.
  * Both write every token's k/v into its cache slot first (slot -1: skipped;
- * a slot outside the cache: REEL_E_LIMIT in err_word, skipped). Metadata is
+ * a slot outside the cache: REEL_E_LIMIT in err_word, skipped), and both
+ * take the layouts of ops/op.h: the KV write of DCP and CP
+ * (attn_kv_layout.cu), DCP's local prefix (attn_last_key) and the lse
+ * output, which costs a branch on a launch constant where none is asked. Metadata is
  * never trusted to stay in range: a padding token (sequence -1) gets zeros;
  * a sequence past max_seqs, a context past max_context, a position outside
  * [0, context), or a block index or cache block out of range sets
@@ -51,21 +54,25 @@ __global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_
 }
 
 /* The host's guard for token t, evaluated by the whole block: false means
- * zeros (reported unless the token is padding). */
-__device__ bool attn_check(const reel_meta_view &m, const attn_geom &g, int64_t t, int32_t *seq, int32_t *pos)
+ * zeros (reported unless the token is padding). *last: the last key it
+ * attends (attn_last_key: -1 for an empty DCP shard, zeros unreported). */
+__device__ bool attn_check(const reel_meta_view &m, const attn_geom &g, int64_t t, int32_t *seq, int32_t *last)
 {
     int32_t s = m.token_seq[t];
     int32_t p = m.positions[t];
     *seq = s;
-    *pos = p;
+    *last = -1;
     if (s == -1)
         return false;
     bool ok = s >= 0 && s < m.max_seqs;
     if (ok) {
         int32_t ctx = m.context_lens[s];
-        ok = ctx <= m.max_context && p >= 0 && p < ctx && p / g.bs < m.max_blocks;
+        ok = ctx <= m.max_context && p >= 0 && p < ctx;
+        p = ok ? attn_last_key(g, p) : -1;
+        ok = ok && p / g.bs < m.max_blocks;
+        *last = p;
     }
-    int64_t nb = ok ? p / g.bs + 1 : 0;
+    int64_t nb = ok && p >= 0 ? p / g.bs + 1 : 0; /* none for an empty shard */
     int bad = 0;
     for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) {
         int32_t blk = m.block_tables[(int64_t)s * m.max_blocks + b];
@@ -74,7 +81,7 @@ __device__ bool attn_check(const reel_meta_view &m, const attn_geom &g, int64_t 
     ok = !__syncthreads_or(bad) && ok;
     if (!ok && threadIdx.x == 0)
         report(&m, REEL_E_LIMIT);
-    return ok;
+    return ok && p >= 0;
 }
 
 template <typename T>
@@ -91,6 +98,7 @@ __global__ void attn_kernel(const T *q, const T *kc, const T *vc, T *out, reel_m
     if (!attn_check(m, g, t, &s, &p)) {
         for (int64_t d = threadIdx.x; d < g.dh; d += blockDim.x)
             orow[d] = from_f<T>(0.0f);
+        attn_put_lse(g, t, h, 1, -INFINITY);
         return;
     }
     for (int64_t d = threadIdx.x; d < g.dh; d += blockDim.x) {
@@ -136,6 +144,7 @@ __global__ void attn_kernel(const T *q, const T *kc, const T *vc, T *out, reel_m
             o += acc[w * g.dh + d] * f[w];
         orow[d] = from_f<T>(o / L);
     }
+    attn_put_lse(g, t, h, 1, M + logf(L)); /* scores in natural units here */
 }
 
 attn_geom attn_geom_of(const reel_launch *l)
@@ -155,11 +164,17 @@ attn_geom attn_geom_of(const reel_launch *l)
     for (int32_t k = 0; k < 31; k++)
         if ((int64_t)1 << k == g.bs)
             g.bs_shift = k;
+    g.dcp = reel_attn_dcp(&l->attrs->attn.lay);
+    g.lse = l->attrs->attn.lay.lse ? (float *)l->out[2] : nullptr;
     return g;
 }
 
 template <typename T> static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g)
 {
+    if (attn_kv_layout(l)) { /* DCP or CP: attn_kv_layout.cu */
+        attn_write_kv_layout(l, st, g);
+        return;
+    }
     bool vec = g.kvrow % pack<T>::n == 0 && aligned16(l->in[1]) && aligned16(l->in[2]) && aligned16(l->in[3]) &&
                aligned16(l->in[4]);
     int threads = row_threads(vec ? g.kvrow / pack<T>::n : g.kvrow, 256);
@@ -229,12 +244,25 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
 }
 
+/* The layouts both impls are built for (ops/op.h): DCP, CP and the lse
+ * output, one at a time (DCP with CP is no validated layout, so no kernel
+ * runs it). */
+static bool use_attn_layout(REEL_CU_USE_ARGS)
+{
+    const reel_attn_layout *lay = &a->attn.lay;
+    if (lay->dcp >= 1 && lay->cp >= 1)
+        return false;
+    if (lay->cp >= 1 && (nin < 6 || in[5].dtype != REEL_I32 || in[5].ndim != 2 || in[5].dims[1] != lay->cp))
+        return false;
+    return !lay->lse || (out[2].dtype == REEL_F32 && out[2].ndim == 2 && out[2].dims[1] == a->attn.p.num_heads);
+}
+
 static bool use_attn_common(REEL_CU_USE_ARGS)
 {
     const reel_attn_params *p = &a->attn.p;
     return nin >= 5 && same_float_dtype(in, 5, out, 1) && p->num_heads > 0 && p->num_kv_heads > 0 &&
            p->head_dim > 0 && p->block_size > 0 && p->num_heads % p->num_kv_heads == 0 &&
-           in[0].dims[0] <= 0x7fffffffLL;
+           in[0].dims[0] <= 0x7fffffffLL && use_attn_layout(in, nin, out, a, caps);
 }
 
 static bool use_attn_ref(REEL_CU_USE_ARGS)

@@ -17,6 +17,7 @@
 #ifndef REEL_OPS_CUDA_ATTENTION_CUH
 #define REEL_OPS_CUDA_ATTENTION_CUH
 
+#include "ops/attn_layout.h"
 #include "ops/cuda/common.cuh"
 
 namespace reel_cu {
@@ -25,7 +26,14 @@ typedef struct attn_geom {
     int64_t h, hkv, dh, bs, nblocks, kvrow, qrow, group;
     float scale;
     int32_t bs_shift; /* log2(bs) when bs is a power of two, else -1 */
+    /* The layout across ranks (ops/op.h): DCP's view (n 1: none), and the
+     * lse output [rows, h] (natural log; NULL: not asked for). */
+    reel_dcp_view dcp;
+    float *lse;
 } attn_geom;
+
+/* ln 2: the kernels' scores are in base 2, the lse output is natural. */
+#define REEL_ATTN_LN2 0.69314718055994531f
 
 /* Key position j's block index and offset in it, without a division for
  * power-of-two block sizes. */
@@ -41,22 +49,42 @@ __device__ __forceinline__ int32_t attn_in_blk(const attn_geom &g, int32_t j)
 
 attn_geom attn_geom_of(const reel_launch *l);
 
+/* The last key index a token at position p attends: p, or under DCP the
+ * last of this rank's local prefix (-1: it owns none of 0 .. p). */
+__device__ __forceinline__ int32_t attn_last_key(const attn_geom &g, int32_t p)
+{
+    return g.dcp.n <= 1 ? p : reel_dcp_local_count(g.dcp, p + 1) - 1;
+}
+
 /* The token-level guard of the host reference, without the block-table
  * walk: 1 valid, 0 padding (sequence -1: zeros, not reported), -1 a breach
- * (zeros and REEL_E_LIMIT). */
+ * (zeros and REEL_E_LIMIT). *last: the last key index it attends
+ * (attn_last_key; -1 for an empty DCP shard, which callers give (0, -inf)). */
 __device__ __forceinline__ int attn_token_ok(const reel_meta_view &m, const attn_geom &g, int64_t t, int32_t *seq,
-                                             int32_t *pos)
+                                             int32_t *last)
 {
     int32_t s = m.token_seq[t];
     int32_t p = m.positions[t];
     *seq = s;
-    *pos = p;
+    *last = p;
     if (s == -1)
         return 0;
     if (s < 0 || s >= m.max_seqs)
         return -1;
     int32_t ctx = m.context_lens[s];
-    return ctx <= m.max_context && p >= 0 && p < ctx && p / g.bs < m.max_blocks ? 1 : -1;
+    if (!(ctx <= m.max_context && p >= 0 && p < ctx))
+        return -1;
+    int32_t j = attn_last_key(g, p);
+    *last = j;
+    return j / g.bs < m.max_blocks ? 1 : -1;
+}
+
+/* The lse output of heads h0 .. h0+nh-1 of token t (threads 0 .. nh-1 of
+ * the block), where the op has one. */
+__device__ __forceinline__ void attn_put_lse(const attn_geom &g, int64_t t, int64_t h0, int nh, float v)
+{
+    if (g.lse && (int)threadIdx.x < nh)
+        g.lse[t * g.h + h0 + threadIdx.x] = v;
 }
 
 /* Is token t part of a multi-token run (a neighbour of the same, real
@@ -99,18 +127,22 @@ __host__ __device__ __forceinline__ int attn_chunking(int32_t p, int nchunks, in
 template <typename T>
 __device__ __forceinline__ bool attn_decode_begin(const reel_meta_view &m, const attn_geom &g, int64_t t,
                                                   int64_t rows, int c, int nchunks, bool skip_runs, T *orow,
-                                                  int nh, int32_t *seq, int32_t *k0, int32_t *k1, int *nact)
+                                                  int64_t h0, int nh, int32_t *seq, int32_t *k0, int32_t *k1,
+                                                  int *nact)
 {
     if (skip_runs && attn_in_run(m, t, rows))
         return false;
     int32_t p, clen = 0;
-    const int ok = attn_token_ok(m, g, t, seq, &p);
+    int ok = attn_token_ok(m, g, t, seq, &p);
+    if (ok == 1 && p < 0)
+        ok = 0; /* an empty DCP shard: (0, -inf), not a breach */
     *nact = ok == 1 ? attn_chunking(p, nchunks, &clen) : 1;
     if (c >= *nact)
         return false;
     if (ok != 1) {
         for (int64_t i = threadIdx.x; i < nh * g.dh; i += blockDim.x)
             orow[i] = from_f<T>(0.0f);
+        attn_put_lse(g, t, h0, nh, -INFINITY);
         if (ok < 0 && threadIdx.x == 0)
             report(&m, REEL_E_LIMIT);
         return false;
@@ -132,6 +164,7 @@ __device__ __forceinline__ void attn_chunk_refuse(const reel_meta_view &m, const
     if (nact == 1) {
         for (int64_t i = threadIdx.x; i < nh * g.dh; i += blockDim.x)
             orow[i] = from_f<T>(0.0f);
+        attn_put_lse(g, t, h0, nh, -INFINITY);
     } else if ((int)threadIdx.x < nh) {
         float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
         slot[g.qrow + h0 + threadIdx.x] = __uint_as_float(REEL_ATTN_BAD_LSE);
@@ -160,6 +193,12 @@ cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const 
                                    bool skip_runs);
 bool attn_prefill_supports(reel_dtype dt, int64_t dh);
 cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g);
+/* The KV write of a layout (attn_kv_layout.cu): DCP writes the tokens this
+ * rank owns at the slots its block table gives; CP every rank's gathered
+ * rows at kv_slots. attn_kv_layout says whether a node has one. Issues
+ * only: a launch error is the op's to report. */
+bool attn_kv_layout(const reel_launch *l);
+void attn_write_kv_layout(const reel_launch *l, cudaStream_t st, const attn_geom &g);
 
 } /* namespace reel_cu */
 

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
     T *orow = out + t * g.qrow + h0 * DH;
     int32_t s, k0, k1;
     int nact;
-    if (!attn_decode_begin(m, g, t, rows, c, nchunks, skip_runs, orow, nh, &s, &k0, &k1, &nact))
+    if (!attn_decode_begin(m, g, t, rows, c, nchunks, skip_runs, orow, h0, nh, &s, &k0, &k1, &nact))
         return;
 
     const float qscale = g.scale * 1.4426950408889634f; /* scores in base 2 */
@@ -213,6 +213,8 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
         }
         if (nact == 1) {
             orow[x] = from_f<T>(o / L);
+            if (g.lse && d == 0)
+                g.lse[t * g.h + h0 + i] = (M + log2f(L)) * REEL_ATTN_LN2;
         } else {
             slot[(h0 + i) * DH + d] = o / L;
             if (d == 0)
@@ -236,8 +238,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
     if (skip_runs && attn_in_run(m, t, rows))
         return;
     int32_t s, p;
-    if (attn_token_ok(m, g, t, &s, &p) != 1)
-        return; /* chunk 0 wrote zeros */
+    if (attn_token_ok(m, g, t, &s, &p) != 1 || p < 0)
+        return; /* chunk 0 wrote zeros (and lse -inf) */
     int32_t clen;
     const int nact = attn_chunking(p, nchunks, &clen);
     if (nact == 1)
@@ -267,8 +269,10 @@ __global__ void __launch_bounds__(DEC_THREADS)
     if (s_bad || L == 0.0f) {
         for (int64_t d = threadIdx.x; d < g.dh; d += DEC_THREADS)
             orow[d] = from_f<T>(0.0f);
+        attn_put_lse(g, t, h, 1, -INFINITY);
         return;
     }
+    attn_put_lse(g, t, h, 1, (M + log2f(L)) * REEL_ATTN_LN2);
     const float *ob = base + h * g.dh;
     const int ng = g.dh >= DEC_THREADS ? 1 : DEC_THREADS / (int)g.dh;
     const int j = (int)(threadIdx.x / (ng > 1 ? g.dh : DEC_THREADS));

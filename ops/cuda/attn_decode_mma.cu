@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(DM_THREADS)
     T *orow = out + t * g.qrow + h0 * DH;
     int32_t s, k0, k1;
     int nact;
-    if (!attn_decode_begin(m, g, t, rows, c, nchunks, skip_runs, orow, nh, &s, &k0, &k1, &nact))
+    if (!attn_decode_begin(m, g, t, rows, c, nchunks, skip_runs, orow, h0, nh, &s, &k0, &k1, &nact))
         return;
     const int32_t *bt = m.block_tables + (int64_t)s * m.max_blocks;
     const int32_t bs = (int32_t)g.bs;
@@ -238,6 +238,8 @@ __global__ void __launch_bounds__(DM_THREADS)
         }
         if (nact == 1) {
             orow[x] = from_f<T>(acc / L);
+            if (g.lse && d == 0)
+                g.lse[t * g.h + h0 + r] = (M + log2f(L)) * REEL_ATTN_LN2;
         } else {
             slot[(h0 + r) * DH + d] = acc / L;
             if (d == 0)

@@ -7,7 +7,8 @@
  * walks the keys 0 .. its largest position in tiles of PF_BN keys, read
  * through the block table into shared memory with cp.async (rows past the
  * segment's keys zero-filled), computes S = Q K^T per warp (16 query rows
- * each), masks causally (key j is seen by a row at position p iff j <= p),
+ * each), masks causally (key j is seen by a row at position p iff j <= p;
+ * under DCP p is the row's last local key, attn_token_ok),
  * folds S into an online softmax (base 2) and accumulates O += P V, with P
  * taken straight from the score registers. Rows are normalised once at the
  * end. A block entry that is out of range refuses exactly the rows whose
@@ -53,13 +54,16 @@ __global__ void __launch_bounds__(PF_THREADS)
         int st = 0;
         int32_t s = -1, p = 0;
         if (t < rows && attn_in_run(m, t, rows)) {
-            int ok = attn_token_ok(m, g, t, &s, &p);
-            if (ok == 1) {
+            int ok = attn_token_ok(m, g, t, &s, &p); /* p: the last key, local under DCP */
+            if (ok == 1 && p >= 0) {
                 st = 1;
             } else {
-                report(&m, REEL_E_LIMIT); /* in a run, so not padding */
-                for (int64_t d = 0; d < DH; d++)
+                if (ok != 1)
+                    report(&m, REEL_E_LIMIT); /* in a run, so not padding */
+                for (int64_t d = 0; d < DH; d++) /* a breach, or an empty DCP shard: (0, -inf) */
                     out[t * g.qrow + h * DH + d] = from_f<T>(0.0f);
+                if (g.lse)
+                    g.lse[t * g.h + h] = -INFINITY;
             }
         }
         s_seq[i] = s;
@@ -103,6 +107,8 @@ __global__ void __launch_bounds__(PF_THREADS)
                 report(&m, REEL_E_LIMIT);
                 for (int64_t d = 0; d < DH; d++)
                     out[(t0 + i) * g.qrow + h * DH + d] = from_f<T>(0.0f);
+                if (g.lse)
+                    g.lse[(t0 + i) * g.h + h] = -INFINITY;
                 s_state[i] = 0;
             } else {
                 s_state[i] = 2; /* in this segment */
@@ -285,6 +291,12 @@ __global__ void __launch_bounds__(PF_THREADS)
                 o1[d] = from_f<T>(o[n][2] / l1);
                 o1[d + 1] = from_f<T>(o[n][3] / l1);
             }
+        }
+        if (g.lse && ti == 0) { /* m0, m1 are raw maxima: scaled here */
+            if (in0)
+                g.lse[(t0 + r0) * g.h + h] = (m0 * qscale + log2f(l0)) * REEL_ATTN_LN2;
+            if (in1)
+                g.lse[(t0 + r1) * g.h + h] = (m1 * qscale + log2f(l1)) * REEL_ATTN_LN2;
         }
         __syncthreads();
         if (threadIdx.x < PF_BM && s_state[threadIdx.x] == 2)

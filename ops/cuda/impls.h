@@ -23,6 +23,8 @@ extern const reel_op_impl reel_cu_paged_attention_impl;
 extern const reel_op_impl reel_cu_paged_attention_ref_impl;
 extern const reel_op_impl reel_cu_topk_impl;
 extern const reel_op_impl reel_cu_lse_combine_impl;
+extern const reel_op_impl reel_cu_lse_rescale_impl;
+extern const reel_op_impl reel_cu_lse_pack_impl;
 extern const reel_op_impl reel_cu_all_reduce_impl;
 extern const reel_op_impl reel_cu_all_gather_impl;
 extern const reel_op_impl reel_cu_reduce_scatter_impl;

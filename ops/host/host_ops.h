@@ -31,6 +31,8 @@ void reel_host_argmax(const void *args);
 void reel_host_paged_attention(const void *args);
 void reel_host_topk(const void *args);
 void reel_host_lse_combine(const void *args);
+void reel_host_lse_rescale(const void *args);
+void reel_host_lse_pack(const void *args);
 /* Collectives (ops/host/collectives.c): the decomposition of
  * ops/collective.c with the host chunk transpose; they issue the host
  * communicator's kernels. */

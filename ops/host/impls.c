@@ -26,6 +26,8 @@ REEL_HOST_LAUNCHER(reel_host_argmax)
 REEL_HOST_LAUNCHER(reel_host_paged_attention)
 REEL_HOST_LAUNCHER(reel_host_topk)
 REEL_HOST_LAUNCHER(reel_host_lse_combine)
+REEL_HOST_LAUNCHER(reel_host_lse_rescale)
+REEL_HOST_LAUNCHER(reel_host_lse_pack)
 
 static bool reel_hi_fl(const reel_shape *s) { return reel_is_float_storage(s->dtype); }
 static bool reel_hi_i32(const reel_shape *s) { return s->dtype == REEL_I32; }
@@ -65,12 +67,15 @@ static bool reel_hi_use_matmul_tiled(REEL_HI_ARGS)
     return n >= 16 && k >= 8;
 }
 
+/* Every layout of ops/op.h (DCP, CP, the lse output). */
 static bool reel_hi_use_attention(REEL_HI_ARGS)
 {
     const reel_attn_params *p = &a->attn.p;
     for (int i = 0; i < 5; i++)
         if (i >= nin || !reel_hi_fl(&in[i]))
             return false;
+    if (a->attn.lay.cp >= 1 && (nin < 6 || !reel_hi_i32(&in[5])))
+        return false;
     return reel_hi_fl(&out[0]) && p->num_heads > 0 && p->num_kv_heads > 0 && p->head_dim > 0 &&
            p->block_size > 0 && p->num_heads % p->num_kv_heads == 0;
 }
@@ -85,8 +90,13 @@ static bool reel_hi_use_topk(REEL_HI_ARGS)
 
 static bool reel_hi_use_lse(REEL_HI_ARGS)
 {
-    return nin >= 2 && reel_hi_fl(&in[0]) && in[1].dtype == REEL_F32 && reel_hi_fl(&out[0]) &&
-           out[1].dtype == REEL_F32 && a->lse.num_heads > 0;
+    bool lses = a->lse.packed ? in[0].dtype == REEL_F32 : nin >= 2 && in[1].dtype == REEL_F32;
+    return reel_hi_fl(&in[0]) && lses && reel_hi_fl(&out[0]) && out[1].dtype == REEL_F32 && a->lse.num_heads > 0;
+}
+
+static bool reel_hi_use_dcp(REEL_HI_ARGS)
+{
+    return nin >= 2 && reel_hi_fl(&in[0]) && in[1].dtype == REEL_F32 && a->dcp.num_heads > 0 && a->dcp.nranks > 0;
 }
 
 /* inplace: out[0] may start at in[0]'s address (every element, or row, is
@@ -111,6 +121,8 @@ REEL_HOST_REF(reel_hi_attention, "paged_attention", REEL_OP_PAGED_ATTENTION, ree
               reel_host_paged_attention, false);
 REEL_HOST_REF(reel_hi_topk, "topk", REEL_OP_TOPK, reel_hi_use_topk, reel_host_topk, false);
 REEL_HOST_REF(reel_hi_lse, "lse_combine", REEL_OP_LSE_COMBINE, reel_hi_use_lse, reel_host_lse_combine, false);
+REEL_HOST_REF(reel_hi_lse_rescale, "lse_rescale", REEL_OP_LSE_RESCALE, reel_hi_use_dcp, reel_host_lse_rescale, false);
+REEL_HOST_REF(reel_hi_lse_pack, "lse_pack", REEL_OP_LSE_PACK, reel_hi_use_dcp, reel_host_lse_pack, false);
 
 /* Collectives accept every dtype the schema does (f32, f16, bf16, i32). */
 static bool reel_hi_use_comm(REEL_HI_ARGS) { return true; }
@@ -138,7 +150,7 @@ static const reel_op_impl reel_hi_matmul_tiled = {
 const reel_op_impl *const reel_host_impls[] = {
     &reel_hi_embedding, &reel_hi_matmul_tiled, &reel_hi_matmul, &reel_hi_add, &reel_hi_mul,
     &reel_hi_rmsnorm, &reel_hi_silu, &reel_hi_rope, &reel_hi_softmax, &reel_hi_argmax,
-    &reel_hi_attention, &reel_hi_topk, &reel_hi_lse,
+    &reel_hi_attention, &reel_hi_topk, &reel_hi_lse, &reel_hi_lse_rescale, &reel_hi_lse_pack,
     &reel_hi_all_reduce, &reel_hi_all_gather, &reel_hi_reduce_scatter, &reel_hi_all_to_all,
     &reel_hi_send, &reel_hi_recv,
 };

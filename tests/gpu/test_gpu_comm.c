@@ -97,3 +97,105 @@ Test(gpu_comm, a_plan_keeps_its_nccl_communicator_and_an_abort_fails_the_next_st
     cr_assert(strstr(reel_ctx_last_error(ctx), "aborted"), "%s", reel_ctx_last_error(ctx));
     reel_plan_destroy(p);
 }
+
+/* ---- the attention layouts over NCCL with one rank ------------------------
+ * DCP (both exchanges) and CP built by their helpers, compiled with the
+ * NCCL communicator: replayed graphs equal eager steps bitwise, and with
+ * one rank the layout changes nothing: they equal plain attention bitwise
+ * (every weight of the combine is exactly 1, every collective the
+ * identity). A mixed step: a prefill run (the tensor-core prefill), decodes
+ * split over chunks, padding. */
+enum { LH = 8, LKV = 2, LD = 64, LBS = 16, LSEQ = 4, LBT = 64, LT = 24 };
+
+static reel_plan *layout_plan(int kind, bool eager)
+{
+    reel_graph *g = NULL;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    int64_t qd[2] = {REEL_DIM_TOKENS, LH * LD}, kd[2] = {REEL_DIM_TOKENS, LKV * LD}, sd[2] = {REEL_DIM_TOKENS, 1};
+    int64_t cd[4] = {LSEQ * LBT, LBS, LKV, LD};
+    reel_attn_params ap = {LH, LKV, LD, LBS, 0.0f};
+    reel_tensor q = reel_input(g, "q", REEL_BF16, 2, qd), k = reel_input(g, "k", REEL_BF16, 2, kd),
+                v = reel_input(g, "v", REEL_BF16, 2, kd);
+    reel_tensor kc = reel_state(g, "kc", REEL_BF16, 4, cd), vc = reel_state(g, "vc", REEL_BF16, 4, cd), y, lse;
+    if (kind == 0) {
+        y = reel_paged_attention(g, q, k, v, kc, vc, &ap);
+    } else if (kind <= 2) {
+        reel_dcp_layout d = {1, 0, 16, kind == 1 ? REEL_DCP_GATHER_SCATTER : REEL_DCP_ALL_TO_ALL};
+        cr_assert_eq(reel_dcp_attention(g, q, k, v, kc, vc, &ap, &d, &y, &lse), REEL_OK, "%s",
+                     reel_ctx_last_error(ctx));
+    } else {
+        y = reel_cp_attention(g, q, k, v, reel_input(g, "slots", REEL_I32, 2, sd), kc, vc, &ap, 1);
+    }
+    reel_output(g, "y", y);
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = 2;
+    o.buckets[0] = 8, o.buckets[1] = 32;
+    o.max_context = LBT * LBS;
+    o.max_seqs = LSEQ;
+    o.no_capture = eager;
+    o.comm = kind ? comm : NULL;
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(g, &o, &p), REEL_OK, "layout %d: %s", kind, reel_ctx_last_error(ctx));
+    reel_graph_destroy(g);
+    return p;
+}
+
+static void layout_step(reel_plan *p, const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *y)
+{
+    /* a prefill of 17, three decodes at 700, 65 and 1, 4 padding tokens */
+    static const int32_t qlen[LSEQ] = {17, 1, 1, 1}, ctx_[LSEQ] = {17, 700, 65, 1};
+    int32_t qs[LSEQ + 1], pos[LT], slot[LT], bt[LSEQ * LBT];
+    int32_t n = 0;
+    qs[0] = 0;
+    for (int s = 0; s < LSEQ; s++) {
+        for (int b = 0; b < LBT; b++)
+            bt[s * LBT + b] = s * LBT + (b * 7) % LBT;
+        for (int i = 0; i < qlen[s]; i++, n++) {
+            pos[n] = ctx_[s] - qlen[s] + i;
+            slot[n] = bt[s * LBT + pos[n] / LBS] * LBS + pos[n] % LBS;
+        }
+        qs[s + 1] = n;
+    }
+    for (; n < LT; n++)
+        pos[n] = 0, slot[n] = -1;
+    reel_step_info si = {LT, LSEQ, qs, pos, slot, ctx_, bt, LBT};
+    cr_assert_eq(reel_plan_set_input(p, "q", q, LT), REEL_OK);
+    cr_assert_eq(reel_plan_set_input(p, "k", k, LT), REEL_OK);
+    cr_assert_eq(reel_plan_set_input(p, "v", v, LT), REEL_OK);
+    if (reel_plan_set_input(p, "slots", slot, LT) == REEL_E_NOT_FOUND)
+        (void)0; /* only CP has it */
+    cr_assert_eq(reel_step(p, &si), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    const void *out;
+    int64_t rows;
+    cr_assert_eq(reel_plan_output(p, "y", &out, &rows), REEL_OK);
+    memcpy(y, out, sizeof(uint16_t) * LT * LH * LD);
+}
+
+Test(gpu_comm, dcp_and_cp_over_one_nccl_rank_replay_as_eager_and_equal_plain_attention, .init = setup,
+     .fini = teardown)
+{
+    static uint16_t q[LT * LH * LD], k[LT * LKV * LD], v[LT * LKV * LD], plain[LT * LH * LD], a[LT * LH * LD],
+        b[LT * LH * LD];
+    uint32_t x = 12345;
+    for (size_t i = 0; i < sizeof q / 2; i++)
+        q[i] = (uint16_t)(0x3c00 + ((x = x * 1664525u + 1013904223u) >> 24) - 0x80 * (i & 1)); /* bf16 ~ +-[0.5, 2] */
+    for (size_t i = 0; i < sizeof k / 2; i++) {
+        k[i] = (uint16_t)(0x3e00 + ((x = x * 1664525u + 1013904223u) >> 25));
+        v[i] = (uint16_t)(0xbe00 + ((x = x * 1664525u + 1013904223u) >> 25));
+    }
+    reel_plan *p0 = layout_plan(0, false);
+    layout_step(p0, q, k, v, plain);
+    reel_plan_destroy(p0);
+    for (int kind = 1; kind <= 3; kind++) {
+        reel_plan *pr = layout_plan(kind, false), *pe = layout_plan(kind, true);
+        layout_step(pr, q, k, v, a);
+        layout_step(pe, q, k, v, b);
+        reel_plan_stats st;
+        reel_plan_stats_get(pr, &st);
+        cr_assert_eq(st.replays, 1, "layout %d did not replay", kind);
+        cr_assert(!memcmp(a, b, sizeof a), "layout %d: replay != eager", kind);
+        cr_assert(!memcmp(a, plain, sizeof a), "layout %d: one rank differs from plain attention", kind);
+        reel_plan_destroy(pr);
+        reel_plan_destroy(pe);
+    }
+}

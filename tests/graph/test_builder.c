@@ -68,7 +68,9 @@ Test(builder, builds_a_decoder_layer_with_inferred_shapes)
     cr_assert_eq(silu->op, REEL_OP_SILU_AND_MUL);
     assert_shape((reel_tensor){ silu->out[0] }, REEL_F32, true, 2, D(-1, F));
     cr_assert_eq(attn->op, REEL_OP_PAGED_ATTENTION);
-    cr_assert_eq(attn->nin, 5);
+    cr_assert_eq(attn->nin, 6); /* the sixth, kv_slots, is CP's: absent */
+    cr_assert_eq(attn->in[5], 0);
+    cr_assert_eq(attn->nout, 2); /* no lse without a layout asking for it */
     assert_shape((reel_tensor){ attn->out[0] }, REEL_F32, true, 2, D(-1, H * DH));
     cr_assert_eq(g->nodes[4].attrs.matmul.w_transposed, true);
     cr_assert_eq(g->nodes[6].attrs.rope.rot_dim, 2);
