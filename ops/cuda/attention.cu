@@ -21,12 +21,27 @@ namespace reel_cu {
 
 enum { ATTN_WARPS = 4, ATTN_THREADS = ATTN_WARPS * 32 };
 
+/* The start of both KV-write kernels: lets a decode kernel launched as its
+ * programmatic dependent start its metadata reads now (it waits for this
+ * grid before it reads the cache), and zeroes token t's arrival counters of
+ * the in-block combine (cnt: NULL when the decode does not use them). */
+__device__ __forceinline__ void attn_write_begin(uint32_t *cnt, int32_t ny, int64_t t)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+    if (cnt)
+        for (int32_t i = threadIdx.x; i < ny; i += blockDim.x)
+            cnt[t * ny + i] = 0u;
+}
+
 /* One block per token; 16-byte copies when the rows allow them. */
 template <typename T>
 __global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_meta_view m, int64_t nslots,
-                                     int64_t kvrow, bool vec)
+                                     int64_t kvrow, bool vec, uint32_t *cnt, int32_t ny)
 {
     int64_t t = blockIdx.x;
+    attn_write_begin(cnt, ny, t);
     int64_t slot = m.slot_mapping[t];
     if (slot == -1)
         return;
@@ -59,9 +74,10 @@ __global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_
 template <typename T>
 __global__ void attn_write_kv_rope_kernel(const T *q, const T *k, const T *v, T *qr, T *kr, T *kc, T *vc,
                                           const int32_t *pos, reel_meta_view m, int64_t nslots, attn_geom g,
-                                          int32_t half, double theta)
+                                          int32_t half, double theta, uint32_t *cnt, int32_t ny)
 {
     int64_t t = blockIdx.x;
+    attn_write_begin(cnt, ny, t);
     int32_t p = pos[t], per = (int32_t)g.dh - half;
     for (int32_t i = threadIdx.x; i < (int32_t)g.h * per; i += blockDim.x) {
         int64_t at = t * g.qrow + (i / per) * g.dh;
@@ -194,13 +210,15 @@ attn_geom attn_geom_of(const reel_launch *l)
     return g;
 }
 
-template <typename T> static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g)
+template <typename T>
+static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g, uint32_t *cnt = nullptr,
+                     int32_t ny = 0)
 {
     if (l->attrs->attn.rope_rot_dim > 0) {
         attn_write_kv_rope_kernel<T><<<(unsigned)l->rows, 128, 0, st>>>(
             (const T *)l->in[0], (const T *)l->in[1], (const T *)l->in[2], (T *)l->out[2], (T *)l->out[3],
             (T *)l->in[3], (T *)l->in[4], (const int32_t *)l->in[5], *l->meta, g.nblocks * g.bs, g,
-            l->attrs->attn.rope_rot_dim / 2, (double)l->attrs->attn.rope_theta);
+            l->attrs->attn.rope_rot_dim / 2, (double)l->attrs->attn.rope_theta, cnt, ny);
         return;
     }
     bool vec = g.kvrow % pack<T>::n == 0 && aligned16(l->in[1]) && aligned16(l->in[2]) && aligned16(l->in[3]) &&
@@ -208,7 +226,7 @@ template <typename T> static void write_kv(const reel_launch *l, cudaStream_t st
     int threads = row_threads(vec ? g.kvrow / pack<T>::n : g.kvrow, 256);
     attn_write_kv_kernel<T><<<(unsigned)l->rows, threads, 0, st>>>((const T *)l->in[1], (const T *)l->in[2],
                                                                    (T *)l->in[3], (T *)l->in[4], *l->meta,
-                                                                   g.nblocks * g.bs, g.kvrow, vec);
+                                                                   g.nblocks * g.bs, g.kvrow, vec, cnt, ny);
 }
 
 template <typename T> static void attn_ref_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)
@@ -263,13 +281,20 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     if (!l->meta)
         return attn_no_meta(be, l, g, st, "cuda.paged_attention");
     reel_dtype dt = l->in_shape[0].dtype;
-    REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g));
+    const int nchunks = attn_decode_chunks(be, g, dt, l->rows, l->meta->max_context);
+    /* Small batches: the decode merges its own chunks and overlaps its
+     * metadata reads with the kernel before it (docs/attention.md). */
+    const bool inblock = attn_decode_inblock(g, dt, l->rows, nchunks);
+    const bool pdl = be->caps.pdl && l->rows <= 16;
+    const int64_t G = attn_decode_mma_group();
+    const int32_t ny = (int32_t)(g.hkv * ((g.group + G - 1) / G));
+    REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g, inblock ? attn_ws_counters((float *)l->out[1], g) : nullptr, ny));
     bool prefill = l->rows > 1 && attn_prefill_supports(dt, g.dh);
     cudaError_t e = cudaSuccess;
     if (prefill)
         e = attn_prefill_launch(l, st, g);
     if (e == cudaSuccess)
-        e = attn_decode_launch(l, st, g, attn_decode_chunks(be, g, dt, l->rows, l->meta->max_context), prefill);
+        e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, pdl);
     return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
 }
 

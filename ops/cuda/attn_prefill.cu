@@ -24,6 +24,9 @@ __global__ void __launch_bounds__(PF_THREADS)
     attn_prefill_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                         T *__restrict__ out, reel_meta_view m, attn_geom g, int64_t rows)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion(); /* a decode launched as our dependent may start its metadata reads */
+#endif
     constexpr int LD = DH + PF_PAD;        /* shared row stride, elements */
     constexpr int KSTEPS = DH / 16;        /* k-steps of S = Q K^T */
     constexpr int DTILES = DH / 8;         /* n-tiles of O */

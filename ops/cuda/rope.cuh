@@ -4,7 +4,8 @@
  * w < half rotates the pair (w, w + half) by pos * theta^(-2w/(2 half)),
  * angle, sine and cosine in double; items from half on copy the
  * pass-through dims 2 half .. hd-1. The pair is read before it is written,
- * so out may alias x. */
+ * so out may alias x. The float products and sums are rounded one by one
+ * (no fused multiply-add), as the host backend computes them. */
 #ifndef REEL_OPS_CUDA_ROPE_CUH
 #define REEL_OPS_CUDA_ROPE_CUH
 
@@ -19,8 +20,8 @@ __device__ __forceinline__ void rope_item(const T *x, T *out, I w, I half, doubl
         double ang = (double)pos * pow(theta, -2.0 * (double)w / (double)(2 * half));
         float c = (float)cos(ang), s = (float)sin(ang);
         float x1 = to_f(x[w]), x2 = to_f(x[half + w]);
-        out[w] = from_f<T>(x1 * c - x2 * s);
-        out[half + w] = from_f<T>(x2 * c + x1 * s);
+        out[w] = from_f<T>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+        out[half + w] = from_f<T>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
     } else {
         I d = 2 * half + (w - half);
         out[d] = x[d];
