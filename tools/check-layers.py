@@ -13,7 +13,7 @@ import os
 import re
 import sys
 
-LAYER = {"core": 0, "backend": 1, "memory": 2, "ops": 2, "graph": 3, "parallel": 4, "exec": 5}
+LAYER = {"core": 0, "backend": 1, "memory": 2, "ops": 2, "graph": 3, "parallel": 4, "exec": 5, "weights": 6}
 PUBLIC_ONLY = {"tools", "examples"}
 ANYTHING = {"tests", "bench", "include"}
 SOURCES = (".c", ".h", ".cu", ".cuh")
