@@ -89,6 +89,18 @@ struct reel_safetensors {
 
 static reel_err *err_of(reel_ctx *ctx) { return ctx ? &ctx->err : NULL; }
 
+/* Puts "<head>: " before the message recorded, on the context or (none)
+ * on the thread, which reel_err_prefix leaves alone. */
+static reel_status prefix_err(reel_err *e, reel_status st, const char *head)
+{
+    char prev[REEL_ERRMSG_MAX];
+    if (e)
+        reel_err_copy(e, prev, sizeof prev);
+    else
+        reel_err_copy_thread(prev, sizeof prev);
+    return reel_seterr(e, st, "%s: %s", head, prev);
+}
+
 /* ---- one file's header ---------------------------------------------------- */
 
 static uint64_t le64(const uint8_t *b)
@@ -439,8 +451,11 @@ static reel_status open_shards(reel_safetensors *ck, const char *ipath, const js
             seen = strcmp(ck->files[f].path, path) == 0;
         int f;
         reel_status st = seen ? REEL_OK : map_file(ck, path, &f);
-        if (st != REEL_OK && !seen)
-            reel_err_prefix(ck->err, st, "%s: shard '%s' of tensor '%s'", ipath, shard, k);
+        if (st != REEL_OK && !seen) {
+            char head[REEL_ERRMSG_MAX];
+            snprintf(head, sizeof head, "%s: shard '%s' of tensor '%s'", ipath, shard, k);
+            prefix_err(ck->err, st, head);
+        }
         reel_hfree(path);
         REEL_TRY(st);
     }
