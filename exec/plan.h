@@ -273,6 +273,11 @@ reel_status reel_capture_all(reel_plan *p);
 
 /* plan_io.c */
 int reel_plan_find_tensor(const reel_plan *p, const char *name, reel_tensor_kind kind);
+/* Copies bytes of host data to byte offset of parameter t (a part of it: a
+ * checkpoint's tensors stacked into one fused parameter); complete marks
+ * the parameter written. The caller checked the bounds (an invariant here). */
+reel_status reel_plan_write_param_part(reel_plan *p, int t, size_t offset, const void *data, size_t bytes,
+                                       bool complete);
 
 /* introspect.c: node info, the plan's memory, op spans. */
 void reel_plan_trace_free(reel_plan *p);

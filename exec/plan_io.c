@@ -81,6 +81,25 @@ reel_status reel_plan_write_param(reel_plan *p, const char *name, const void *da
     return REEL_OK;
 }
 
+reel_status reel_plan_write_param_part(reel_plan *p, int t, size_t offset, const void *data, size_t bytes,
+                                       bool complete)
+{
+    REEL_INVARIANT(p->err, t > 0 && t < p->ntensors && p->tensors[t].kind == REEL_T_PARAM);
+    REEL_INVARIANT(p->err, offset <= reel_shape_bytes(&p->tensors[t].shape, 0) &&
+                               bytes <= reel_shape_bytes(&p->tensors[t].shape, 0) - offset);
+    if (bytes) {
+        REEL_TRY(p->be->vt->copy(p->be, p->streams[0], (char *)p->tensor_ptr[t] + offset, data, bytes,
+                                 REEL_COPY_H2D));
+        REEL_TRY(p->be->vt->stream_sync(p->be, p->streams[0]));
+    }
+    if (complete) {
+        if (!p->param_written[t])
+            p->params_unwritten--;
+        p->param_written[t] = true;
+    }
+    return REEL_OK;
+}
+
 static reel_status state_io(reel_plan *p, const char *name, void *host, size_t bytes, bool write)
 {
     const char *what = write ? "write_state" : "read_state";
