@@ -206,15 +206,20 @@ static bool fits_int(const reel_shape *in)
     return true;
 }
 
+/* Epilogues and segments (the fusion pass) are not implemented by the cuBLAS
+ * impls yet: refusing them keeps those nodes unfused (exec/fuse.c asks the
+ * registry before it rewrites). */
+static bool plain(const reel_op_attrs *a) { return a->matmul.epi == REEL_MM_EPI_NONE && a->matmul.nseg == 0; }
+
 static bool use_lt(REEL_CU_USE_ARGS)
 {
-    return nin >= 2 && same_float_dtype(in, 2, out, 1) && in[0].dtype != REEL_F32 && in[1].ndim == 2 &&
+    return nin >= 2 && plain(a) && same_float_dtype(in, 2, out, 1) && in[0].dtype != REEL_F32 && in[1].ndim == 2 &&
            fits_int(in);
 }
 
 static bool use_sgemm(REEL_CU_USE_ARGS)
 {
-    return nin >= 2 && same_float_dtype(in, 2, out, 1) && in[0].dtype == REEL_F32 && in[1].ndim == 2 &&
+    return nin >= 2 && plain(a) && same_float_dtype(in, 2, out, 1) && in[0].dtype == REEL_F32 && in[1].ndim == 2 &&
            fits_int(in);
 }
 
