@@ -44,9 +44,12 @@ static reel_tensor layer(reel_graph *g, const model_config *c, int i, reel_tenso
 #define W2(suffix, a, b) (snprintf(n, sizeof n, "l%d." suffix, i), weight(g, c, n, 2, (a), (b)))
 #define W1(suffix, a) (snprintf(n, sizeof n, "l%d." suffix, i), weight(g, c, n, 1, (a), 0))
     reel_tensor x = reel_rmsnorm(g, h, W1("attn_norm", D), c->eps);
-    reel_tensor q = reel_matmul(g, x, W2("wq", D, D), false);
-    reel_tensor k = reel_matmul(g, x, W2("wk", D, KV), false);
-    reel_tensor v = reel_matmul(g, x, W2("wv", D, KV), false);
+    /* One fused projection [T, D + 2 KV], split by views (no copies: the
+     * matmul writes q, k and v as blocks of their own, exec/fuse.c). */
+    reel_tensor qkv = reel_matmul(g, x, W2("wqkv", D, D + 2 * KV), false);
+    reel_tensor q = reel_view_cols(g, qkv, 0, D);
+    reel_tensor k = reel_view_cols(g, qkv, D, KV);
+    reel_tensor v = reel_view_cols(g, qkv, D + KV, KV);
     q = reel_rope(g, q, pos, (int)Dh, (int)Dh, c->rope_theta);
     k = reel_rope(g, k, pos, (int)Dh, (int)Dh, c->rope_theta);
     int64_t cache_dims[4] = {c->num_blocks, c->block_size, c->kv_heads, Dh};
@@ -206,9 +209,7 @@ reel_status model_write_stage_weights(reel_plan *p, const model_config *c, int s
     for (int i = first; i < last && st == REEL_OK; i++) {
         struct { const char *suffix; int64_t rows, cols; float center, scale; } w[] = {
             {"attn_norm", D, 1, 1.0f, 0.1f},
-            {"wq", D, D, 0.0f, fan_in_scale(D)},
-            {"wk", D, KV, 0.0f, fan_in_scale(D)},
-            {"wv", D, KV, 0.0f, fan_in_scale(D)},
+            {"wqkv", D, D + 2 * KV, 0.0f, fan_in_scale(D)},
             {"wo", D, D, 0.0f, fan_in_scale(D)},
             {"ffn_norm", D, 1, 1.0f, 0.1f},
             {"w_gate_up", D, 2 * F, 0.0f, fan_in_scale(D)},

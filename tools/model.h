@@ -7,7 +7,8 @@
  * never holds a second copy of the whole model.
  *
  * Graph (per step, T tokens):
- *   tokens [T] -> embedding -> L x { rmsnorm, q/k/v matmul, rope (q, k),
+ *   tokens [T] -> embedding -> L x { rmsnorm, one qkv matmul split by
+ *   column views into q, k, v, rope (q, k),
  *   paged attention over states "l<i>.k_cache"/"l<i>.v_cache", o matmul,
  *   residual add, rmsnorm, gate_up matmul, silu_and_mul, down matmul,
  *   residual add } -> rmsnorm -> lm head matmul -> argmax -> "next_token" [T]
