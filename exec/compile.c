@@ -7,6 +7,7 @@
 
 #include "core/halloc.h"
 #include "core/opts.h"
+#include "exec/fuse.h"
 #include "exec/plan.h"
 #include "memory/pinned.h"
 #include "memory/workspace.h"
@@ -246,6 +247,12 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile
     REEL_TRY(reel_graph_validate(g));
     REEL_TRY(copy_graph(p, g));
     REEL_TRY(check_row_sizes(p));
+    /* Rope into attention first: its compaction renumbers node outputs
+     * only, and the graph pass after it keeps the views' producers. */
+    if (!p->dbg.no_fuse && !p->opts.no_fuse) {
+        int fused = 0;
+        REEL_TRY(reel_fuse_rope_attention(p, &fused));
+    }
     REEL_TRY(reel_plan_fuse(p));
     REEL_TRY(select_kernels(p));
     REEL_TRY(reel_plan_comm_bind(p));

@@ -289,7 +289,7 @@ reel_status reel_plan_fuse(reel_plan *p)
     p->fused = reel_hcalloc((size_t)p->nnodes + 1, sizeof *p->fused);
     if (!p->fused)
         return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory");
-    if (p->opts.no_fuse || p->nnodes == 0)
+    if (p->opts.no_fuse || p->dbg.no_fuse || p->nnodes == 0)
         return REEL_OK;
     fuse_ctx f = {.p = p, .rows = p->buckets[p->nbuckets - 1]};
     f.gone = reel_hcalloc((size_t)p->nnodes + 1, sizeof *f.gone);

@@ -49,7 +49,7 @@ typedef enum reel_op_kind {
 static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_REDUCE && k <= REEL_OP_RECV; }
 
 #define REEL_OP_MAX_IN 6
-#define REEL_OP_MAX_OUT 2
+#define REEL_OP_MAX_OUT 4
 
 /* Paged attention's second output is its split-KV workspace: partial
  * results of REEL_ATTN_SPLIT_SLOTS (token, chunk) pairs, each num_heads
@@ -83,7 +83,15 @@ typedef union reel_op_attrs {
     struct { int64_t col, ncols; } view;
     struct { float eps; } rmsnorm;
     struct { int head_dim, rot_dim; float theta; } rope;
-    struct { reel_attn_params p; } attn;
+    /* rope_rot_dim > 0: the op applies neox rotary embedding (reel_rope's
+     * math, head_dim = p.head_dim) to q and k itself: a node made by the
+     * compiler's rope fusion (exec/fuse_rope.c) from two rope ops feeding
+     * it. Then in[0] and in[1] are the unrotated q and k, in[5] the rope's
+     * positions [T] i32, and out[2] and out[3] the rotated q and k ([T,
+     * H*Dh] and [T, Hkv*Dh], the rope ops' own results, which the kernels
+     * read q from and which stay readable as graph outputs); the cache
+     * receives rotated k. */
+    struct { reel_attn_params p; int rope_rot_dim; float rope_theta; } attn;
     struct { int k, page_size; bool has_page_table; } topk;
     struct { int num_heads; } lse;
     /* Collectives: the axis chunked or gathered, the group size the op was

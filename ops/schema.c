@@ -310,6 +310,22 @@ static reel_status infer_paged_attention(const reel_shape *in, int nin, const re
     if (in[3].dims[0] != in[4].dims[0])
         return bad(err, len, REEL_E_SHAPE, "k_cache has %lld blocks, v_cache %lld", (long long)in[3].dims[0],
                    (long long)in[4].dims[0]);
+    bool has_pos = nin > 5 && in[5].ndim != 0;
+    int rd = a->attn.rope_rot_dim;
+    if (has_pos != (rd > 0))
+        return bad(err, len, REEL_E_INTERNAL, "rope_rot_dim %d disagrees with the positions operand", rd);
+    if (rd > 0) {
+        TRY(need_tok(&in[5], "positions", 1, err, len));
+        TRY(need_dtype(&in[5], "positions", REEL_I32, err, len));
+        if (rd > p->head_dim || rd % 2 != 0)
+            return bad(err, len, REEL_E_INVALID_ARG, "rope_rot_dim %d must be even and in (0, head_dim %d]", rd,
+                       p->head_dim);
+        if (!(a->attn.rope_theta > 0.0f) || !isfinite(a->attn.rope_theta))
+            return bad(err, len, REEL_E_INVALID_ARG, "rope_theta must be finite and > 0, is %g",
+                       (double)a->attn.rope_theta);
+        set_tok(&out[2], in[0].dtype, 2, qw, 0);
+        set_tok(&out[3], in[0].dtype, 2, kw, 0);
+    }
     set_tok(&out[0], in[0].dtype, 2, qw, 0);
     out[1] = (reel_shape){ .dtype = REEL_F32, .ndim = 2, .tokens = false,
                            .dims = { REEL_ATTN_SPLIT_SLOTS, qw + p->num_heads, 0, 0 } };
@@ -481,7 +497,7 @@ static const reel_op_schema schemas[REEL_OP_COUNT] = {
     [REEL_OP_SOFTMAX] = { "softmax", 1, 1, infer_softmax, { "x" } },
     [REEL_OP_ARGMAX] = { "argmax", 1, 1, infer_argmax, { "x" } },
     [REEL_OP_PAGED_ATTENTION] = { "paged_attention", 5, 2, infer_paged_attention,
-                                  { "q", "k", "v", "k_cache", "v_cache" } },
+                                  { "q", "k", "v", "k_cache", "v_cache", "positions" } },
     [REEL_OP_TOPK] = { "topk", 3, 1, infer_topk, { "scores", "lengths", "page_table" } },
     [REEL_OP_LSE_COMBINE] = { "lse_combine", 2, 2, infer_lse_combine, { "outs", "lses" } },
     [REEL_OP_ALL_REDUCE] = { "all_reduce", 1, 1, infer_all_reduce, { "x" } },

@@ -41,6 +41,14 @@ __device__ __forceinline__ int32_t attn_in_blk(const attn_geom &g, int32_t j)
 
 attn_geom attn_geom_of(const reel_launch *l);
 
+/* The q the kernels read: the op's input, or with the fused rope
+ * (attrs.attn.rope_rot_dim > 0) the rotated copy the KV write made in
+ * out[2]. */
+static inline const void *attn_q(const reel_launch *l)
+{
+    return l->attrs->attn.rope_rot_dim > 0 ? l->out[2] : l->in[0];
+}
+
 /* The token-level guard of the host reference, without the block-table
  * walk: 1 valid, 0 padding (sequence -1: zeros, not reported), -1 a breach
  * (zeros and REEL_E_LIMIT). */

@@ -338,7 +338,7 @@ static cudaError_t decode_run(const reel_launch *l, cudaStream_t st, const attn_
     dim3 grid((unsigned)(l->rows * nchunks * g.hkv * hsplit));
     float *ws = (float *)l->out[1];
     attn_decode_kernel<T, DH, G, U><<<grid, DEC_THREADS, 0, st>>>(
-        (const T *)l->in[0], (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows,
+        (const T *)attn_q(l), (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows,
         nchunks, hsplit, skip);
     return cudaSuccess;
 }

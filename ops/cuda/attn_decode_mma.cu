@@ -273,7 +273,7 @@ static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom
     int hsplit = (int)((g.group + DM_ROWS - 1) / DM_ROWS);
     dim3 grid((unsigned)(l->rows * nchunks * g.hkv * hsplit));
     attn_decode_mma_kernel<T, DH><<<grid, DM_THREADS, dm_smem<T, DH>(), st>>>(
-        (const T *)l->in[0], (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], (float *)l->out[1], *l->meta,
+        (const T *)attn_q(l), (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], (float *)l->out[1], *l->meta,
         g, l->rows, nchunks, hsplit, skip);
     return cudaSuccess;
 }

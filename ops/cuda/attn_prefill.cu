@@ -318,7 +318,7 @@ template <typename T, int DH> static cudaError_t prefill_run(const reel_launch *
     if (e != cudaSuccess)
         return e;
     dim3 grid((unsigned)((l->rows + PF_BM - 1) / PF_BM * g.h));
-    attn_prefill_kernel<T, DH><<<grid, PF_THREADS, prefill_smem<T, DH>(), st>>>((const T *)l->in[0], (const T *)l->in[3],
+    attn_prefill_kernel<T, DH><<<grid, PF_THREADS, prefill_smem<T, DH>(), st>>>((const T *)attn_q(l), (const T *)l->in[3],
                                                             (const T *)l->in[4], (T *)l->out[0], *l->meta, g,
                                                             l->rows);
     return cudaSuccess;

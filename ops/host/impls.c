@@ -73,6 +73,9 @@ static bool reel_hi_use_attention(REEL_HI_ARGS)
     for (int i = 0; i < 5; i++)
         if (i >= nin || !reel_hi_fl(&in[i]))
             return false;
+    if (a->attn.rope_rot_dim > 0 && (nin < 6 || in[5].dtype != REEL_I32 || out[2].dtype != in[0].dtype ||
+                                     out[3].dtype != in[1].dtype))
+        return false;
     return reel_hi_fl(&out[0]) && p->num_heads > 0 && p->num_kv_heads > 0 && p->head_dim > 0 &&
            p->block_size > 0 && p->num_heads % p->num_kv_heads == 0;
 }
