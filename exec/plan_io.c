@@ -198,7 +198,9 @@ reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_plac
     int seen = 0;
     for (uint32_t t = 1; t < (uint32_t)p->ntensors; t++) {
         const reel_tinfo *ti = &p->tensors[t];
-        if (ti->kind != REEL_T_ACT || seen++ != i || i < 0)
+        /* Views own no bytes (their source's placement has them); fused-away
+         * tensors none at all. */
+        if (ti->kind != REEL_T_ACT || ti->alias_of || ti->dead || seen++ != i || i < 0)
             continue;
         const reel_layout *L = &p->bucket[bucket];
         out->name = ti->name;

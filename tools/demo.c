@@ -117,6 +117,8 @@ static reel_compile_opts compile_opts(const demo_opts *o)
     c.no_capture = o->eager;
     c.check_hazards = o->hazards;
     if (o->pdl) c.pdl = 1;
+    if (o->no_pdl) c.pdl = 0;
+    if (o->no_fuse) c.no_fuse = 1;
     return c;
 }
 

@@ -28,7 +28,7 @@ typedef struct demo_opts {
     int requests;
     int steps;        /* stop after this many steps; 0: when every request is done */
     uint64_t seed;
-    bool strict, eager, fit, hazards, quiet, pdl;
+    bool strict, eager, fit, hazards, quiet, pdl, no_pdl, no_fuse;
     int device;       /* CUDA device ordinal */
     int pp;           /* pipeline stages (0, 1: one); each a thread with its own context, plan and
                          communicator (host backend), joined by send/recv inside the graphs */

@@ -48,7 +48,10 @@ void demo_options_usage(FILE *f)
           "  --strict           a step beyond the limits is an error, not an eager step\n"
           "  --eager            capture nothing: every step runs eagerly\n"
           "  --check-hazards    run every step under the hazard checker\n"
-          "  --pdl              programmatic dependent launch between kernels (CUDA)\n"
+          "  --pdl              programmatic dependent launch for every kernel that honours it (CUDA;\n"
+          "                     default: for kernels of at most one wave)\n"
+          "  --no-pdl           no programmatic dependent launch\n"
+          "  --no-fuse          no fusion pass: every op its own kernel (to compare results)\n"
           "workload:\n"
           "  --max-tokens N     scheduler token budget per step (2 * largest bucket)\n"
           "  --requests N       requests to serve (48)\n"
@@ -123,7 +126,8 @@ static int parse_dtype(const char *s, reel_dtype *out, FILE *err)
 
 enum { O_LAYERS = 256, O_HIDDEN, O_HEADS, O_KV_HEADS, O_FFN, O_VOCAB, O_DTYPE, O_BLOCK, O_BUCKETS, O_CTX,
        O_SEQS, O_STRICT, O_EAGER, O_HAZARDS, O_TOKENS, O_REQUESTS, O_STEPS, O_KV_BLOCKS, O_FIT, O_SEED,
-       O_BACKEND, O_QUIET, O_PDL, O_DEVICE, O_PP, O_MODEL, O_SAVE_MODEL, O_PROMPT, O_GENERATE, O_LOGITS };
+       O_BACKEND, O_QUIET, O_PDL, O_DEVICE, O_PP, O_MODEL, O_SAVE_MODEL, O_PROMPT, O_GENERATE, O_LOGITS,
+       O_NO_PDL, O_NO_FUSE };
 
 static const struct option long_opts[] = {
     {"layers", required_argument, 0, O_LAYERS},     {"hidden", required_argument, 0, O_HIDDEN},
@@ -141,6 +145,7 @@ static const struct option long_opts[] = {
     {"pp", required_argument, 0, O_PP},             {"model", required_argument, 0, O_MODEL},
     {"save-model", required_argument, 0, O_SAVE_MODEL}, {"prompt", required_argument, 0, O_PROMPT},
     {"generate", required_argument, 0, O_GENERATE}, {"logits", required_argument, 0, O_LOGITS},
+    {"no-pdl", no_argument, 0, O_NO_PDL},           {"no-fuse", no_argument, 0, O_NO_FUSE},
     {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
 };
 
@@ -213,6 +218,8 @@ static int parse_one(int c, const char *a, demo_opts *o, FILE *err)
     case O_FIT: o->fit = true; return 0;
     case O_QUIET: o->quiet = true; return 0;
     case O_PDL: o->pdl = true; return 0;
+    case O_NO_PDL: o->no_pdl = true; return 0;
+    case O_NO_FUSE: o->no_fuse = true; return 0;
     case O_DEVICE: return parse_int("device", a, 0, 1023, &o->device, err);
     case O_PP: return parse_int("pp", a, 1, DEMO_PP_MAX, &o->pp, err);
     case O_MODEL: o->model_dir = a; return 0;
