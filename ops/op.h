@@ -36,6 +36,13 @@ typedef enum reel_op_kind {
     REEL_OP_ALL_TO_ALL,
     REEL_OP_SEND,
     REEL_OP_RECV,
+    /* Fusion (issue 8). view_cols is built by reel_view_cols: a column range
+     * of its source, an alias of the source's bytes where the fusion pass
+     * makes the producing matmul write its columns as segments, a copy
+     * otherwise. add_rmsnorm is made by the fusion pass only: (a, b, w) ->
+     * (a + b rounded to the storage dtype, rmsnorm of that sum). */
+    REEL_OP_VIEW_COLS,
+    REEL_OP_ADD_RMSNORM,
     /* The DCP combine's pieces (issue 10, parallel/): appended, so the
      * collectives stay one range. */
     REEL_OP_LSE_RESCALE,
@@ -47,7 +54,7 @@ typedef enum reel_op_kind {
 static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_REDUCE && k <= REEL_OP_RECV; }
 
 #define REEL_OP_MAX_IN 6
-#define REEL_OP_MAX_OUT 3
+#define REEL_OP_MAX_OUT 4
 
 /* Paged attention's second output is its split-KV workspace: partial
  * results of REEL_ATTN_SPLIT_SLOTS (token, chunk) pairs, each num_heads
@@ -58,6 +65,18 @@ static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_RED
  * kernel splits a token's keys into at most SLOTS / rows chunks; the host
  * reference does not split and leaves it untouched. */
 #define REEL_ATTN_SPLIT_SLOTS 256
+
+/* Matmul epilogues the fusion pass sets (exec/fuse.c); the builder leaves
+ * REEL_MM_EPI_NONE. BIAS: a third input b [N] is added to each row after the
+ * product is rounded to the storage dtype (the rounding of the unfused
+ * matmul then add). SILU_MUL: the output is silu(y[:, :N/2]) * y[:, N/2:] of
+ * the product y rounded to storage, [T, N/2]; the second output [T, N] is
+ * planned scratch a kernel may stage y in. */
+enum { REEL_MM_EPI_NONE = 0, REEL_MM_EPI_BIAS = 1, REEL_MM_EPI_SILU_MUL = 2 };
+/* Column segments of a matmul's output (views fused into it): nseg > 0
+ * stores columns [c_s, c_s + seg[s]) as their own row-major [rows, seg[s]]
+ * block at element rows * c_s, so each view is contiguous. */
+#define REEL_MM_MAX_SEG 4
 
 /* Paged attention across ranks (issue 10; parallel/ builds these nodes and
  * checks them against the validated subset at compile). All zero: a plain
@@ -92,11 +111,35 @@ static inline reel_dcp_view reel_attn_dcp(const reel_attn_layout *l)
     return d;
 }
 
+/* Does the node have a layout (DCP, CP or the lse output)? */
+static inline bool reel_attn_has_layout(const reel_attn_layout *l)
+{
+    return l->dcp >= 1 || l->cp >= 1 || l->lse;
+}
+
 typedef union reel_op_attrs {
-    struct { bool w_transposed; } matmul;
+    struct {
+        bool w_transposed;
+        int epi;                        /* REEL_MM_EPI_* */
+        int nseg;                       /* 0: plain row-major output */
+        int64_t seg[REEL_MM_MAX_SEG];   /* columns of each segment, in order */
+    } matmul;
+    struct { int64_t col, ncols; } view;
     struct { float eps; } rmsnorm;
     struct { int head_dim, rot_dim; float theta; } rope;
-    struct { reel_attn_params p; reel_attn_layout lay; } attn;
+    /* rope_rot_dim > 0: the op applies neox rotary embedding (reel_rope's
+     * math, head_dim = p.head_dim) to q and k itself: a node made by the
+     * compiler's rope fusion (exec/fuse_rope.c) from two rope ops feeding
+     * it. Then in[0] and in[1] are the unrotated q and k, in[5] the rope's
+     * positions [T] i32, and out[2] and out[3] the rotated q and k ([T,
+     * H*Dh] and [T, Hkv*Dh], the rope ops' own results, which the kernels
+     * read q from and which stay readable as graph outputs); the cache
+     * receives rotated k.
+     * lay: the layout across ranks (reel_attn_layout above), whose kv_slots
+     * and lse are in[5] and out[2] too: a node has the fused rope or a
+     * layout, never both (the fusion leaves nodes with a layout alone and
+     * the schema refuses the pair). */
+    struct { reel_attn_params p; int rope_rot_dim; float rope_theta; reel_attn_layout lay; } attn;
     struct { int k, page_size; bool has_page_table; } topk;
     /* packed: no lses operand; outs is [T, P, H*Dh + H] float32, each
      * partial's outputs then its lses, and the result has out_dtype. */
@@ -184,6 +227,10 @@ typedef struct reel_op_impl {
                     const reel_device_caps *caps);
     /* Issues the kernel(s) on l->stream. Errors go to be->err. */
     reel_status (*launch)(reel_backend *be, const reel_launch *l);
+    /* Optional: thread blocks of the launch's (largest) kernel, for the
+     * default PDL decision by grid size (exec/schedule.c); NULL: unknown,
+     * PDL only when asked for. */
+    int64_t (*grid_blocks)(const reel_launch *l, const reel_device_caps *caps);
 } reel_op_impl;
 
 /* The registry: a read-only table per backend, filled at build time. Picks

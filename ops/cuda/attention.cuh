@@ -56,6 +56,14 @@ __device__ __forceinline__ int32_t attn_last_key(const attn_geom &g, int32_t p)
     return g.dcp.n <= 1 ? p : reel_dcp_local_count(g.dcp, p + 1) - 1;
 }
 
+/* The q the kernels read: the op's input, or with the fused rope
+ * (attrs.attn.rope_rot_dim > 0) the rotated copy the KV write made in
+ * out[2]. */
+static inline const void *attn_q(const reel_launch *l)
+{
+    return l->attrs->attn.rope_rot_dim > 0 ? l->out[2] : l->in[0];
+}
+
 /* The token-level guard of the host reference, without the block-table
  * walk: 1 valid, 0 padding (sequence -1: zeros, not reported), -1 a breach
  * (zeros and REEL_E_LIMIT). *last: the last key index it attends
@@ -77,6 +85,21 @@ __device__ __forceinline__ int attn_token_ok(const reel_meta_view &m, const attn
     int32_t j = attn_last_key(g, p);
     *last = j;
     return j / g.bs < m.max_blocks ? 1 : -1;
+}
+
+/* The start of every KV-write kernel (attention.cu, attn_kv_layout.cu):
+ * lets a decode kernel launched as its programmatic dependent start its
+ * metadata reads now (it waits for this grid before it reads the cache),
+ * and zeroes token t's arrival counters of the in-block combine (cnt: NULL
+ * when the decode does not use them). */
+__device__ __forceinline__ void attn_write_begin(uint32_t *cnt, int32_t ny, int64_t t)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+    if (cnt)
+        for (int32_t i = threadIdx.x; i < ny; i += blockDim.x)
+            cnt[t * ny + i] = 0u;
 }
 
 /* The lse output of heads h0 .. h0+nh-1 of token t (threads 0 .. nh-1 of
@@ -178,6 +201,15 @@ __host__ __device__ __forceinline__ int64_t attn_ws_slot_floats(const attn_geom 
     return g.qrow + g.h;
 }
 
+/* The in-block combine's arrival counters (one per token, kv head and
+ * head group) live in the workspace's last slot, which the chunking never
+ * gives a partial (attn_decode_chunks keeps rows * chunks below
+ * REEL_ATTN_SPLIT_SLOTS). */
+__host__ __device__ __forceinline__ uint32_t *attn_ws_counters(float *ws, const attn_geom &g)
+{
+    return (uint32_t *)(ws + (int64_t)(REEL_ATTN_SPLIT_SLOTS - 1) * attn_ws_slot_floats(g));
+}
+
 /* Launchers (attn_decode.cu, attn_decode_mma.cu, attn_prefill.cu); each
  * returns the launch's cudaError_t. attn_decode_launch picks the
  * tensor-core decode where it is built for the dtype and head dim, the
@@ -185,12 +217,21 @@ __host__ __device__ __forceinline__ int64_t attn_ws_slot_floats(const attn_geom 
 int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
                        int32_t max_context);
 bool attn_decode_supports(reel_dtype dt, int64_t dh);
+/* Whether the tensor-core decode merges its own chunks (the last chunk of
+ * each token and head group to finish, dm_arrive_and_combine) instead of a
+ * combine kernel: where the merge is small (few chunks and heads a group,
+ * counters that fit the slot), the small batches whose step time is launch
+ * latency. A function of the launch alone, like the chunking. */
+bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nchunks);
+/* pdl: launch the decode kernel as a programmatic dependent of the kernel
+ * before it (the KV write or the prefill), whose work its metadata reads
+ * overlap. */
 cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                               bool skip_runs);
+                               bool skip_runs, bool inblock, bool pdl);
 bool attn_decode_mma_supports(reel_dtype dt, int64_t dh);
 int attn_decode_mma_group(void);
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                                   bool skip_runs);
+                                   bool skip_runs, bool inblock, bool pdl);
 bool attn_prefill_supports(reel_dtype dt, int64_t dh);
 cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g);
 /* The KV write of a layout (attn_kv_layout.cu): DCP writes the tokens this
@@ -198,7 +239,7 @@ cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const att
  * rows at kv_slots. attn_kv_layout says whether a node has one. Issues
  * only: a launch error is the op's to report. */
 bool attn_kv_layout(const reel_launch *l);
-void attn_write_kv_layout(const reel_launch *l, cudaStream_t st, const attn_geom &g);
+void attn_write_kv_layout(const reel_launch *l, cudaStream_t st, const attn_geom &g, uint32_t *cnt, int32_t ny);
 
 } /* namespace reel_cu */
 

@@ -6,7 +6,9 @@
  *    range is REEL_E_LIMIT, skipped, like the plain write's bad slot;
  *  - CP: one block per (token, rank): row t, chunk q of the gathered k and
  *    v goes to kv_slots[t][q] (-1: none; outside the cache: REEL_E_LIMIT).
- * 16-byte copies when the rows and pointers allow them. */
+ * Both start like the plain write (attn_write_begin: the programmatic
+ * launch of the decode, the in-block combine's counters). 16-byte copies
+ * when the rows and pointers allow them. */
 #include "ops/cuda/attention.cuh"
 
 namespace reel_cu {
@@ -29,9 +31,11 @@ __device__ __forceinline__ void kv_copy_row(T *kd, T *vd, const T *ks, const T *
 }
 
 template <typename T>
-__global__ void attn_write_kv_dcp_kernel(const T *k, const T *v, T *kc, T *vc, reel_meta_view m, attn_geom g, bool vec)
+__global__ void attn_write_kv_dcp_kernel(const T *k, const T *v, T *kc, T *vc, reel_meta_view m, attn_geom g, bool vec,
+                                         uint32_t *cnt, int32_t ny)
 {
     const int64_t t = blockIdx.x;
+    attn_write_begin(cnt, ny, t);
     if (m.slot_mapping[t] == -1)
         return;
     const int32_t s = m.token_seq[t], p = m.positions[t];
@@ -51,9 +55,10 @@ __global__ void attn_write_kv_dcp_kernel(const T *k, const T *v, T *kc, T *vc, r
 
 template <typename T>
 __global__ void attn_write_kv_cp_kernel(const T *k, const T *v, T *kc, T *vc, const int32_t *slots, reel_meta_view m,
-                                        attn_geom g, int cp, bool vec)
+                                        attn_geom g, int cp, bool vec, uint32_t *cnt, int32_t ny)
 {
     const int64_t row = blockIdx.x; /* token t, rank q: row t * cp + q of the gathered k, v */
+    attn_write_begin(row % cp == 0 ? cnt : nullptr, ny, row / cp);
     const int64_t slot = slots[row];
     if (slot == -1)
         return;
@@ -71,7 +76,8 @@ bool attn_kv_layout(const reel_launch *l)
     return lay->dcp > 1 || lay->cp >= 1;
 }
 
-template <typename T> static void write_kv_layout(const reel_launch *l, cudaStream_t st, const attn_geom &g)
+template <typename T>
+static void write_kv_layout(const reel_launch *l, cudaStream_t st, const attn_geom &g, uint32_t *cnt, int32_t ny)
 {
     const reel_attn_layout *lay = &l->attrs->attn.lay;
     bool vec = g.kvrow % pack<T>::n == 0 && aligned16(l->in[1]) && aligned16(l->in[2]) && aligned16(l->in[3]) &&
@@ -81,15 +87,15 @@ template <typename T> static void write_kv_layout(const reel_launch *l, cudaStre
     T *kc = (T *)l->in[3], *vc = (T *)l->in[4];
     if (lay->cp >= 1)
         attn_write_kv_cp_kernel<T><<<(unsigned)(l->rows * lay->cp), threads, 0, st>>>(
-            k, v, kc, vc, (const int32_t *)l->in[5], *l->meta, g, lay->cp, vec);
+            k, v, kc, vc, (const int32_t *)l->in[5], *l->meta, g, lay->cp, vec, cnt, ny);
     else
-        attn_write_kv_dcp_kernel<T><<<(unsigned)l->rows, threads, 0, st>>>(k, v, kc, vc, *l->meta, g, vec);
+        attn_write_kv_dcp_kernel<T><<<(unsigned)l->rows, threads, 0, st>>>(k, v, kc, vc, *l->meta, g, vec, cnt, ny);
 }
 
 /* A launch error stays for the op's REEL_CU_LAUNCHED to report. */
-void attn_write_kv_layout(const reel_launch *l, cudaStream_t st, const attn_geom &g)
+void attn_write_kv_layout(const reel_launch *l, cudaStream_t st, const attn_geom &g, uint32_t *cnt, int32_t ny)
 {
-    REEL_CU_DISPATCH(l->in_shape[0].dtype, write_kv_layout<T>(l, st, g));
+    REEL_CU_DISPATCH(l->in_shape[0].dtype, write_kv_layout<T>(l, st, g, cnt, ny));
 }
 
 } /* namespace reel_cu */
