@@ -280,7 +280,7 @@ static void run_cp(int n, reel_dtype dt)
 Test(cp, one_rank_equals_one_rank_attention) { run_cp(1, REEL_F32); }
 Test(cp, two_ranks_equal_one_rank_attention) { run_cp(2, REEL_F32); }
 Test(cp, four_ranks_equal_one_rank_attention) { run_cp(4, REEL_F32); }
-Test(cp, eight_ranks_equal_one_rank_attention, .timeout = 120) { run_cp(8, REEL_F32); }
+Test(cp, eight_ranks_equal_one_rank_attention) { run_cp(8, REEL_F32); }
 Test(cp, bf16_over_four_ranks_equals_one_rank_attention) { run_cp(4, REEL_BF16); }
 
 Test(cp, layouts_outside_the_validated_subset_are_refused_naming_the_limit)

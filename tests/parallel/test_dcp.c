@@ -330,12 +330,12 @@ static void run_interleaves(int n)
             run_dcp(n, ils[a], x, REEL_F32);
 }
 
-Test(dcp, one_rank_equals_monolithic_attention, .timeout = 120) { run_interleaves(1); }
-Test(dcp, two_ranks_equal_monolithic_attention, .timeout = 120) { run_interleaves(2); }
-Test(dcp, four_ranks_equal_monolithic_attention, .timeout = 120) { run_interleaves(4); }
-Test(dcp, eight_ranks_equal_monolithic_attention, .timeout = 180) { run_interleaves(8); }
+Test(dcp, one_rank_equals_monolithic_attention) { run_interleaves(1); }
+Test(dcp, two_ranks_equal_monolithic_attention) { run_interleaves(2); }
+Test(dcp, four_ranks_equal_monolithic_attention) { run_interleaves(4); }
+Test(dcp, eight_ranks_equal_monolithic_attention) { run_interleaves(8); }
 
-Test(dcp, bf16_over_four_ranks_equals_monolithic_attention_within_its_rounding, .timeout = 120)
+Test(dcp, bf16_over_four_ranks_equals_monolithic_attention_within_its_rounding)
 {
     run_dcp(4, 16, REEL_DCP_ALL_TO_ALL, REEL_BF16);
     run_dcp(4, 16, REEL_DCP_GATHER_SCATTER, REEL_BF16);
