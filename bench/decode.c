@@ -186,6 +186,7 @@ typedef struct wtensor {
 typedef struct weights {
     wtensor *t;
     int n, cap;
+    uint16_t **qkv;  /* [layers] the fused q/k/v weight of each layer (param_qkv) */
 } weights;
 
 /* Uniform in [center - scale, center + scale], from a stream that depends on
@@ -250,6 +251,8 @@ static void make_weights(weights *w, const cfg *c)
     }
     add_tensor(w, c, "final_norm", 1, D, 0, 1.0f, 0.1f);
     add_tensor(w, c, "lm_head", 2, V, D, 0.0f, sD);
+    w->qkv = xmalloc((size_t)c->layers * sizeof *w->qkv);
+    memset(w->qkv, 0, (size_t)c->layers * sizeof *w->qkv);
 }
 
 static const wtensor *find_w(const weights *w, const char *name)
@@ -298,6 +301,36 @@ static double floor_us(const cfg *c, const weights *w, int B, int C)
 
 /* ---- graph ---------------------------------------------------------------- */
 
+/* Layer i's q, k and v projections as one [Q + 2 KV, D] weight (rows of the
+ * three checkpoint tensors one after another), bound to param "l<i>.wqkv";
+ * made once per layer and kept in w->qkv (every plan's graph borrows it). */
+static reel_tensor param_qkv(reel_graph *g, weights *w, int i)
+{
+    char n[48];
+    const wtensor *t[3];
+    static const char *const part[3] = {"wq", "wk", "wv"};
+    int64_t rows = 0;
+    for (int j = 0; j < 3; j++) {
+        snprintf(n, sizeof n, "l%d.%s", i, part[j]);
+        t[j] = find_w(w, n);
+        rows += t[j]->dims[0];
+    }
+    if (!w->qkv[i]) {
+        uint16_t *data = xmalloc((size_t)(t[0]->n + t[1]->n + t[2]->n) * 2);
+        size_t at = 0;
+        for (int j = 0; j < 3; j++) {
+            memcpy(data + at, t[j]->data, t[j]->n * 2);
+            at += t[j]->n;
+        }
+        w->qkv[i] = data;
+    }
+    int64_t dims[2] = {rows, t[0]->dims[1]};
+    snprintf(n, sizeof n, "l%d.wqkv", i);
+    reel_tensor p = reel_param(g, n, REEL_BF16, 2, dims);
+    if (p.id != 0) reel_param_bind(g, p, w->qkv[i]);
+    return p;
+}
+
 static reel_tensor param(reel_graph *g, const weights *w, const char *name)
 {
     const wtensor *t = find_w(w, name);
@@ -307,7 +340,7 @@ static reel_tensor param(reel_graph *g, const weights *w, const char *name)
 }
 
 /* One transformer layer on the residual h: the model's code, one place. */
-static reel_tensor layer(reel_graph *g, const cfg *c, const weights *w, int i, reel_tensor h, reel_tensor pos,
+static reel_tensor layer(reel_graph *g, const cfg *c, weights *w, int i, reel_tensor h, reel_tensor pos,
                          int num_blocks)
 {
     const int Dh = head_dim(c);
@@ -316,9 +349,12 @@ static reel_tensor layer(reel_graph *g, const cfg *c, const weights *w, int i, r
     reel_attn_params ap = {c->heads, c->kv_heads, Dh, c->block_size, 0.0f};
 #define P(suffix) (snprintf(n, sizeof n, "l%d." suffix, i), param(g, w, n))
     reel_tensor x = reel_rmsnorm(g, h, P("attn_norm"), c->eps);
-    reel_tensor q = reel_matmul(g, x, P("wq"), true);
-    reel_tensor k = reel_matmul(g, x, P("wk"), true);
-    reel_tensor v = reel_matmul(g, x, P("wv"), true);
+    /* One fused projection split by views, as the demo model does. */
+    const int64_t Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
+    reel_tensor qkv = reel_matmul(g, x, param_qkv(g, w, i), true);
+    reel_tensor q = reel_view_cols(g, qkv, 0, Q);
+    reel_tensor k = reel_view_cols(g, qkv, Q, KV);
+    reel_tensor v = reel_view_cols(g, qkv, Q + KV, KV);
     q = reel_rope(g, q, pos, Dh, Dh, c->theta);
     k = reel_rope(g, k, pos, Dh, Dh, c->theta);
     snprintf(n, sizeof n, "l%d.k_cache", i);
@@ -334,7 +370,7 @@ static reel_tensor layer(reel_graph *g, const cfg *c, const weights *w, int i, r
     return h;
 }
 
-static reel_graph *build(const cfg *c, const weights *w, int num_blocks, bool with_logits)
+static reel_graph *build(const cfg *c, weights *w, int num_blocks, bool with_logits)
 {
     reel_graph *g;
     RK("creating the graph", reel_graph_create(g_ctx, &g));
@@ -639,7 +675,7 @@ static void cache_free(void *p)
 
 /* ---- main ----------------------------------------------------------------- */
 
-static reel_plan *compile(const cfg *c, const weights *w, int num_blocks, int max_context, bool no_capture,
+static reel_plan *compile(const cfg *c, weights *w, int num_blocks, int max_context, bool no_capture,
                           bool with_logits, double *ms)
 {
     reel_graph *g = build(c, w, num_blocks, with_logits);
@@ -690,7 +726,7 @@ static void fmt_us(char *s, size_t n, double v) { v >= 0 ? snprintf(s, n, "%.1f"
 
 /* One context: the three plans over one cache, the prefill, every batch.
  * Returns false when replay and eager disagree or a step did not replay. */
-static bool run_context(const cfg *c, const weights *w, int C, FILE *res)
+static bool run_context(const cfg *c, weights *w, int C, FILE *res)
 {
     const int N = c->warmup + c->steps, maxB = c->batches[c->nbatches - 1];
     const int bps = (C + N + 1 + c->block_size - 1) / c->block_size;
@@ -860,6 +896,8 @@ int main(int argc, char **argv)
     printf("\nfloor: (weights but the embedding table + K/V of C+1 positions) / %.2f TB/s.\n", FLOOR_TBPS);
     printf("results for bench/torch_model.py: %s/reel_decode.txt\n", c.dir);
     for (int i = 0; i < w.n; i++) free(w.t[i].data);
+    for (int i = 0; i < c.layers; i++) free(w.qkv[i]);
+    free(w.qkv);
     free(w.t);
     reel_ctx_destroy(g_ctx);
     if (!ok) {
