@@ -139,7 +139,7 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
             L->act_off[t] = plan.offsets[bufidx[t]];
     L->arena_bytes = plan.arena;
     L->lower_bound = plan.lower_bound;
-    L->node_bound = reel_mem_node_bound(&prob);
+    L->node_bound = plan.node_bound;
 
     /* Waits per node: producers on other streams, and the planner's edges. */
     st = reel_schedule_waits(p, L, from, to, ne, plan.new_from, plan.new_to, plan.nnew_edges);
