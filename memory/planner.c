@@ -70,6 +70,7 @@ typedef struct reel_pl {
     int *work;              /* scratch worklist of buffers */
     reel_pl_run *run;       /* offsets and edges of the run in progress */
     size_t top;
+    size_t npairs;          /* pairs in the conflict graph */
 } reel_pl;
 
 /* ---- problem checks and per-buffer facts ---------------------------------- */
@@ -410,6 +411,7 @@ static reel_status reel_pl_graph(reel_pl *pl)
     reel_pl_pair *pairs = NULL;
     size_t np = 0;
     REEL_TRY(reel_pl_pairs(pl, &pairs, &np));
+    pl->npairs = np;
     int nb = pl->p->nbufs;
     int *cur = reel_hcalloc((size_t)nb + 2, sizeof *cur);
     pl->nb = reel_halloc((2 * np + 1) * sizeof *pl->nb);
@@ -1059,6 +1061,7 @@ reel_status reel_mem_plan_compute(const reel_mem_problem *p, reel_mem_plan *out)
         nbound = reel_pl_node_bound(p, &pl.hb);
         st = reel_pl_search(&pl, lb > nbound ? lb : nbound, &best);
     }
+    size_t npairs = pl.npairs;
     reel_pl_fini(&pl);
     if (st != REEL_OK)
         return st;
@@ -1067,6 +1070,7 @@ reel_status reel_mem_plan_compute(const reel_mem_problem *p, reel_mem_plan *out)
     out->arena = best.arena;
     out->lower_bound = lb;
     out->node_bound = nbound;
+    out->nconflicts = npairs;
     out->nnew_edges = best.ne;
     out->new_from = best.from;
     out->new_to = best.to;

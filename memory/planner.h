@@ -40,6 +40,8 @@ typedef struct reel_mem_plan {
     size_t lower_bound;         /* peak over points between consecutive
                                    nodes of bytes produced before and needed after */
     size_t node_bound;          /* reel_mem_node_bound of the problem */
+    size_t nconflicts;          /* pairs of buffers not ordered either way (the
+                                   conflict graph the placement works on) */
     int nnew_edges;             /* edges the executor must add: record an event
                                    after new_from, wait on it before new_to */
     int *new_from, *new_to;
