@@ -128,6 +128,7 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
     reel_mem_problem prob = {
         .nnodes = nn, .stream = stream, .nedges = ne, .edge_from = from, .edge_to = to,
         .nbufs = nb, .bufs = bufs, .alignment = REEL_PLAN_ALIGN, .allow_new_edges = true,
+        .exhaustive = p->dbg.planner_exhaustive,
     };
     st = reel_mem_plan_compute(&prob, &plan);
     if (st != REEL_OK) {

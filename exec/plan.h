@@ -52,6 +52,8 @@ typedef struct reel_plan_debug {
     int fail_launch_of;          /* node index + 1 whose launch fails (REEL_E_BACKEND); 0: none */
     int64_t fail_out_rows;       /* output buffers of this many rows or more cannot be
                                     allocated (pinned memory ran out); 0: none */
+    bool planner_exhaustive;     /* the memory planner's all-pairs reference
+                                    (reel_mem_problem.exhaustive): the same plan, slower */
 } reel_plan_debug;
 
 /* A plan is two things kept apart: the schedule, fixed when compile returns

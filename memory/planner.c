@@ -1077,6 +1077,47 @@ reel_status reel_mem_plan_compute(const reel_mem_problem *p, reel_mem_plan *out)
     return REEL_OK;
 }
 
+reel_status reel_mem_conflicts(const reel_mem_problem *p, int **pi, int **pj, unsigned char **rel, size_t *n)
+{
+    if (!p || !pi || !pj || !rel || !n)
+        return REEL_E_INVALID_ARG;
+    *pi = *pj = NULL;
+    *rel = NULL;
+    *n = 0;
+    REEL_TRY(reel_pl_check(p));
+    reel_pl pl;
+    reel_status st = reel_pl_init(&pl, p);
+    if (st == REEL_OK) {
+        /* the CSR lists every pair twice: keep each from its smaller end */
+        size_t np = pl.npairs, k = 0;
+        *pi = reel_halloc((np + 1) * sizeof **pi);
+        *pj = reel_halloc((np + 1) * sizeof **pj);
+        *rel = reel_halloc(np + 1);
+        if (!*pi || !*pj || !*rel)
+            st = REEL_E_OOM;
+        for (int i = 0; st == REEL_OK && i < p->nbufs; i++)
+            for (int q = 0; q < pl.b[i].nnb; q++) {
+                const reel_pl_nb *nb = &pl.nb[pl.b[i].nb0 + q];
+                if (nb->other <= i)
+                    continue;
+                (*pi)[k] = i;
+                (*pj)[k] = nb->other;
+                (*rel)[k++] = nb->rel;
+            }
+        *n = k;
+    }
+    reel_pl_fini(&pl);
+    if (st != REEL_OK) {
+        reel_hfree(*pi);
+        reel_hfree(*pj);
+        reel_hfree(*rel);
+        *pi = *pj = NULL;
+        *rel = NULL;
+        *n = 0;
+    }
+    return st;
+}
+
 void reel_mem_plan_free(reel_mem_plan *plan)
 {
     if (!plan)
