@@ -93,6 +93,11 @@ struct reel_plan {
          * tensor (parameters and activations included) three times a step. */
         int ninputs;
         uint32_t *input_ids;         /* [ninputs] INPUT tensors */
+        /* The activations in id order and each one's last use (a node, or
+         * nnodes for a graph output), for reel_plan_placement. */
+        int nacts;
+        uint32_t *act_ids;           /* [nacts] */
+        int *act_last;               /* [ntensors] */
 
         /* Streams and the events ordering them. */
         int nstreams;
@@ -274,6 +279,8 @@ reel_status reel_capture_all(reel_plan *p);
 
 /* plan_io.c */
 int reel_plan_find_tensor(const reel_plan *p, const char *name, reel_tensor_kind kind);
+/* Fills act_ids and act_last once the graph is copied. */
+reel_status reel_plan_index_acts(reel_plan *p);
 
 /* introspect.c: node info, the plan's memory, op spans. */
 void reel_plan_trace_free(reel_plan *p);

@@ -170,32 +170,48 @@ reel_status reel_plan_trim(reel_plan *p)
     return reel_ws_trim(p->ws);
 }
 
+reel_status reel_plan_index_acts(reel_plan *p)
+{
+    p->act_ids = reel_hcalloc((size_t)p->ntensors + 1, sizeof *p->act_ids);
+    p->act_last = reel_hcalloc((size_t)p->ntensors + 1, sizeof *p->act_last);
+    if (!p->act_ids || !p->act_last)
+        return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory");
+    p->nacts = 0;
+    for (uint32_t t = 1; t < (uint32_t)p->ntensors; t++)
+        if (p->tensors[t].kind == REEL_T_ACT) {
+            p->act_ids[p->nacts++] = t;
+            p->act_last[t] = p->tensors[t].producer;
+        }
+    for (int n = 0; n < p->nnodes; n++)
+        for (int k = 0; k < p->nodes[n].nin; k++) {
+            uint32_t t = p->nodes[n].in[k];
+            if (t && p->tensors[t].kind == REEL_T_ACT && n > p->act_last[t])
+                p->act_last[t] = n;
+        }
+    for (int o = 0; o < p->noutputs; o++)
+        if (p->tensors[p->outputs[o].tensor].kind == REEL_T_ACT)
+            p->act_last[p->outputs[o].tensor] = p->nnodes;
+    return REEL_OK;
+}
+
+/* O(1) a call: inspect and check ask for every activation of every bucket. */
 reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_placement *out)
 {
     if (!p || !out)
         return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "placement: NULL plan or output");
     if (bucket < 0 || bucket >= p->nbuckets)
         return reel_seterr(p->err, REEL_E_NOT_FOUND, "placement: bucket %d outside 0..%d", bucket, p->nbuckets - 1);
-    int seen = 0;
-    for (uint32_t t = 1; t < (uint32_t)p->ntensors; t++) {
-        const reel_tinfo *ti = &p->tensors[t];
-        if (ti->kind != REEL_T_ACT || seen++ != i || i < 0)
-            continue;
-        const reel_layout *L = &p->bucket[bucket];
-        out->name = ti->name;
-        out->stream = p->nodes[ti->producer].stream;
-        out->first = out->last = ti->producer;
-        for (int n = 0; n < p->nnodes; n++)
-            for (int k = 0; k < p->nodes[n].nin; k++)
-                if (p->nodes[n].in[k] == t && n > out->last)
-                    out->last = n;
-        for (int o = 0; o < p->noutputs; o++)
-            if (p->outputs[o].tensor == t)
-                out->last = p->nnodes;
-        out->offset = L->act_off[t];
-        out->bytes = reel_shape_bytes(&ti->shape, L->rows);
-        return REEL_OK;
-    }
-    return reel_seterr(p->err, REEL_E_NOT_FOUND, "placement: activation %d outside the plan's %d activations", i,
-                       seen);
+    if (i < 0 || i >= p->nacts)
+        return reel_seterr(p->err, REEL_E_NOT_FOUND, "placement: activation %d outside the plan's %d activations", i,
+                           p->nacts);
+    uint32_t t = p->act_ids[i];
+    const reel_tinfo *ti = &p->tensors[t];
+    const reel_layout *L = &p->bucket[bucket];
+    out->name = ti->name;
+    out->stream = p->nodes[ti->producer].stream;
+    out->first = ti->producer;
+    out->last = p->act_last[t];
+    out->offset = L->act_off[t];
+    out->bytes = reel_shape_bytes(&ti->shape, L->rows);
+    return REEL_OK;
 }
