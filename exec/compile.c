@@ -247,7 +247,7 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile
     double t0 = reel_now_ms();
     REEL_TRY(reel_graph_validate(g));
     REEL_TRY(copy_graph(p, g));
-    REEL_TRY(reel_plan_index_acts(p));
+    REEL_TRY(reel_plan_index_tensors(p));
     REEL_TRY(check_row_sizes(p));
     REEL_TRY(select_kernels(p));
     REEL_TRY(reel_plan_comm_bind(p));
@@ -370,6 +370,7 @@ void reel_plan_destroy(reel_plan *p)
     reel_hfree(p->input_ids);
     reel_hfree(p->act_ids);
     reel_hfree(p->act_last);
+    reel_hfree(p->leaves);
     reel_hfree(p->out_off);
     reel_hfree(p->node_ev);
     reel_hfree(p->first_on_stream);

@@ -98,6 +98,10 @@ struct reel_plan {
         int nacts;
         uint32_t *act_ids;           /* [nacts] */
         int *act_last;               /* [ntensors] */
+        /* The leaves (inputs, parameters, states: unique names) sorted by
+         * name, for the lookups by name of set_input and write_param. */
+        int nleaves;
+        struct reel_plan_leaf *leaves;
 
         /* Streams and the events ordering them. */
         int nstreams;
@@ -279,8 +283,8 @@ reel_status reel_capture_all(reel_plan *p);
 
 /* plan_io.c */
 int reel_plan_find_tensor(const reel_plan *p, const char *name, reel_tensor_kind kind);
-/* Fills act_ids and act_last once the graph is copied. */
-reel_status reel_plan_index_acts(reel_plan *p);
+/* Fills act_ids, act_last and leaves once the graph is copied. */
+reel_status reel_plan_index_tensors(reel_plan *p);
 
 /* introspect.c: node info, the plan's memory, op spans. */
 void reel_plan_trace_free(reel_plan *p);
