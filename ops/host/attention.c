@@ -136,6 +136,8 @@ static bool reel_hk_attn_check(const reel_hk_attn *a, int64_t t, int32_t *seq, i
 {
     const reel_meta_view *m = a->m;
     int32_t s = m->token_seq[t];
+    *seq = s;
+    *last = -1;
     if (s == -1)
         return false;
     bool ok = s >= 0 && s < m->max_seqs;
@@ -152,7 +154,6 @@ static bool reel_hk_attn_check(const reel_hk_attn *a, int64_t t, int32_t *seq, i
     }
     if (!ok)
         reel_hk_report(m, REEL_E_LIMIT);
-    *seq = s;
     *last = j;
     return ok;
 }
