@@ -45,7 +45,7 @@ static void describe(const reel_plan *p, const reel_layout *L, uint32_t t, char 
         snprintf(buf, len, "plan '%s' arena+%zu (%lld rows)", ti->name, L->act_off[t], (long long)L->rows);
         break;
     case REEL_T_INPUT: snprintf(buf, len, "input '%s' (static)", ti->name); break;
-    case REEL_T_META: snprintf(buf, len, "positions (static)"); break;
+    case REEL_T_META: snprintf(buf, len, "%s (static)", ti->meta_slots ? "slot mapping" : "positions"); break;
     case REEL_T_PARAM: snprintf(buf, len, "param '%s'", ti->name); break;
     case REEL_T_STATE: snprintf(buf, len, "state '%s'", ti->name); break;
     }

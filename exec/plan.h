@@ -216,7 +216,7 @@ static inline void *reel_plan_tensor_dev(const reel_plan *p, const reel_layout *
     switch (p->tensors[t].kind) {
     case REEL_T_ACT: return L->arena + L->act_off[t];
     case REEL_T_INPUT: return L->stat_dev + L->in_off[t];
-    case REEL_T_META: return L->stat_dev + L->off_pos;
+    case REEL_T_META: return L->stat_dev + (p->tensors[t].meta_slots ? L->off_slot : L->off_pos);
     default: return p->tensor_ptr[t];
     }
 }

@@ -285,6 +285,23 @@ reel_tensor reel_positions(reel_graph *g)
     return (reel_tensor){ g->positions };
 }
 
+reel_tensor reel_graph_slot_mapping(reel_graph *g)
+{
+    if (g->slots)
+        return (reel_tensor){ g->slots };
+    if (check_leaf_name(g, "slot_mapping", "slot_mapping", 0) != REEL_OK)
+        return (reel_tensor){ 0 };
+    if (reel_graph_reserve(g, 1, 0) != REEL_OK || leaf_reserve(g) != REEL_OK) {
+        reel_graph_fail(g, REEL_E_OOM, "slot_mapping: out of host memory");
+        return (reel_tensor){ 0 };
+    }
+    reel_shape s = { .dtype = REEL_I32, .ndim = 2, .tokens = true, .dims = { -1, 1 } };
+    g->slots = reel_graph_push_tensor(g, "slot_mapping", REEL_T_META, &s);
+    g->tensors[g->slots].meta_slots = true;
+    leaf_put(g, g->slots);
+    return (reel_tensor){ g->slots };
+}
+
 /* ---- calls on existing tensors ----------------------------------------- */
 
 /* A handle passed to a status-returning call. The invalid handle after an

@@ -31,6 +31,10 @@ reel_status reel_graph_add_op(reel_graph *g, reel_op_kind op, const uint32_t *in
  * for one. The public reel_paged_attention is this without a layout. */
 reel_tensor reel_graph_paged_attention(reel_graph *g, const uint32_t *in, const reel_attn_params *p,
                                        const reel_attn_layout *lay, reel_tensor *lse);
+/* The step's slot mapping as a tensor [T, 1] int32 (META, the static
+ * region's copy: -1 past the step's tokens), for CP's gather of the slots.
+ * One per graph; its name "slot_mapping" is taken like "positions". */
+reel_tensor reel_graph_slot_mapping(reel_graph *g);
 /* lse_combine of packed partials ([T, P, H*Dh + H] float32, ops/op.h) into
  * out (out_dtype) and lse. */
 reel_status reel_graph_lse_combine_packed(reel_graph *g, reel_tensor packed, int num_heads, reel_dtype out_dtype,

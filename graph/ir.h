@@ -9,7 +9,7 @@ typedef enum reel_tensor_kind {
     REEL_T_INPUT = 0, /* written by the caller before each step */
     REEL_T_PARAM,     /* weights */
     REEL_T_STATE,     /* persists across steps (KV cache) */
-    REEL_T_META,      /* step metadata (positions) */
+    REEL_T_META,      /* step metadata (positions; the slot mapping, for CP) */
     REEL_T_ACT,       /* produced by a node: lives in the arena */
 } reel_tensor_kind;
 
@@ -23,6 +23,7 @@ typedef struct reel_tinfo {
     int out_index;         /* which output of the producer */
     const void *bind;      /* PARAM: borrowed data until compile */
     bool deferred;         /* PARAM: written into the plan later */
+    bool meta_slots;       /* META: the step's slot mapping (else its positions) */
     int output_slot;       /* index in the graph's outputs, -1 if not an output */
     /* Set by the executor's fusion pass (exec/fuse.c), 0 in a graph: an ACT
      * that aliases the bytes of ACT alias_of from element rows * alias_col
@@ -58,6 +59,7 @@ struct reel_graph {
     reel_goutput *outputs;
     int noutputs, capoutputs;
     uint32_t positions;     /* the META positions tensor, 0 if not asked for */
+    uint32_t slots;         /* the META slot mapping [T, 1] (reel_graph_slot_mapping), 0 if none */
     /* Leaf names (unique among leaves) to ids, open addressing, 0 = empty:
      * a lookup compares the tensor's current name, so the entry a rename
      * leaves behind never matches; a rebuild drops it. */

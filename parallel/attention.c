@@ -90,8 +90,8 @@ reel_status reel_dcp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel
     return REEL_OK;
 }
 
-reel_tensor reel_cp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel_tensor v, reel_tensor slots,
-                              reel_tensor k_cache, reel_tensor v_cache, const reel_attn_params *p, int nranks)
+reel_tensor reel_cp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel_tensor v, reel_tensor k_cache,
+                              reel_tensor v_cache, const reel_attn_params *p, int nranks)
 {
     reel_tensor none = { 0 };
     if (!g)
@@ -108,10 +108,13 @@ reel_tensor reel_cp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel_
     if (refuse_layout(g, "cp_attention", p, &lay) != REEL_OK)
         return none;
     /* Rank-major along axis 1 (the token dim stays each rank's): row t of
-     * the gathered k holds every rank's token t, chunk q rank q's. */
+     * the gathered k holds every rank's token t, chunk q rank q's. The
+     * slots are the step's slot mapping, which the staging pads with -1
+     * past the step's tokens (the same count on every rank), so no rank
+     * writes a padding row another rank gathered. */
     reel_tensor kg = reel_all_gather(g, k, 1, nranks);
     reel_tensor vg = reel_all_gather(g, v, 1, nranks);
-    reel_tensor sg = reel_all_gather(g, slots, 1, nranks);
+    reel_tensor sg = reel_all_gather(g, reel_graph_slot_mapping(g), 1, nranks);
     if (!kg.id || !vg.id || !sg.id)
         return none; /* refused: the gather recorded why */
     uint32_t in[REEL_OP_MAX_IN] = { q.id, kg.id, vg.id, k_cache.id, v_cache.id, sg.id };

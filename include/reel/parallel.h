@@ -27,7 +27,7 @@
  * all-gathered before attention, which writes all of them and then lets
  * this rank's tokens attend causally: the result equals one rank's.
  *
- *     reel_tensor out = reel_cp_attention(g, q, k, v, slots, k_cache, v_cache, &ap, n);
+ *     reel_tensor out = reel_cp_attention(g, q, k, v, k_cache, v_cache, &ap, n);
  *
  * Both are refused at compile outside the validated subset (the message
  * names the op and the limit): N in {1, 2, 4, 8}, equal to the
@@ -83,15 +83,15 @@ reel_status reel_dcp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel
 int32_t reel_dcp_local_len(const reel_dcp_layout *d, int32_t len);
 
 /* CP attention of this rank's tokens over nranks ranks. q [T, H*Dh], k, v
- * [T, Hkv*Dh] of this rank's tokens; slots [T, 1] int32: their cache slots
- * (-1 for padding), the same values as the step's slot mapping; the caches
- * a full replica. Every rank's k, v and slots are all-gathered (rank-major)
- * and written into this rank's cache before its tokens attend. Steps: every
- * rank the same num_tokens, its own tokens' positions, the sequences'
- * context lengths and block tables as one rank would have them. Result
- * [T, H*Dh]. */
-reel_tensor reel_cp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel_tensor v, reel_tensor slots,
-                              reel_tensor k_cache, reel_tensor v_cache, const reel_attn_params *p, int nranks);
+ * [T, Hkv*Dh] of this rank's tokens; the caches a full replica. Every
+ * rank's k and v, and the slots of its tokens (the step's slot mapping:
+ * -1 for padding), are all-gathered (rank-major) and written into this
+ * rank's cache before its tokens attend. Steps: every rank the same
+ * num_tokens, its own tokens' positions and slots, the sequences' context
+ * lengths and block tables as one rank would have them (a rank with fewer
+ * tokens pads after its last sequence, with slot -1). Result [T, H*Dh]. */
+reel_tensor reel_cp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel_tensor v, reel_tensor k_cache,
+                              reel_tensor v_cache, const reel_attn_params *p, int nranks);
 
 #ifdef __cplusplus
 }

@@ -111,7 +111,7 @@ static reel_plan *layout_plan(int kind, bool eager)
 {
     reel_graph *g = NULL;
     cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
-    int64_t qd[2] = {REEL_DIM_TOKENS, LH * LD}, kd[2] = {REEL_DIM_TOKENS, LKV * LD}, sd[2] = {REEL_DIM_TOKENS, 1};
+    int64_t qd[2] = {REEL_DIM_TOKENS, LH * LD}, kd[2] = {REEL_DIM_TOKENS, LKV * LD};
     int64_t cd[4] = {LSEQ * LBT, LBS, LKV, LD};
     reel_attn_params ap = {LH, LKV, LD, LBS, 0.0f};
     reel_tensor q = reel_input(g, "q", REEL_BF16, 2, qd), k = reel_input(g, "k", REEL_BF16, 2, kd),
@@ -124,7 +124,7 @@ static reel_plan *layout_plan(int kind, bool eager)
         cr_assert_eq(reel_dcp_attention(g, q, k, v, kc, vc, &ap, &d, &y, &lse), REEL_OK, "%s",
                      reel_ctx_last_error(ctx));
     } else {
-        y = reel_cp_attention(g, q, k, v, reel_input(g, "slots", REEL_I32, 2, sd), kc, vc, &ap, 1);
+        y = reel_cp_attention(g, q, k, v, kc, vc, &ap, 1);
     }
     reel_output(g, "y", y);
     reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
@@ -162,8 +162,6 @@ static void layout_step(reel_plan *p, const uint16_t *q, const uint16_t *k, cons
     cr_assert_eq(reel_plan_set_input(p, "q", q, LT), REEL_OK);
     cr_assert_eq(reel_plan_set_input(p, "k", k, LT), REEL_OK);
     cr_assert_eq(reel_plan_set_input(p, "v", v, LT), REEL_OK);
-    if (reel_plan_set_input(p, "slots", slot, LT) == REEL_E_NOT_FOUND)
-        (void)0; /* only CP has it */
     cr_assert_eq(reel_step(p, &si), REEL_OK, "%s", reel_ctx_last_error(ctx));
     const void *out;
     int64_t rows;
