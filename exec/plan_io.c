@@ -103,6 +103,25 @@ reel_status reel_plan_write_param(reel_plan *p, const char *name, const void *da
     return REEL_OK;
 }
 
+reel_status reel_plan_write_param_part(reel_plan *p, int t, size_t offset, const void *data, size_t bytes,
+                                       bool complete)
+{
+    REEL_INVARIANT(p->err, t > 0 && t < p->ntensors && p->tensors[t].kind == REEL_T_PARAM);
+    REEL_INVARIANT(p->err, offset <= reel_shape_bytes(&p->tensors[t].shape, 0) &&
+                               bytes <= reel_shape_bytes(&p->tensors[t].shape, 0) - offset);
+    if (bytes) {
+        REEL_TRY(p->be->vt->copy(p->be, p->streams[0], (char *)p->tensor_ptr[t] + offset, data, bytes,
+                                 REEL_COPY_H2D));
+        REEL_TRY(p->be->vt->stream_sync(p->be, p->streams[0]));
+    }
+    if (complete) {
+        if (!p->param_written[t])
+            p->params_unwritten--;
+        p->param_written[t] = true;
+    }
+    return REEL_OK;
+}
+
 static reel_status state_io(reel_plan *p, const char *name, void *host, size_t bytes, bool write)
 {
     const char *what = write ? "write_state" : "read_state";
@@ -169,6 +188,65 @@ reel_status reel_plan_output_desc(const reel_plan *p, const char *name, reel_dty
 
 reel_fallback reel_plan_last_fallback(const reel_plan *p) { return p ? p->last_fallback : REEL_FALLBACK_NONE; }
 
+void reel_plan_timers_free(reel_plan *p)
+{
+    for (int i = 0; i < 2; i++) {
+        if (p->timer[i])
+            p->be->vt->event_destroy(p->be, p->timer[i]);
+        p->timer[i] = NULL;
+    }
+    p->timed_valid = false;
+}
+
+reel_status reel_plan_time_steps(reel_plan *p, int on)
+{
+    if (!p)
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "time_steps: NULL plan");
+    reel_backend *be = p->be;
+    if (on && !be->vt->timer_create)
+        return reel_seterr(p->err, REEL_E_UNSUPPORTED, "time_steps: backend '%s' has no device timers",
+                           reel_backend_name(be->kind));
+    if (!on == !p->timer[0])
+        return REEL_OK;
+    /* No record of the timers may be in flight when they change. */
+    for (int s = 0; s < p->nstreams; s++)
+        REEL_TRY(be->vt->stream_sync(be, p->streams[s]));
+    if (!on) {
+        reel_plan_timers_free(p);
+        return REEL_OK;
+    }
+    reel_event *t[2] = {NULL, NULL};
+    reel_status st = be->vt->timer_create(be, &t[0]);
+    if (st == REEL_OK)
+        st = be->vt->timer_create(be, &t[1]);
+    if (st != REEL_OK) {
+        for (int i = 0; i < 2; i++)
+            if (t[i])
+                be->vt->event_destroy(be, t[i]);
+        char msg[REEL_ERRMSG_MAX];
+        reel_err_copy(p->err, msg, sizeof msg);
+        return reel_seterr(p->err, st, "time_steps: %s", msg);
+    }
+    p->timer[0] = t[0];
+    p->timer[1] = t[1];
+    p->timed_valid = false;
+    return REEL_OK;
+}
+
+reel_status reel_plan_last_step_device_us(const reel_plan *p, double *us)
+{
+    if (!p || !us)
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "last_step_device_us: NULL plan or result");
+    if (!p->timer[0])
+        return reel_seterr(p->err, REEL_E_INVALID_USAGE,
+                           "last_step_device_us: step timing is off (reel_plan_time_steps)");
+    if (!p->timed_valid)
+        return reel_seterr(p->err, REEL_E_INVALID_USAGE,
+                           "last_step_device_us: no step completed since timing was turned on");
+    *us = p->last_device_us;
+    return REEL_OK;
+}
+
 reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out)
 {
     if (!p || !out)
@@ -194,6 +272,9 @@ reel_status reel_plan_trim(reel_plan *p)
 
 reel_status reel_plan_index_tensors(reel_plan *p)
 {
+    reel_hfree(p->act_ids);
+    reel_hfree(p->act_last);
+    reel_hfree(p->leaves);
     p->act_ids = reel_hcalloc((size_t)p->ntensors + 1, sizeof *p->act_ids);
     p->act_last = reel_hcalloc((size_t)p->ntensors + 1, sizeof *p->act_last);
     p->leaves = reel_hcalloc((size_t)p->ntensors + 1, sizeof *p->leaves);
@@ -202,6 +283,10 @@ reel_status reel_plan_index_tensors(reel_plan *p)
     p->nacts = p->nleaves = 0;
     for (uint32_t t = 1; t < (uint32_t)p->ntensors; t++) {
         reel_tensor_kind k = p->tensors[t].kind;
+        /* Views own no bytes (their source's placement has them); fused-away
+         * tensors none at all. */
+        if (k == REEL_T_ACT && (p->tensors[t].alias_of || p->tensors[t].dead))
+            continue;
         if (k == REEL_T_ACT) {
             p->act_ids[p->nacts++] = t;
             p->act_last[t] = p->tensors[t].producer;
@@ -215,7 +300,8 @@ reel_status reel_plan_index_tensors(reel_plan *p)
     for (int n = 0; n < p->nnodes; n++)
         for (int k = 0; k < p->nodes[n].nin; k++) {
             uint32_t t = p->nodes[n].in[k];
-            if (t && p->tensors[t].kind == REEL_T_ACT && n > p->act_last[t])
+            if (t && p->tensors[t].kind == REEL_T_ACT && !p->tensors[t].alias_of && !p->tensors[t].dead &&
+                n > p->act_last[t])
                 p->act_last[t] = n;
         }
     for (int o = 0; o < p->noutputs; o++)

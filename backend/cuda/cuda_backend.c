@@ -85,6 +85,8 @@ static const reel_backend_vt cuda_vt = {
     .stream_wait = reel_cuda_stream_wait,
     .event_query = reel_cuda_event_query,
     .event_sync = reel_cuda_event_sync,
+    .timer_create = reel_cuda_timer_create,
+    .timer_elapsed_us = reel_cuda_timer_elapsed_us,
     .dev_alloc = reel_cuda_dev_alloc,
     .dev_free = reel_cuda_dev_free,
     .pinned_alloc = reel_cuda_pinned_alloc,
@@ -98,6 +100,7 @@ static const reel_backend_vt cuda_vt = {
     .graph_launch = reel_cuda_graph_launch,
     .graph_destroy = reel_cuda_graph_destroy,
     .graph_update = reel_cuda_graph_update,
+    .graph_kernels = reel_cuda_graph_kernels,
 };
 
 static reel_status select_device(reel_err *err, int device)
