@@ -314,6 +314,148 @@ static int64_t walk(reel_fault_kind k)
     return calls;
 }
 
+/* The demo model runs on one stream; this graph forks onto two side
+ * streams and joins, so events (fork, join, cross-stream waits) are made
+ * in capture, replay and eager steps. Steps of 3 and 6 tokens replay, 9
+ * and 20 are over the largest bucket (8). No state: only the outputs and
+ * the plan's usability are checked. */
+static reel_graph *branches(reel_ctx *ctx, const float *w)
+{
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    reel_tensor x = reel_input(g, "x", REEL_F32, 2, (int64_t[]){REEL_DIM_TOKENS, 16});
+    reel_tensor p1 = reel_param(g, "w1", REEL_F32, 2, (int64_t[]){16, 16});
+    reel_tensor p2 = reel_param(g, "w2", REEL_F32, 2, (int64_t[]){16, 16});
+    reel_param_bind(g, p1, w);
+    reel_param_bind(g, p2, w + 256);
+    reel_tensor a = reel_matmul(g, x, p1, false), b = reel_matmul(g, x, p2, false);
+    reel_tensor as = reel_softmax(g, a), bs = reel_softmax(g, b);
+    reel_set_stream(g, b, 1);
+    reel_set_stream(g, bs, 1);
+    reel_set_stream(g, as, 2);
+    reel_output(g, "y", reel_add(g, as, bs));
+    cr_assert_eq(reel_graph_status(g), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    return g;
+}
+
+#define NBR 4
+static const int32_t branch_steps[NBR] = {3, 9, 20, 6};
+
+/* Compiles (again after a failure) and runs the steps; out[k] gets step
+ * k's rows (16 floats each). Returns the failures seen. */
+static int run_branches(reel_ctx *ctx, reel_fault_kind k, int64_t n, const float *w, const float *x,
+                        float out[NBR][20 * 16], bool record, bool *degraded)
+{
+    int failures = 0;
+    reel_graph *g = branches(ctx, w);
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = 2;
+    o.buckets[0] = 4;
+    o.buckets[1] = 8;
+    reel_plan *p = NULL;
+    reel_status st = reel_compile(g, &o, &p);
+    if (st != REEL_OK) {
+        cr_assert_null(p);
+        failed(ctx, k, n, st, "compile");
+        failures++;
+        st = reel_compile(g, &o, &p);
+        cr_assert_eq(st, REEL_OK, "compile again: %s", reel_ctx_last_error(ctx));
+    }
+    reel_graph_destroy(g);
+    reel_plan_stats ps;
+    reel_fault_pause(true);
+    cr_assert_eq(reel_plan_stats_get(p, &ps), REEL_OK);
+    reel_fault_pause(false);
+    *degraded = ps.graphs_captured != 2;
+    for (int i = 0; i < NBR; i++) {
+        reel_step_info si = {.num_tokens = branch_steps[i]};
+        st = reel_plan_set_input(p, "x", x, branch_steps[i]);
+        if (st != REEL_OK) {
+            failed(ctx, k, n, st, "set_input");
+            failures++;
+            cr_assert_eq(reel_plan_set_input(p, "x", x, branch_steps[i]), REEL_OK);
+        }
+        st = reel_step(p, &si);
+        if (st != REEL_OK) {
+            cr_assert(!record, "step: %s", reel_ctx_last_error(ctx));
+            failed(ctx, k, n, st, "step");
+            failures++;
+            st = reel_step(p, &si);
+            cr_assert_eq(st, REEL_OK, "step %d again after a %s fault at call %lld: %s", i,
+                         reel_fault_kind_name(k), (long long)n, reel_ctx_last_error(ctx));
+        }
+        const void *y;
+        int64_t rows;
+        cr_assert_eq(reel_plan_output(p, "y", &y, &rows), REEL_OK);
+        cr_assert_eq(rows, branch_steps[i]);
+        size_t bytes = (size_t)rows * 16 * sizeof(float);
+        if (record)
+            memcpy(out[i], y, bytes);
+        else
+            cr_assert(memcmp(out[i], y, bytes) == 0, "step %d after a %s fault at call %lld: output differs", i,
+                      reel_fault_kind_name(k), (long long)n);
+    }
+    reel_plan_destroy(p);
+    return failures;
+}
+
+static int64_t walk_branches(reel_fault_kind k)
+{
+    static float w[512], x[20 * 16], good_y[NBR][20 * 16], unused[NBR][20 * 16];
+    for (int i = 0; i < 512; i++)
+        w[i] = (float)((i * 37) % 17) / 17.0f - 0.5f;
+    for (int i = 0; i < 20 * 16; i++)
+        x[i] = (float)((i * 11) % 13) / 13.0f;
+    reel_ctx *ctx = NULL;
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(reel_test_backend()), &ctx), REEL_OK);
+    reel_fault_reset();
+    bool deg = false;
+    run_branches(ctx, k, 0, w, x, good_y, true, &deg);
+    cr_assert(!deg, "the known-good plan captured fewer than its 2 buckets");
+    reel_ctx_destroy(ctx);
+    int reported = 0, quiet = 0, degraded = 0;
+    int64_t n = 1;
+    for (;; n++) {
+        cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(reel_test_backend()), &ctx), REEL_OK);
+        reel_fault_reset();
+        reel_fault_arm(k, n);
+        int f = run_branches(ctx, k, n, w, x, good_y, false, &deg);
+        (void)unused;
+        if (getenv("REEL_FAULT_WALK_VERBOSE") && f == 0 && !deg)
+            printf("  %s call %lld: no call failed (last message: %s)\n", reel_fault_kind_name(k), (long long)n,
+                   reel_ctx_last_error(ctx));
+        reel_ctx_destroy(ctx);
+        bool fired = reel_fault_fired(k);
+        int64_t seen = reel_fault_calls(k);
+        reel_fault_reset();
+        if (!fired) {
+            cr_assert(seen < n, "%s call %lld was made and did not fail", reel_fault_kind_name(k), (long long)n);
+            break;
+        }
+        reported += f;
+        degraded += f == 0 && deg;
+        quiet += f == 0 && !deg;
+    }
+    printf("fault walk (%s backend) %-11s on three streams: %lld calls; %d refused with a message, %d compiled with "
+           "a bucket left eager, %d recovered or in destroy\n",
+           reel_backend_name(reel_test_backend()), reel_fault_kind_name(k), (long long)(n - 1), reported, degraded,
+           quiet);
+    fflush(stdout);
+    return n - 1;
+}
+
+Test(fault, every_event_failure_on_three_streams_is_refused_or_recovered_and_the_outputs_stay_right)
+{
+    cr_assert_gt(walk_branches(REEL_FAULT_EVENT), 0);
+}
+Test(fault, every_failure_of_every_other_kind_on_three_streams_is_refused_or_recovered)
+{
+    reel_fault_kind ks[] = {REEL_FAULT_ALLOC, REEL_FAULT_STREAM, REEL_FAULT_CAPTURE, REEL_FAULT_INSTANTIATE,
+                            REEL_FAULT_LAUNCH, REEL_FAULT_UPDATE, REEL_FAULT_COPY};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
+        walk_branches(ks[i]);
+}
+
 Test(fault, every_allocation_failure_is_refused_with_a_message_and_leaves_the_plan_usable)
 {
     cr_assert_gt(walk(REEL_FAULT_ALLOC), 0);
