@@ -70,6 +70,8 @@ typedef struct reel_backend_vt {
      * thread that ran it. fn NULL: off. */
     void (*set_tag)(reel_backend *be, int tag);
     void (*set_trace)(reel_backend *be, reel_kernel_trace_fn fn, void *user);
+    /* Optional (NULL: unknown): kernel launches in a captured graph. */
+    reel_status (*graph_kernels)(reel_backend *be, reel_exec_graph *g, int *kernels);
 } reel_backend_vt;
 
 struct reel_backend {

@@ -279,6 +279,38 @@ static double floor_us(const cfg *c, const weights *w, int B, int C)
 
 /* ---- graph ---------------------------------------------------------------- */
 
+/* Layer i's q, k and v projections as one [Q + 2 KV, D] weight (rows of the
+ * three checkpoint tensors one after another), bound to param "l<i>.wqkv";
+ * the data lives until the process ends (the graph borrows it until its
+ * last compile). */
+static reel_tensor param_qkv(reel_graph *g, const weights *w, int i)
+{
+    char n[48];
+    const wtensor *t[3];
+    static const char *const part[3] = {"wq", "wk", "wv"};
+    int64_t rows = 0;
+    for (int j = 0; j < 3; j++) {
+        snprintf(n, sizeof n, "l%d.%s", i, part[j]);
+        t[j] = find_w(w, n);
+        rows += t[j]->dims[0];
+    }
+    uint16_t *data = malloc((size_t)(t[0]->n + t[1]->n + t[2]->n) * 2);
+    if (!data) {
+        fprintf(stderr, "bench_decode: out of memory for the qkv weight\n");
+        exit(1);
+    }
+    size_t at = 0;
+    for (int j = 0; j < 3; j++) {
+        memcpy(data + at, t[j]->data, t[j]->n * 2);
+        at += t[j]->n;
+    }
+    int64_t dims[2] = {rows, t[0]->dims[1]};
+    snprintf(n, sizeof n, "l%d.wqkv", i);
+    reel_tensor p = reel_param(g, n, REEL_BF16, 2, dims);
+    if (p.id != 0) reel_param_bind(g, p, data);
+    return p;
+}
+
 static reel_tensor param(reel_graph *g, const weights *w, const char *name)
 {
     const wtensor *t = find_w(w, name);
@@ -302,9 +334,12 @@ static reel_graph *build(const cfg *c, const weights *w, int num_blocks, bool wi
     for (int i = 0; i < c->layers; i++) {
 #define P(suffix) (snprintf(n, sizeof n, "l%d." suffix, i), param(g, w, n))
         reel_tensor x = reel_rmsnorm(g, h, P("attn_norm"), c->eps);
-        reel_tensor q = reel_matmul(g, x, P("wq"), true);
-        reel_tensor k = reel_matmul(g, x, P("wk"), true);
-        reel_tensor v = reel_matmul(g, x, P("wv"), true);
+        /* One fused projection split by views, as the demo model does. */
+        const int64_t Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
+        reel_tensor qkv = reel_matmul(g, x, param_qkv(g, w, i), true);
+        reel_tensor q = reel_view_cols(g, qkv, 0, Q);
+        reel_tensor k = reel_view_cols(g, qkv, Q, KV);
+        reel_tensor v = reel_view_cols(g, qkv, Q + KV, KV);
         q = reel_rope(g, q, pos, Dh, Dh, c->theta);
         k = reel_rope(g, k, pos, Dh, Dh, c->theta);
         snprintf(n, sizeof n, "l%d.k_cache", i);

@@ -7,6 +7,7 @@
 
 #include "core/halloc.h"
 #include "core/opts.h"
+#include "exec/fuse.h"
 #include "exec/plan.h"
 #include "memory/pinned.h"
 #include "memory/workspace.h"
@@ -30,7 +31,9 @@ static reel_status check_opts(reel_plan *p, const reel_compile_opts *o)
     p->opts.strict = reel_opt_int(p->opts.strict, 0) != 0;
     p->opts.no_capture = reel_opt_int(p->opts.no_capture, 0) != 0;
     p->opts.check_hazards = reel_opt_int(p->opts.check_hazards, 0) != 0;
-    p->opts.pdl = reel_opt_int(p->opts.pdl, 0) != 0;
+    /* pdl: 1 every kernel that honours it, 0 none, -1 (undefined) by grid size. */
+    p->opts.pdl = p->opts.pdl == REEL_UNDEF_INT ? -1 : p->opts.pdl != 0;
+    p->opts.no_fuse = reel_opt_int(p->opts.no_fuse, 0) != 0;
     if (p->opts.num_buckets == 0) {
         static const int32_t dflt[] = {1, 2, 4, 8, 16, 32, 64};
         p->opts.num_buckets = 7;
@@ -255,6 +258,13 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile
     REEL_TRY(reel_graph_validate(g));
     REEL_TRY(copy_graph(p, g));
     REEL_TRY(check_row_sizes(p));
+    /* Rope into attention first: its compaction renumbers node outputs
+     * only, and the graph pass after it keeps the views' producers. */
+    if (!p->dbg.no_fuse && !p->opts.no_fuse) {
+        int fused = 0;
+        REEL_TRY(reel_fuse_rope_attention(p, &fused));
+    }
+    REEL_TRY(reel_plan_fuse(p));
     REEL_TRY(select_kernels(p));
     REEL_TRY(reel_plan_comm_bind(p));
     REEL_TRY(reel_schedule_streams(p));
@@ -374,6 +384,7 @@ void reel_plan_destroy(reel_plan *p)
     reel_hfree(p->first_on_stream);
     reel_hfree(p->last_on_stream);
     reel_hfree(p->impl);
+    reel_hfree(p->fused);
     reel_hfree(p->kv);
     reel_hfree(p->tensors);
     reel_hfree(p->nodes);

@@ -116,8 +116,22 @@ reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out)
             }
     }
     explain_kernel(p, i, r.why, sizeof r.why);
+    r.fused = p->fused ? p->fused[i] : "";
     memcpy(out, &r, out->size);
     return REEL_OK;
+}
+
+reel_status reel_plan_graph_kernels(const reel_plan *p, int bucket, int *kernels)
+{
+    if (!p || !kernels)
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "graph_kernels: NULL plan or output");
+    if (bucket < 0 || bucket >= p->nbuckets || !p->graph[bucket])
+        return reel_seterr(p->err, REEL_E_NOT_FOUND, "graph_kernels: bucket %d has no captured graph (buckets 0..%d)",
+                           bucket, p->nbuckets - 1);
+    if (!p->be->vt->graph_kernels)
+        return reel_seterr(p->err, REEL_E_UNSUPPORTED, "graph_kernels: backend '%s' cannot count a graph's kernels",
+                           reel_backend_name(p->be->kind));
+    return p->be->vt->graph_kernels(p->be, p->graph[bucket], kernels);
 }
 
 /* ---- the plan's memory ------------------------------------------------------- */

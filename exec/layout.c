@@ -27,6 +27,19 @@ void reel_plan_node_shapes(const reel_plan *p, int i, int64_t rows, reel_shape *
     }
 }
 
+/* The tensor whose buffer holds t's bytes: a view's source, or t. */
+static uint32_t buf_root(const reel_plan *p, uint32_t t)
+{
+    return t && p->tensors[t].alias_of ? p->tensors[t].alias_of : t;
+}
+
+/* ACT tensors have a buffer of their own, except views and dead ones. */
+static bool has_buffer(const reel_plan *p, int t)
+{
+    const reel_tinfo *ti = &p->tensors[t];
+    return ti->kind == REEL_T_ACT && !ti->alias_of && !ti->dead;
+}
+
 /* The planner's buffers: one per ACT tensor (bufidx maps tensors to them,
  * -1 for the rest), with its accesses in schedule order: its producer, its
  * consumers, the sink (nnodes) for outputs. nacc: scratch of ntensors ints.
@@ -37,9 +50,12 @@ static int layout_buffers(reel_plan *p, int64_t rows, int *bufidx, int *nacc, re
     int total = 0;
     for (int i = 0; i < p->nnodes; i++)
         for (int k = 0; k < p->nodes[i].nin; k++)
-            nacc[p->nodes[i].in[k]]++;
+            nacc[buf_root(p, p->nodes[i].in[k])]++;
+    for (int o = 0; o < p->noutputs; o++) /* a view read back is an access of its source */
+        if (p->tensors[p->outputs[o].tensor].alias_of)
+            nacc[buf_root(p, p->outputs[o].tensor)]++;
     for (int t = 1; t < p->ntensors; t++)
-        if (p->tensors[t].kind == REEL_T_ACT)
+        if (has_buffer(p, t))
             total += ++nacc[t] + 1; /* producer, sink */
     int *acc = reel_hcalloc((size_t)total + 1, sizeof *acc);
     if (!acc)
@@ -48,7 +64,7 @@ static int layout_buffers(reel_plan *p, int64_t rows, int *bufidx, int *nacc, re
     int nb = 0, pos = 0;
     bufidx[0] = -1; /* the invalid tensor is no buffer */
     for (int t = 1; t < p->ntensors; t++) {
-        if (p->tensors[t].kind != REEL_T_ACT) {
+        if (!has_buffer(p, t)) {
             bufidx[t] = -1;
             continue;
         }
@@ -61,6 +77,10 @@ static int layout_buffers(reel_plan *p, int64_t rows, int *bufidx, int *nacc, re
         bufs[nb].nacc = 1;
         nb++;
     }
+    /* A view lives in its source's buffer: its readers keep the source alive. */
+    for (int t = 1; t < p->ntensors; t++)
+        if (p->tensors[t].alias_of)
+            bufidx[t] = bufidx[p->tensors[t].alias_of];
     for (int i = 0; i < p->nnodes; i++)
         for (int k = 0; k < p->nodes[i].nin; k++) {
             uint32_t t = p->nodes[i].in[k];
@@ -90,7 +110,8 @@ static void layout_inplace(reel_plan *p, int64_t rows, const int *bufidx, reel_m
         bool other_use = false;
         for (int k = 1; k < n->nin; k++)
             other_use |= n->in[k] == src;
-        if (p->impl[i]->inplace_ok && src && bufidx[src] >= 0 && !other_use &&
+        /* Never in place over a view: the source's other views may still be read. */
+        if (p->impl[i]->inplace_ok && src && bufidx[src] >= 0 && !other_use && !p->tensors[src].alias_of &&
             reel_shape_bytes(&p->tensors[n->out[0]].shape, rows) <= bufs[bufidx[src]].size)
             bufs[bufidx[n->out[0]]].inplace_src = bufidx[src];
     }
@@ -135,8 +156,15 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
         goto fail;
     }
     for (int t = 1; t < p->ntensors; t++)
-        if (bufidx[t] >= 0)
+        if (bufidx[t] >= 0 && !p->tensors[t].alias_of)
             L->act_off[t] = plan.offsets[bufidx[t]];
+    /* A view starts at its segment: rows * first column elements in. */
+    for (int t = 1; t < p->ntensors; t++) {
+        const reel_tinfo *ti = &p->tensors[t];
+        if (ti->alias_of)
+            L->act_off[t] = L->act_off[ti->alias_of] +
+                            (size_t)rows * (size_t)ti->alias_col * reel_dtype_size(ti->shape.dtype);
+    }
     L->arena_bytes = plan.arena;
     L->lower_bound = plan.lower_bound;
     L->node_bound = reel_mem_node_bound(&prob);

@@ -52,6 +52,7 @@ typedef struct reel_plan_debug {
     int fail_launch_of;          /* node index + 1 whose launch fails (REEL_E_BACKEND); 0: none */
     int64_t fail_out_rows;       /* output buffers of this many rows or more cannot be
                                     allocated (pinned memory ran out); 0: none */
+    bool no_fuse;                /* compile without the fusion passes (exec/fuse.h) */
 } reel_plan_debug;
 
 /* A plan is two things kept apart: the schedule, fixed when compile returns
@@ -79,6 +80,7 @@ struct reel_plan {
         int noutputs;
         reel_goutput *outputs;
         const reel_op_impl **impl;   /* [nnodes] */
+        char (*fused)[48];           /* [nnodes] what the fusion pass folded into each (fuse.c) */
         bool has_attention;
         bool checks_limits;          /* some kernel may write the error word */
         int32_t block_size;          /* smallest block size of the attention ops */
@@ -222,6 +224,10 @@ reel_status reel_schedule_edges(const reel_plan *p, int **from, int **to, int *n
 reel_status reel_schedule_waits(reel_plan *p, reel_layout *L, const int *from, const int *to, int ne,
                                 const int *new_from, const int *new_to, int nnew);
 bool reel_schedule_pdl(const reel_plan *p, const reel_layout *L, int i);
+/* The default PDL decision for one launch: its grid is at most
+ * REEL_PDL_MAX_WAVES waves of the device's multiprocessors. */
+#define REEL_PDL_MAX_WAVES 1
+bool reel_schedule_pdl_by_grid(const reel_op_impl *impl, const reel_launch *l, const reel_device_caps *caps);
 reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L);
 
 /* layout.c: the planner problem, offsets, launches. */
@@ -267,11 +273,19 @@ reel_status reel_plan_comm_poll(reel_plan *p);
 reel_status reel_plan_comm_sync(reel_plan *p);
 void reel_plan_comm_release(reel_plan *p);
 
+/* fuse.c: the fusion pass over the copied graph, before kernel choice. */
+reel_status reel_plan_fuse(reel_plan *p);
+
 /* capture.c */
 reel_status reel_capture_all(reel_plan *p);
 
 /* plan_io.c */
 int reel_plan_find_tensor(const reel_plan *p, const char *name, reel_tensor_kind kind);
+/* Copies bytes of host data to byte offset of parameter t (a part of it: a
+ * checkpoint's tensors stacked into one fused parameter); complete marks
+ * the parameter written. The caller checked the bounds (an invariant here). */
+reel_status reel_plan_write_param_part(reel_plan *p, int t, size_t offset, const void *data, size_t bytes,
+                                       bool complete);
 
 /* introspect.c: node info, the plan's memory, op spans. */
 void reel_plan_trace_free(reel_plan *p);

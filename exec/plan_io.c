@@ -81,6 +81,25 @@ reel_status reel_plan_write_param(reel_plan *p, const char *name, const void *da
     return REEL_OK;
 }
 
+reel_status reel_plan_write_param_part(reel_plan *p, int t, size_t offset, const void *data, size_t bytes,
+                                       bool complete)
+{
+    REEL_INVARIANT(p->err, t > 0 && t < p->ntensors && p->tensors[t].kind == REEL_T_PARAM);
+    REEL_INVARIANT(p->err, offset <= reel_shape_bytes(&p->tensors[t].shape, 0) &&
+                               bytes <= reel_shape_bytes(&p->tensors[t].shape, 0) - offset);
+    if (bytes) {
+        REEL_TRY(p->be->vt->copy(p->be, p->streams[0], (char *)p->tensor_ptr[t] + offset, data, bytes,
+                                 REEL_COPY_H2D));
+        REEL_TRY(p->be->vt->stream_sync(p->be, p->streams[0]));
+    }
+    if (complete) {
+        if (!p->param_written[t])
+            p->params_unwritten--;
+        p->param_written[t] = true;
+    }
+    return REEL_OK;
+}
+
 static reel_status state_io(reel_plan *p, const char *name, void *host, size_t bytes, bool write)
 {
     const char *what = write ? "write_state" : "read_state";
@@ -179,7 +198,9 @@ reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_plac
     int seen = 0;
     for (uint32_t t = 1; t < (uint32_t)p->ntensors; t++) {
         const reel_tinfo *ti = &p->tensors[t];
-        if (ti->kind != REEL_T_ACT || seen++ != i || i < 0)
+        /* Views own no bytes (their source's placement has them); fused-away
+         * tensors none at all. */
+        if (ti->kind != REEL_T_ACT || ti->alias_of || ti->dead || seen++ != i || i < 0)
             continue;
         const reel_layout *L = &p->bucket[bucket];
         out->name = ti->name;

@@ -163,6 +163,12 @@ reel_tensor reel_softmax(reel_graph *g, reel_tensor x)
     return node1(g, REEL_OP_SOFTMAX, x.id, 0, &(reel_op_attrs){ { 0 } });
 }
 
+reel_tensor reel_view_cols(reel_graph *g, reel_tensor x, int64_t col, int64_t ncols)
+{
+    reel_op_attrs a = { .view = { col, ncols } };
+    return node1(g, REEL_OP_VIEW_COLS, x.id, 0, &a);
+}
+
 reel_tensor reel_argmax(reel_graph *g, reel_tensor x)
 {
     return node1(g, REEL_OP_ARGMAX, x.id, 0, &(reel_op_attrs){ { 0 } });

@@ -24,6 +24,13 @@ typedef struct reel_tinfo {
     const void *bind;      /* PARAM: borrowed data until compile */
     bool deferred;         /* PARAM: written into the plan later */
     int output_slot;       /* index in the graph's outputs, -1 if not an output */
+    /* Set by the executor's fusion pass (exec/fuse.c), 0 in a graph: an ACT
+     * that aliases the bytes of ACT alias_of from element rows * alias_col
+     * (a view of a segmented matmul output), or a tensor no node produces
+     * any more (dead: fused away). */
+    uint32_t alias_of;
+    int64_t alias_col;
+    bool dead;
 } reel_tinfo;
 
 typedef struct reel_node {

@@ -35,6 +35,13 @@ typedef enum reel_op_kind {
     REEL_OP_ALL_TO_ALL,
     REEL_OP_SEND,
     REEL_OP_RECV,
+    /* Fusion (issue 8). view_cols is built by reel_view_cols: a column range
+     * of its source, an alias of the source's bytes where the fusion pass
+     * makes the producing matmul write its columns as segments, a copy
+     * otherwise. add_rmsnorm is made by the fusion pass only: (a, b, w) ->
+     * (a + b rounded to the storage dtype, rmsnorm of that sum). */
+    REEL_OP_VIEW_COLS,
+    REEL_OP_ADD_RMSNORM,
     REEL_OP_COUNT
 } reel_op_kind;
 
@@ -42,7 +49,7 @@ typedef enum reel_op_kind {
 static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_REDUCE && k <= REEL_OP_RECV; }
 
 #define REEL_OP_MAX_IN 6
-#define REEL_OP_MAX_OUT 2
+#define REEL_OP_MAX_OUT 4
 
 /* Paged attention's second output is its split-KV workspace: partial
  * results of REEL_ATTN_SPLIT_SLOTS (token, chunk) pairs, each num_heads
@@ -54,11 +61,37 @@ static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_RED
  * reference does not split and leaves it untouched. */
 #define REEL_ATTN_SPLIT_SLOTS 256
 
+/* Matmul epilogues the fusion pass sets (exec/fuse.c); the builder leaves
+ * REEL_MM_EPI_NONE. BIAS: a third input b [N] is added to each row after the
+ * product is rounded to the storage dtype (the rounding of the unfused
+ * matmul then add). SILU_MUL: the output is silu(y[:, :N/2]) * y[:, N/2:] of
+ * the product y rounded to storage, [T, N/2]; the second output [T, N] is
+ * planned scratch a kernel may stage y in. */
+enum { REEL_MM_EPI_NONE = 0, REEL_MM_EPI_BIAS = 1, REEL_MM_EPI_SILU_MUL = 2 };
+/* Column segments of a matmul's output (views fused into it): nseg > 0
+ * stores columns [c_s, c_s + seg[s]) as their own row-major [rows, seg[s]]
+ * block at element rows * c_s, so each view is contiguous. */
+#define REEL_MM_MAX_SEG 4
+
 typedef union reel_op_attrs {
-    struct { bool w_transposed; } matmul;
+    struct {
+        bool w_transposed;
+        int epi;                        /* REEL_MM_EPI_* */
+        int nseg;                       /* 0: plain row-major output */
+        int64_t seg[REEL_MM_MAX_SEG];   /* columns of each segment, in order */
+    } matmul;
+    struct { int64_t col, ncols; } view;
     struct { float eps; } rmsnorm;
     struct { int head_dim, rot_dim; float theta; } rope;
-    struct { reel_attn_params p; } attn;
+    /* rope_rot_dim > 0: the op applies neox rotary embedding (reel_rope's
+     * math, head_dim = p.head_dim) to q and k itself: a node made by the
+     * compiler's rope fusion (exec/fuse_rope.c) from two rope ops feeding
+     * it. Then in[0] and in[1] are the unrotated q and k, in[5] the rope's
+     * positions [T] i32, and out[2] and out[3] the rotated q and k ([T,
+     * H*Dh] and [T, Hkv*Dh], the rope ops' own results, which the kernels
+     * read q from and which stay readable as graph outputs); the cache
+     * receives rotated k. */
+    struct { reel_attn_params p; int rope_rot_dim; float rope_theta; } attn;
     struct { int k, page_size; bool has_page_table; } topk;
     struct { int num_heads; } lse;
     /* Collectives: the axis chunked or gathered, the group size the op was
@@ -142,6 +175,10 @@ typedef struct reel_op_impl {
                     const reel_device_caps *caps);
     /* Issues the kernel(s) on l->stream. Errors go to be->err. */
     reel_status (*launch)(reel_backend *be, const reel_launch *l);
+    /* Optional: thread blocks of the launch's (largest) kernel, for the
+     * default PDL decision by grid size (exec/schedule.c); NULL: unknown,
+     * PDL only when asked for. */
+    int64_t (*grid_blocks)(const reel_launch *l, const reel_device_caps *caps);
 } reel_op_impl;
 
 /* The registry: a read-only table per backend, filled at build time. Picks

@@ -95,6 +95,9 @@ static void set_tok(reel_shape *o, reel_dtype t, int ndim, int64_t d1, int64_t d
 
 /* ---- inference per op --------------------------------------------------- */
 
+static reel_status infer_rmsnorm(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                 char *err, size_t len);
+
 static reel_status infer_embedding(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
                                    char *err, size_t len)
 {
@@ -118,7 +121,60 @@ static reel_status infer_matmul(const reel_shape *in, int nin, const reel_op_att
         return bad(err, len, REEL_E_SHAPE, "inner dims differ: x[1] = %lld, w[%d] = %lld%s",
                    (long long)in[0].dims[1], kdim, (long long)in[1].dims[kdim],
                    a->matmul.w_transposed ? " (w transposed)" : "");
-    set_tok(&out[0], in[0].dtype, 2, in[1].dims[1 - kdim], 0);
+    int64_t n = in[1].dims[1 - kdim];
+    set_tok(&out[0], in[0].dtype, 2, n, 0);
+    /* Epilogues and segments come from the fusion pass (exec/fuse.c). */
+    const int epi = a->matmul.epi, nseg = a->matmul.nseg;
+    if (epi < REEL_MM_EPI_NONE || epi > REEL_MM_EPI_SILU_MUL)
+        return bad(err, len, REEL_E_INTERNAL, "unknown epilogue %d", epi);
+    if (nseg < 0 || nseg > REEL_MM_MAX_SEG)
+        return bad(err, len, REEL_E_INTERNAL, "segments %d outside 0..%d", nseg, REEL_MM_MAX_SEG);
+    int64_t cols = 0;
+    for (int s = 0; s < nseg; s++) {
+        if (a->matmul.seg[s] <= 0)
+            return bad(err, len, REEL_E_INTERNAL, "segment %d has %lld columns", s, (long long)a->matmul.seg[s]);
+        cols += a->matmul.seg[s];
+    }
+    if (nseg && (cols != n || epi == REEL_MM_EPI_SILU_MUL))
+        return bad(err, len, REEL_E_INTERNAL, "segments cover %lld of %lld columns", (long long)cols, (long long)n);
+    if (epi == REEL_MM_EPI_BIAS) {
+        if (nin < 3 || in[2].tokens || in[2].ndim != 1 || in[2].dims[0] != n)
+            return bad(err, len, REEL_E_SHAPE, "the bias must be a row [%lld]", (long long)n);
+        TRY(same_dtype(&in[0], "x", &in[2], "bias", err, len));
+    }
+    if (epi == REEL_MM_EPI_SILU_MUL) {
+        if (n % 2 != 0)
+            return bad(err, len, REEL_E_SHAPE, "silu_and_mul epilogue: N = %lld must be even", (long long)n);
+        out[1] = out[0];
+        set_tok(&out[0], in[0].dtype, 2, n / 2, 0);
+    }
+    return REEL_OK;
+}
+
+/* x [T, N] -> columns [col, col + ncols) of each row, [T, ncols]. */
+static reel_status infer_view_cols(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                   char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "x", 2, err, len));
+    int64_t c = a->view.col, n = a->view.ncols;
+    if (c < 0 || n <= 0 || c > in[0].dims[1] || n > in[0].dims[1] - c)
+        return bad(err, len, REEL_E_SHAPE, "columns [%lld, %lld + %lld) are not inside x's %lld", (long long)c,
+                   (long long)c, (long long)n, (long long)in[0].dims[1]);
+    set_tok(&out[0], in[0].dtype, 2, n, 0);
+    return REEL_OK;
+}
+
+/* (a, b [T, D], w [D]) -> (a + b, rmsnorm(a + b) * w), both [T, D]. */
+static reel_status infer_add_rmsnorm(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                     char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "a", 2, err, len));
+    TRY(need_float(&in[0], "a", err, len));
+    TRY(same_dtype(&in[0], "a", &in[1], "b", err, len));
+    if (!same_shape(&in[0], &in[1]))
+        return bad(err, len, REEL_E_SHAPE, "b must have a's shape");
+    TRY(infer_rmsnorm((reel_shape[]){ in[0], in[2] }, 2, a, out, err, len));
+    out[1] = out[0];
     return REEL_OK;
 }
 
@@ -254,6 +310,22 @@ static reel_status infer_paged_attention(const reel_shape *in, int nin, const re
     if (in[3].dims[0] != in[4].dims[0])
         return bad(err, len, REEL_E_SHAPE, "k_cache has %lld blocks, v_cache %lld", (long long)in[3].dims[0],
                    (long long)in[4].dims[0]);
+    bool has_pos = nin > 5 && in[5].ndim != 0;
+    int rd = a->attn.rope_rot_dim;
+    if (has_pos != (rd > 0))
+        return bad(err, len, REEL_E_INTERNAL, "rope_rot_dim %d disagrees with the positions operand", rd);
+    if (rd > 0) {
+        TRY(need_tok(&in[5], "positions", 1, err, len));
+        TRY(need_dtype(&in[5], "positions", REEL_I32, err, len));
+        if (rd > p->head_dim || rd % 2 != 0)
+            return bad(err, len, REEL_E_INVALID_ARG, "rope_rot_dim %d must be even and in (0, head_dim %d]", rd,
+                       p->head_dim);
+        if (!(a->attn.rope_theta > 0.0f) || !isfinite(a->attn.rope_theta))
+            return bad(err, len, REEL_E_INVALID_ARG, "rope_theta must be finite and > 0, is %g",
+                       (double)a->attn.rope_theta);
+        set_tok(&out[2], in[0].dtype, 2, qw, 0);
+        set_tok(&out[3], in[0].dtype, 2, kw, 0);
+    }
     set_tok(&out[0], in[0].dtype, 2, qw, 0);
     out[1] = (reel_shape){ .dtype = REEL_F32, .ndim = 2, .tokens = false,
                            .dims = { REEL_ATTN_SPLIT_SLOTS, qw + p->num_heads, 0, 0 } };
@@ -425,7 +497,7 @@ static const reel_op_schema schemas[REEL_OP_COUNT] = {
     [REEL_OP_SOFTMAX] = { "softmax", 1, 1, infer_softmax, { "x" } },
     [REEL_OP_ARGMAX] = { "argmax", 1, 1, infer_argmax, { "x" } },
     [REEL_OP_PAGED_ATTENTION] = { "paged_attention", 5, 2, infer_paged_attention,
-                                  { "q", "k", "v", "k_cache", "v_cache" } },
+                                  { "q", "k", "v", "k_cache", "v_cache", "positions" } },
     [REEL_OP_TOPK] = { "topk", 3, 1, infer_topk, { "scores", "lengths", "page_table" } },
     [REEL_OP_LSE_COMBINE] = { "lse_combine", 2, 2, infer_lse_combine, { "outs", "lses" } },
     [REEL_OP_ALL_REDUCE] = { "all_reduce", 1, 1, infer_all_reduce, { "x" } },
@@ -434,6 +506,8 @@ static const reel_op_schema schemas[REEL_OP_COUNT] = {
     [REEL_OP_ALL_TO_ALL] = { "all_to_all", 1, 2, infer_all_to_all, { "x" } },
     [REEL_OP_SEND] = { "send", 1, 1, infer_send, { "x" } },
     [REEL_OP_RECV] = { "recv", 0, 1, infer_recv, { NULL } },
+    [REEL_OP_VIEW_COLS] = { "view_cols", 1, 1, infer_view_cols, { "x" } },
+    [REEL_OP_ADD_RMSNORM] = { "add_rmsnorm", 3, 2, infer_add_rmsnorm, { "a", "b", "w" } },
 };
 
 const char *reel_op_node_label(reel_op_kind k, int node, const char *out, bool quoted, char *buf, size_t len)

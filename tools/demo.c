@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hf.h"
 #include "serve.h"
 
 void demo_opts_default(demo_opts *o)
@@ -116,6 +117,8 @@ static reel_compile_opts compile_opts(const demo_opts *o)
     c.no_capture = o->eager;
     c.check_hazards = o->hazards;
     if (o->pdl) c.pdl = 1;
+    if (o->no_pdl) c.pdl = 0;
+    if (o->no_fuse) c.no_fuse = 1;
     return c;
 }
 
@@ -165,6 +168,8 @@ typedef struct run {
     pthread_barrier_t go, done;
     bool barriers, quit;
     reel_step_info si;
+    /* --model */
+    reel_safetensors *ck;
 } run;
 
 /* The library's reason: the context's message, or, with no context (its
@@ -231,7 +236,9 @@ static reel_status stage_compile(pp_stage *ps)
         st = reel_compile(g, &c, &ps->plan);
     }
     reel_graph_destroy(g);
-    if (st == REEL_OK) st = model_write_stage_weights(ps->plan, &u->m, ps->stage, u->pp);
+    if (st == REEL_OK)
+        st = u->ck ? hf_write_weights(ps->plan, &u->m, u->ck, ps->stage, u->pp)
+                   : model_write_stage_weights(ps->plan, &u->m, ps->stage, u->pp);
     return st;
 }
 
@@ -347,23 +354,39 @@ static void pp_teardown(run *u)
     for (int k = 1; k < u->pp; k++) reel_ctx_destroy(u->stage[k].ctx);
 }
 
+static reel_status bad_config(run *u, const char *what, const char *err)
+{
+    u->r->status = REEL_E_INVALID_ARG;
+    snprintf(u->r->error, sizeof u->r->error, "%s: %s", what, err);
+    return REEL_E_INVALID_ARG;
+}
+
 static reel_status setup(run *u)
 {
     const demo_opts *o = u->o;
-    char err[256];
-    serve_opts so = {
-        .requests = o->requests, .seed = o->seed, .vocab = o->model.vocab,
-        .largest_bucket = largest_bucket(o), .max_context = o->max_context, .max_seqs = o->max_seqs,
-        .token_budget = token_budget(o), .block_size = o->model.block_size, .num_blocks = o->kv_blocks,
-        .fit = o->fit,
-    };
-    if (serve_init(&u->s, &so, err, sizeof err) != 0) {
-        u->r->status = REEL_E_INVALID_ARG;
-        snprintf(u->r->error, sizeof u->r->error, "workload: %s", err);
-        return REEL_E_INVALID_ARG;
-    }
+    char err[512];
     model_config m = o->model;
-    m.num_blocks = u->s.pool.num_blocks;
+    if (o->model_dir && hf_load_config(o->model_dir, &m, err, sizeof err) != 0) return bad_config(u, "model", err);
+    m.logits_output = o->prompt_len > 0 && o->logits_path;
+    for (int i = 0; i < o->prompt_len; i++)
+        if (o->prompt[i] < 0 || o->prompt[i] >= m.vocab) {
+            snprintf(err, sizeof err, "token %d of --prompt is %d, outside the vocabulary [0, %d)", i, o->prompt[i],
+                     m.vocab);
+            return bad_config(u, "prompt", err);
+        }
+    if (o->prompt_len > 0) {
+        int len = o->prompt_len + o->gen_tokens;
+        m.num_blocks = (len + m.block_size - 1) / m.block_size;
+    } else {
+        serve_opts so = {
+            .requests = o->requests, .seed = o->seed, .vocab = m.vocab,
+            .largest_bucket = largest_bucket(o), .max_context = o->max_context, .max_seqs = o->max_seqs,
+            .token_budget = token_budget(o), .block_size = m.block_size, .num_blocks = o->kv_blocks,
+            .fit = o->fit,
+        };
+        if (serve_init(&u->s, &so, err, sizeof err) != 0) return bad_config(u, "workload", err);
+        m.num_blocks = u->s.pool.num_blocks;
+    }
     m.seed = o->seed;
     if (model_config_resolve(&m, err, sizeof err) != 0) {
         u->r->status = REEL_E_INVALID_ARG;
@@ -378,7 +401,14 @@ static reel_status setup(run *u)
     if (st != REEL_OK) return fail(u, st, "creating the context");
     u->r->backend = reel_ctx_backend(u->ctx);
     if (o->observer && o->observer->ctx_ready) o->observer->ctx_ready(o->observer->arg, u->ctx);
+    if (o->save_dir && hf_save_seeded(u->ctx, &m, o->save_dir, err, sizeof err) != 0)
+        return bad_config(u, "--save-model", err);
+    if (o->model_dir) {
+        st = reel_safetensors_open(u->ctx, o->model_dir, &u->ck);
+        if (st != REEL_OK) return fail(u, st, "opening the checkpoint");
+    }
     u->m = m;
+    u->r->model = m;
     if (u->pp > 1) return pp_setup(u, &co);
     reel_graph *g = NULL;
     st = model_build(u->ctx, &m, &g);
@@ -387,8 +417,8 @@ static reel_status setup(run *u)
     st = reel_compile(g, &c, &u->plan);
     reel_graph_destroy(g);
     if (st != REEL_OK) return fail(u, st, "compiling the model");
-    st = model_write_weights(u->plan, &m);
-    if (st != REEL_OK) return fail(u, st, "writing the weights");
+    st = u->ck ? hf_write_weights(u->plan, &m, u->ck, 0, 1) : model_write_weights(u->plan, &m);
+    if (st != REEL_OK) return fail(u, st, u->ck ? "writing the checkpoint's weights" : "writing the weights");
     if (o->observer && o->observer->plan_ready) o->observer->plan_ready(o->observer->arg, u->plan);
     return REEL_OK;
 }
@@ -465,14 +495,123 @@ static reel_status loop(run *u)
     return st;
 }
 
+/* ---- generation (--prompt) ------------------------------------------------ */
+
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, f = h & 0x3ffu, u;
+    if (e == 0x1f) u = sign | 0x7f800000u | (f << 13);
+    else if (e != 0) u = sign | ((e + 112u) << 23) | (f << 13);
+    else {
+        float v = (float)f * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* Appends rows x vocab logits of dtype dt as float32 to f. */
+static int write_logits(FILE *f, const void *data, int64_t n, reel_dtype dt)
+{
+    float buf[1024];
+    for (int64_t i = 0; i < n;) {
+        int64_t k = n - i < 1024 ? n - i : 1024;
+        for (int64_t j = 0; j < k; j++, i++) {
+            if (dt == REEL_F32) {
+                buf[j] = ((const float *)data)[i];
+            } else if (dt == REEL_BF16) {
+                uint32_t u = (uint32_t)((const uint16_t *)data)[i] << 16;
+                memcpy(&buf[j], &u, 4);
+            } else {
+                buf[j] = f16_to_f32(((const uint16_t *)data)[i]);
+            }
+        }
+        if (fwrite(buf, sizeof(float), (size_t)k, f) != (size_t)k) return -1;
+    }
+    return 0;
+}
+
+/* One sequence: the prompt as one prefill step, then a decode step per
+ * generated token; slot = position in blocks 0, 1, ... */
+static reel_status gen_loop(run *u)
+{
+    const demo_opts *o = u->o;
+    demo_result *r = u->r;
+    const int P = o->prompt_len, N = o->gen_tokens, bs = u->m.block_size, V = u->m.vocab;
+    int nb = (P + N + bs - 1) / bs;
+    int32_t *buf = malloc((size_t)(3 * P + nb) * sizeof *buf);
+    if (!buf) return fail(u, REEL_E_OOM, "generation buffers");
+    FILE *lf = o->logits_path ? fopen(o->logits_path, "wb") : NULL;
+    reel_status st = REEL_OK;
+    if (o->logits_path && !lf) st = bad_config(u, "--logits", "cannot create the file");
+    int32_t *pos = buf, *slots = buf + P, *toks = buf + 2 * P, *table = buf + 3 * P;
+    for (int i = 0; i < nb; i++) table[i] = i;
+    for (int i = 0; i < P; i++) pos[i] = slots[i] = i, toks[i] = o->prompt[i];
+    double t0 = now_s();
+    for (int k = 0; k < N && st == REEL_OK; k++) {
+        int T = k == 0 ? P : 1;
+        if (k > 0) pos[0] = slots[0] = P + k - 1, toks[0] = r->gen[k - 1];
+        int32_t qs[2] = {0, T}, len = k == 0 ? P : P + k;
+        reel_step_info si = {.num_tokens = T, .num_seqs = 1, .query_start = qs, .positions = pos,
+                             .slot_mapping = slots, .context_lens = &len, .block_tables = table,
+                             .block_table_stride = nb};
+        double s0 = now_s();
+        st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, toks, T);
+        if (st == REEL_OK) st = reel_step(u->plan, &si);
+        const void *out = NULL;
+        int64_t rows = 0;
+        if (st == REEL_OK) st = reel_plan_output(u->plan, MODEL_OUTPUT_NEXT, &out, &rows);
+        if (st != REEL_OK) {
+            fail(u, st, "generation step");
+            r->failed_step = (int64_t)r->steps;
+            break;
+        }
+        r->gen[k] = ((const int32_t *)out)[rows - 1];
+        r->num_gen = k + 1;
+        if (lf) {
+            reel_dtype dt;
+            int64_t re;
+            st = reel_plan_output_desc(u->plan, MODEL_OUTPUT_LOGITS, &dt, &re);
+            if (st == REEL_OK) st = reel_plan_output(u->plan, MODEL_OUTPUT_LOGITS, &out, &rows);
+            if (st != REEL_OK) {
+                fail(u, st, "reading the logits");
+            } else if (re != V || write_logits(lf, out, rows * V, dt) != 0) {
+                st = bad_config(u, "--logits", "cannot write the file");
+            }
+        }
+        double ms = (now_s() - s0) * 1e3;
+        if (st == REEL_OK && samples_push(&u->all, ms)) st = fail(u, REEL_E_OOM, "recording step latency");
+        bool replayed = reel_plan_last_fallback(u->plan) == REEL_FALLBACK_NONE;
+        if (st == REEL_OK && samples_push(replayed ? &u->replayed : &u->eager, ms))
+            st = fail(u, REEL_E_OOM, "recording step latency");
+        r->steps++;
+        r->tokens += (uint64_t)T;
+        *(k == 0 ? &r->prefill_tokens : &r->decode_tokens) += (uint64_t)T;
+    }
+    r->wall_s = now_s() - t0;
+    r->generated = (uint64_t)r->num_gen;
+    r->requests_done = st == REEL_OK;
+    if (lf && fclose(lf) != 0 && st == REEL_OK) st = bad_config(u, "--logits", "cannot write the file");
+    free(buf);
+    return st;
+}
+
 static void finish(run *u)
 {
     demo_result *r = u->r;
     if (u->plan) reel_plan_stats_get(u->plan, &r->stats);
-    r->requests_done = u->s.num_done;
+    if (u->o->prompt_len == 0) r->requests_done = u->s.num_done;
     if (u->s.reqs)
         for (int k = 0; k < u->s.o.requests; k++) r->generated += (uint64_t)u->s.reqs[k].generated;
-    r->checksum = serve_checksum(&u->s);
+    if (u->o->prompt_len > 0) { /* FNV-1a over the generated tokens */
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (int i = 0; i < r->num_gen; i++)
+            for (int b = 0; b < 4; b++) h = (h ^ (((uint32_t)r->gen[i] >> (8 * b)) & 0xffu)) * 0x100000001b3ull;
+        r->checksum = h;
+    } else {
+        r->checksum = serve_checksum(&u->s);
+    }
     r->replay_p50_ms = percentile(&u->replayed, 0.5);
     r->eager_p50_ms = percentile(&u->eager, 0.5);
     r->p50_ms = percentile(&u->all, 0.5);
@@ -487,7 +626,7 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
     u.pg.f = prog;
     u.pg.tty = prog && isatty(fileno(prog));
     reel_status st = setup(&u);
-    if (st == REEL_OK) st = loop(&u);
+    if (st == REEL_OK) st = o->prompt_len > 0 ? gen_loop(&u) : loop(&u);
     finish(&u);
     if (u.plan && o->inspect)
         o->inspect(u.plan, o->inspect_arg);
@@ -497,6 +636,7 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
     serve_destroy(&u.s);
     if (u.pp > 1) pp_teardown(&u);
     reel_plan_destroy(u.plan);
+    reel_safetensors_close(u.ck);
     reel_ctx_destroy(u.ctx);
     return st;
 }

@@ -14,6 +14,7 @@
 #include "model.h"
 
 #define DEMO_PP_MAX 8
+#define DEMO_GEN_MAX 4096 /* --prompt tokens and --generate steps, each */
 
 typedef struct demo_opts {
     model_config model;
@@ -27,10 +28,23 @@ typedef struct demo_opts {
     int requests;
     int steps;        /* stop after this many steps; 0: when every request is done */
     uint64_t seed;
-    bool strict, eager, fit, hazards, quiet, pdl;
+    bool strict, eager, fit, hazards, quiet, pdl, no_pdl, no_fuse;
     int device;       /* CUDA device ordinal */
     int pp;           /* pipeline stages (0, 1: one); each a thread with its own context, plan and
                          communicator (host backend), joined by send/recv inside the graphs */
+    /* Checkpoints (tools/hf.c). model_dir: serve the Hugging Face Llama-family
+     * checkpoint there (config.json and safetensors) instead of the seeded
+     * weights; save_dir: write the seeded model there as such a checkpoint
+     * first. model_opts_set: a model shape option was given (refused with
+     * model_dir: the checkpoint's config.json says). */
+    const char *model_dir, *save_dir;
+    bool model_opts_set;
+    /* Generation instead of the seeded workload: one request of prompt_len
+     * tokens, gen_tokens greedy tokens (r->gen); logits_path: every row's
+     * logits as little-endian float32 [prompt_len + gen_tokens - 1][vocab]. */
+    int32_t *prompt;
+    int prompt_len, gen_tokens;
+    const char *logits_path;
     /* When set and it becomes non-zero (a signal handler), the loop stops
      * after the step in flight and the run ends REEL_OK, r->interrupted set. */
     volatile sig_atomic_t *stop;
@@ -74,6 +88,10 @@ typedef struct demo_result {
     char error[768];
     int64_t failed_step; /* -1: failed outside a step */
     reel_fallback failed_fallback;
+    /* --prompt: the generated tokens */
+    model_config model; /* the model that ran (a checkpoint's config with --model) */
+    int32_t gen[DEMO_GEN_MAX];
+    int num_gen;
 } demo_result;
 
 /* Runs the loop. Returns REEL_OK or the failing status, with r->error

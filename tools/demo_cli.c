@@ -34,6 +34,13 @@ void demo_options_usage(FILE *f)
           "  --vocab N          vocabulary (1024)\n"
           "  --dtype T          f32 | f16 | bf16 (bf16)\n"
           "  --block-size N     tokens per KV cache block (16)\n"
+          "  --model DIR        serve a Hugging Face Llama-family checkpoint (config.json and\n"
+          "                     safetensors; its config sets the model options above)\n"
+          "  --save-model DIR   write the seeded model there as such a checkpoint, then run\n"
+          "generation (instead of the seeded request stream):\n"
+          "  --prompt LIST      one request with these token ids (comma-separated)\n"
+          "  --generate N       greedy tokens to generate for it (16)\n"
+          "  --logits FILE      write every row's logits there, float32 [prompt + N - 1][vocab]\n"
           "plan limits:\n"
           "  --buckets LIST     token buckets to capture (1,2,4,8,16,32,64)\n"
           "  --max-context N    context limit of the graphs (256)\n"
@@ -41,7 +48,10 @@ void demo_options_usage(FILE *f)
           "  --strict           a step beyond the limits is an error, not an eager step\n"
           "  --eager            capture nothing: every step runs eagerly\n"
           "  --check-hazards    run every step under the hazard checker\n"
-          "  --pdl              programmatic dependent launch between kernels (CUDA)\n"
+          "  --pdl              programmatic dependent launch for every kernel that honours it (CUDA;\n"
+          "                     default: for kernels of at most one wave)\n"
+          "  --no-pdl           no programmatic dependent launch\n"
+          "  --no-fuse          no fusion pass: every op its own kernel (to compare results)\n"
           "workload:\n"
           "  --max-tokens N     scheduler token budget per step (2 * largest bucket)\n"
           "  --requests N       requests to serve (48)\n"
@@ -116,7 +126,8 @@ static int parse_dtype(const char *s, reel_dtype *out, FILE *err)
 
 enum { O_LAYERS = 256, O_HIDDEN, O_HEADS, O_KV_HEADS, O_FFN, O_VOCAB, O_DTYPE, O_BLOCK, O_BUCKETS, O_CTX,
        O_SEQS, O_STRICT, O_EAGER, O_HAZARDS, O_TOKENS, O_REQUESTS, O_STEPS, O_KV_BLOCKS, O_FIT, O_SEED,
-       O_BACKEND, O_QUIET, O_PDL, O_DEVICE, O_PP };
+       O_BACKEND, O_QUIET, O_PDL, O_DEVICE, O_PP, O_MODEL, O_SAVE_MODEL, O_PROMPT, O_GENERATE, O_LOGITS,
+       O_NO_PDL, O_NO_FUSE };
 
 static const struct option long_opts[] = {
     {"layers", required_argument, 0, O_LAYERS},     {"hidden", required_argument, 0, O_HIDDEN},
@@ -131,7 +142,10 @@ static const struct option long_opts[] = {
     {"fit", no_argument, 0, O_FIT},                 {"seed", required_argument, 0, O_SEED},
     {"backend", required_argument, 0, O_BACKEND},   {"quiet", no_argument, 0, O_QUIET},
     {"pdl", no_argument, 0, O_PDL},                 {"device", required_argument, 0, O_DEVICE},
-    {"pp", required_argument, 0, O_PP},
+    {"pp", required_argument, 0, O_PP},             {"model", required_argument, 0, O_MODEL},
+    {"save-model", required_argument, 0, O_SAVE_MODEL}, {"prompt", required_argument, 0, O_PROMPT},
+    {"generate", required_argument, 0, O_GENERATE}, {"logits", required_argument, 0, O_LOGITS},
+    {"no-pdl", no_argument, 0, O_NO_PDL},           {"no-fuse", no_argument, 0, O_NO_FUSE},
     {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
 };
 
@@ -148,8 +162,37 @@ static int parse_seed(const char *s, uint64_t *out, FILE *err)
     return 0;
 }
 
+/* Token ids, comma-separated, into a buffer that lives as long as the process. */
+static int parse_prompt(const char *s, demo_opts *o, FILE *err)
+{
+    static int32_t ids[DEMO_GEN_MAX];
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || *p == '-' || *p == '+' || v > INT32_MAX || (*end != ',' && *end != '\0') ||
+            (*end == ',' && end[1] == '\0') || n == DEMO_GEN_MAX) {
+            fprintf(err, "reel %s: --prompt wants up to %d token ids (non-negative integers) separated by commas, "
+                         "got '%s'\n", cmd_name, DEMO_GEN_MAX, s);
+            return -1;
+        }
+        ids[n++] = (int32_t)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (n == 0) {
+        fprintf(err, "reel %s: --prompt is empty\n", cmd_name);
+        return -1;
+    }
+    o->prompt = ids;
+    o->prompt_len = n;
+    return 0;
+}
+
 static int parse_one(int c, const char *a, demo_opts *o, FILE *err)
 {
+    if (c >= O_LAYERS && c <= O_DTYPE) o->model_opts_set = true;
     const long big = 1 << 20;
     model_config *m = &o->model;
     switch (c) {
@@ -175,8 +218,15 @@ static int parse_one(int c, const char *a, demo_opts *o, FILE *err)
     case O_FIT: o->fit = true; return 0;
     case O_QUIET: o->quiet = true; return 0;
     case O_PDL: o->pdl = true; return 0;
+    case O_NO_PDL: o->no_pdl = true; return 0;
+    case O_NO_FUSE: o->no_fuse = true; return 0;
     case O_DEVICE: return parse_int("device", a, 0, 1023, &o->device, err);
     case O_PP: return parse_int("pp", a, 1, DEMO_PP_MAX, &o->pp, err);
+    case O_MODEL: o->model_dir = a; return 0;
+    case O_SAVE_MODEL: o->save_dir = a; return 0;
+    case O_PROMPT: return parse_prompt(a, o, err);
+    case O_GENERATE: return parse_int("generate", a, 1, DEMO_GEN_MAX, &o->gen_tokens, err);
+    case O_LOGITS: o->logits_path = a; return 0;
     case O_BACKEND:
         if (reel_backend_parse(a, &o->backend) == REEL_OK) return 0;
         fprintf(err, "reel %s: --backend wants auto, host or cuda, got '%s'\n", cmd_name, a);
@@ -204,6 +254,7 @@ int demo_parse_args(int argc, char **argv, demo_opts *o, FILE *err)
         fprintf(err, "reel %s: unexpected argument '%s' (see reel %s --help)\n", cmd_name, argv[optind], cmd_name);
         return 2;
     }
+    if (o->prompt_len && !o->gen_tokens) o->gen_tokens = 16;
     return 0;
 }
 
@@ -224,6 +275,23 @@ int demo_check_config(const demo_opts *o, const char *cmd, FILE *err)
     if (o->pp > 1 && o->backend == REEL_BACKEND_CUDA) {
         fprintf(err, "reel %s: --pp runs its stages on the host backend (multi-GPU runs are their own issue)\n",
                 cmd);
+        return 2;
+    }
+    if (o->model_dir && o->model_opts_set) {
+        fprintf(err, "reel %s: --model takes the model's shape and dtype from its config.json; leave out --layers, "
+                     "--hidden, --heads, --kv-heads, --ffn, --vocab and --dtype\n", cmd);
+        return 2;
+    }
+    if (o->model_dir && o->save_dir) {
+        fprintf(err, "reel %s: --save-model writes the seeded model; it cannot be used with --model\n", cmd);
+        return 2;
+    }
+    if (!o->prompt_len && (o->gen_tokens || o->logits_path)) {
+        fprintf(err, "reel %s: --generate and --logits go with --prompt\n", cmd);
+        return 2;
+    }
+    if (o->prompt_len && o->pp > 1) {
+        fprintf(err, "reel %s: --prompt runs one stage (leave out --pp)\n", cmd);
         return 2;
     }
     if (o->strict && o->eager) {
@@ -269,11 +337,14 @@ static const char *human_bytes(double b, char *buf, size_t n)
 
 static void print_header(const demo_opts *o, const demo_result *r, FILE *f)
 {
-    const model_config *m = &o->model;
+    const model_config *m = r->model.layers ? &r->model : &o->model; /* what ran: a checkpoint's config */
     fprintf(f, "reel demo: %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, %s, backend %s\n",
             m->layers, m->hidden, m->heads, m->kv_heads ? m->kv_heads : m->heads,
             m->ffn ? m->ffn : 2 * m->hidden, m->vocab, reel_dtype_name(m->dtype),
             reel_backend_name(r->backend) ? reel_backend_name(r->backend) : "?");
+    if (o->model_dir)
+        fprintf(f, "  model              %s (Hugging Face checkpoint%s%s%s)\n", o->model_dir,
+                m->qkv_bias ? ", qkv bias" : "", m->o_bias ? ", o bias" : "", m->tied ? ", tied embeddings" : "");
     fprintf(f, "  buckets            ");
     for (int i = 0; i < o->num_buckets; i++) fprintf(f, "%s%d", i ? "," : "", o->buckets[i]);
     fprintf(f, "   max context %d, max seqs %d%s%s\n", o->max_context, o->max_seqs, o->strict ? ", strict" : "",
@@ -291,11 +362,30 @@ static void print_reasons(const demo_result *r, FILE *f)
                     r->stats.eager_by_reason[i]);
 }
 
+static void print_generation(const demo_opts *o, const demo_result *r, FILE *f)
+{
+    const reel_plan_stats *s = &r->stats;
+    fprintf(f, "  prompt             %d tokens\n", o->prompt_len);
+    fprintf(f, "  generated          %d tokens:", r->num_gen);
+    for (int i = 0; i < r->num_gen; i++) fprintf(f, " %d", r->gen[i]);
+    fputc('\n', f);
+    fprintf(f, "  steps              %" PRIu64 " (replays %" PRIu64 ", eager %" PRIu64 ")\n", r->steps, s->replays,
+            s->eager_steps);
+    print_reasons(r, f);
+    fprintf(f, "  step latency       p50 %.3f ms, p99 %.3f ms\n", r->p50_ms, r->p99_ms);
+    if (o->logits_path) fprintf(f, "  logits             %s\n", o->logits_path);
+    fprintf(f, "  token checksum     %016" PRIx64 "\n", r->checksum);
+}
+
 void demo_print_summary(const demo_opts *o, const demo_result *r, FILE *f)
 {
     const reel_plan_stats *s = &r->stats;
     char b1[32], b2[32], b3[32];
     print_header(o, r, f);
+    if (o->prompt_len > 0) {
+        print_generation(o, r, f);
+        return;
+    }
     fprintf(f, "  requests           %d of %d done\n", r->requests_done, o->requests);
     fprintf(f, "  steps              %" PRIu64 "\n", r->steps);
     fprintf(f, "  tokens             %" PRIu64 " (prefill %" PRIu64 ", decode %" PRIu64 "; %" PRIu64

@@ -50,6 +50,29 @@ void inspect_print_plan(reel_plan *p, FILE *f)
         print_operands(&ni, f);
         fprintf(f, " | %s |\n", ni.why);
     }
+    /* What the fusion pass folded, and what one replay launches: kernels of
+     * each bucket's graph over the transformer layers (attention ops). */
+    int layers = 0, nf = 0;
+    for (int i = 0; i < nn; i++) {
+        reel_node_info ni = REEL_NODE_INFO_INIT;
+        if (reel_plan_node_info(p, i, &ni) != REEL_OK) continue;
+        layers += strcmp(ni.op, "paged_attention") == 0;
+        if (ni.fused && ni.fused[0])
+            fprintf(f, "%s node %d (%s): %s", nf++ ? "," : "\nfused:", i, ni.name, ni.fused);
+    }
+    fprintf(f, "%s\nkernels per replay (bucket: kernels in its graph", nf ? "\n" : "\nfused: none (no_fuse or nothing to fuse)\n");
+    if (layers) fprintf(f, ", per layer over %d attention layers", layers);
+    fputs("):", f);
+    for (int b = 0; b < st.num_buckets; b++) {
+        int k = 0;
+        if (reel_plan_graph_kernels(p, b, &k) != REEL_OK) {
+            fprintf(f, " %d: -", st.buckets[b]);
+            continue;
+        }
+        if (layers) fprintf(f, " %d: %d (%.1f)", st.buckets[b], k, (double)k / layers);
+        else fprintf(f, " %d: %d", st.buckets[b], k);
+    }
+    fputc('\n', f);
     fputs("\nmemory per bucket (bytes; device = arena + static region + graph)\n\n"
           "| bucket | tokens | arena | lower bound | node bound | arena / node bound | device |\n"
           "|---|---|---|---|---|---|---|\n",

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Installs what building and testing reel needs, when it is missing:
-# meson, ninja, pkg-config, Criterion and jemalloc (both found through pkg-config).
+# meson, ninja, pkg-config, Criterion, jemalloc and jansson (found through pkg-config).
 # As root it uses apt-get; otherwise it says what to install and fails.
 set -eu
 
@@ -8,10 +8,11 @@ missing=""
 command -v meson >/dev/null 2>&1 || missing="$missing meson"
 command -v ninja >/dev/null 2>&1 || missing="$missing ninja-build"
 if ! command -v pkg-config >/dev/null 2>&1; then
-    missing="$missing pkg-config libcriterion-dev libjemalloc-dev"
+    missing="$missing pkg-config libcriterion-dev libjemalloc-dev libjansson-dev"
 else
     pkg-config --exists criterion || missing="$missing libcriterion-dev"
     pkg-config --exists jemalloc || missing="$missing libjemalloc-dev"
+    pkg-config --exists jansson || missing="$missing libjansson-dev"
 fi
 
 [ -z "$missing" ] && exit 0

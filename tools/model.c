@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int model_head_dim(const model_config *c) { return c->hidden / c->heads; }
+int model_head_dim(const model_config *c) { return c->head_dim > 0 ? c->head_dim : c->hidden / c->heads; }
 
 int model_config_resolve(model_config *c, char *err, size_t err_len)
 {
@@ -15,7 +15,8 @@ int model_config_resolve(model_config *c, char *err, size_t err_len)
     const char *bad = NULL;
     if (c->layers < 1) bad = "--layers must be >= 1";
     else if (c->hidden < 2 || c->heads < 1) bad = "--hidden and --heads must be positive";
-    else if (c->hidden % c->heads != 0) bad = "--hidden must be a multiple of --heads";
+    else if (c->head_dim < 0 || (!c->hf && c->head_dim != 0)) bad = "head_dim must be positive (and is set by a checkpoint only)";
+    else if (c->head_dim == 0 && c->hidden % c->heads != 0) bad = "--hidden must be a multiple of --heads";
     else if (model_head_dim(c) % 2 != 0) bad = "--hidden / --heads (the head dim) must be even for rope";
     else if (c->kv_heads < 1 || c->heads % c->kv_heads != 0) bad = "heads must be a multiple of kv heads";
     else if (c->vocab < 2) bad = "--vocab must be >= 2";
@@ -68,6 +69,41 @@ static reel_tensor layer(reel_graph *g, const model_config *c, int i, reel_tenso
     return h;
 }
 
+/* A Hugging Face Llama decoder layer: weights [out, in], HF's names. */
+static reel_tensor hf_layer(reel_graph *g, const model_config *c, int i, reel_tensor h, reel_tensor pos)
+{
+    char n[96];
+    const int64_t D = c->hidden, Dh = model_head_dim(c), Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
+#define HW(suffix, a, b, nd) (snprintf(n, sizeof n, "model.layers.%d." suffix, i), weight(g, c, n, (nd), (a), (b)))
+#define PROJ(x, suffix, out, in, bias)                                                   \
+    (tmp = reel_matmul(g, (x), HW(suffix ".weight", (out), (in), 2), true),              \
+     (bias) ? reel_add(g, tmp, HW(suffix ".bias", (out), 0, 1)) : tmp)
+    reel_tensor tmp;
+    reel_tensor x = reel_rmsnorm(g, h, HW("input_layernorm.weight", D, 0, 1), c->eps);
+    reel_tensor q = PROJ(x, "self_attn.q_proj", Q, D, c->qkv_bias);
+    reel_tensor k = PROJ(x, "self_attn.k_proj", KV, D, c->qkv_bias);
+    reel_tensor v = PROJ(x, "self_attn.v_proj", KV, D, c->qkv_bias);
+    q = reel_rope(g, q, pos, (int)Dh, (int)Dh, c->rope_theta);
+    k = reel_rope(g, k, pos, (int)Dh, (int)Dh, c->rope_theta);
+    int64_t cache_dims[4] = {c->num_blocks, c->block_size, c->kv_heads, Dh};
+    snprintf(n, sizeof n, "l%d.k_cache", i);
+    reel_tensor kc = reel_state(g, n, c->dtype, 4, cache_dims);
+    snprintf(n, sizeof n, "l%d.v_cache", i);
+    reel_tensor vc = reel_state(g, n, c->dtype, 4, cache_dims);
+    reel_attn_params ap = {c->heads, c->kv_heads, (int)Dh, c->block_size, 0.0f};
+    reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
+    h = reel_add(g, h, PROJ(a, "self_attn.o_proj", D, Q, c->o_bias));
+    x = reel_rmsnorm(g, h, HW("post_attention_layernorm.weight", D, 0, 1), c->eps);
+    reel_tensor gu = reel_matmul(g, x, HW("mlp.gate_up_proj.weight", 2 * (int64_t)c->ffn, D, 2), true);
+    reel_tensor f = reel_silu_and_mul(g, gu);
+    h = reel_add(g, h, reel_matmul(g, f, HW("mlp.down_proj.weight", D, c->ffn, 2), true));
+#undef PROJ
+#undef HW
+    snprintf(n, sizeof n, "l%d.out", i);
+    reel_set_name(g, h, n);
+    return h;
+}
+
 void model_stage_layers(const model_config *c, int stage, int nstages, int *first, int *last)
 {
     int base = c->layers / nstages, extra = c->layers % nstages;
@@ -91,18 +127,29 @@ reel_status model_build_stage(reel_ctx *ctx, const model_config *c, int stage, i
     reel_tensor ids = {0}, h;
     if (stage == 0) ids = reel_input(g, MODEL_INPUT_TOKENS, REEL_I32, 1, tok_dims);
     reel_tensor pos = reel_positions(g);
+    reel_tensor embed = {0};
+    if (stage == 0 || (c->hf && c->tied && stage == nstages - 1))
+        embed = weight(g, c, c->hf ? "model.embed_tokens.weight" : "embed", 2, c->vocab, c->hidden);
     if (stage == 0) {
-        h = reel_embedding(g, weight(g, c, "embed", 2, c->vocab, c->hidden), ids);
+        h = reel_embedding(g, embed, ids);
     } else {
         h = reel_recv(g, "hidden_in", c->dtype, 2, h_dims, stage - 1);
     }
-    for (int i = first; i < last; i++) h = layer(g, c, i, h, pos);
+    for (int i = first; i < last; i++) h = c->hf ? hf_layer(g, c, i, h, pos) : layer(g, c, i, h, pos);
     if (stage < nstages - 1) {
         reel_send(g, h, stage + 1);
     } else {
-        h = reel_rmsnorm(g, h, weight(g, c, "final_norm", 1, c->hidden, 0), c->eps);
-        reel_tensor logits = reel_matmul(g, h, weight(g, c, "lm_head", 2, c->hidden, c->vocab), false);
+        reel_tensor logits;
+        if (c->hf) {
+            h = reel_rmsnorm(g, h, weight(g, c, "model.norm.weight", 1, c->hidden, 0), c->eps);
+            reel_tensor head = c->tied ? embed : weight(g, c, "lm_head.weight", 2, c->vocab, c->hidden);
+            logits = reel_matmul(g, h, head, true);
+        } else {
+            h = reel_rmsnorm(g, h, weight(g, c, "final_norm", 1, c->hidden, 0), c->eps);
+            logits = reel_matmul(g, h, weight(g, c, "lm_head", 2, c->hidden, c->vocab), false);
+        }
         reel_set_name(g, logits, "logits");
+        if (c->logits_output) reel_output(g, MODEL_OUTPUT_LOGITS, logits);
         reel_tensor next = reel_argmax(g, logits);
         if (nstages == 1) reel_output(g, MODEL_OUTPUT_NEXT, next);
         else reel_send(g, next, 0);
@@ -176,10 +223,18 @@ static void store(void *dst, size_t i, reel_dtype dt, float v)
     else ((uint16_t *)dst)[i] = model_f32_to_f16(v);
 }
 
+/* Where the seeded tensors go: written into a plan, or handed to a callback. */
+typedef struct sink {
+    reel_plan *p;
+    model_tensor_fn fn;
+    void *arg;
+} sink;
+
 /* Uniform in [center - scale, center + scale]. */
-static reel_status write_one(reel_plan *p, const model_config *c, const char *name, size_t n, float center,
-                             float scale)
+static reel_status write_one(const sink *k, const model_config *c, const char *name, int64_t rows, int64_t cols,
+                             float center, float scale)
 {
+    size_t n = (size_t)(rows * (cols ? cols : 1));
     size_t bytes = n * reel_dtype_size(c->dtype);
     void *buf = malloc(bytes);
     if (!buf) return REEL_E_OOM;
@@ -188,7 +243,7 @@ static reel_status write_one(reel_plan *p, const model_config *c, const char *na
         double u = (double)(splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);
         store(buf, i, c->dtype, center + scale * (float)(2.0 * u - 1.0));
     }
-    reel_status st = reel_plan_write_param(p, name, buf, bytes);
+    reel_status st = k->p ? reel_plan_write_param(k->p, name, buf, bytes) : k->fn(k->arg, name, rows, cols, buf);
     free(buf);
     return st;
 }
@@ -196,43 +251,57 @@ static reel_status write_one(reel_plan *p, const model_config *c, const char *na
 /* Scale sqrt(3 / fan_in) gives unit variance of a matmul's outputs. */
 static float fan_in_scale(int64_t fan_in) { return sqrtf(3.0f / (float)fan_in); }
 
-reel_status model_write_stage_weights(reel_plan *p, const model_config *c, int stage, int nstages)
+static reel_status write_seeded(const sink *k, const model_config *c, int stage, int nstages)
 {
     int first, last;
     model_stage_layers(c, stage, nstages, &first, &last);
     const int64_t D = c->hidden, Dh = model_head_dim(c), KV = (int64_t)c->kv_heads * Dh, F = c->ffn;
     char n[64];
-    reel_status st = stage == 0 ? write_one(p, c, "embed", (size_t)(c->vocab * D), 0.0f, 1.0f) : REEL_OK;
+    reel_status st = stage == 0 ? write_one(k, c, "embed", c->vocab, D, 0.0f, 1.0f) : REEL_OK;
     for (int i = first; i < last && st == REEL_OK; i++) {
         struct { const char *suffix; int64_t rows, cols; float center, scale; } w[] = {
-            {"attn_norm", D, 1, 1.0f, 0.1f},
+            {"attn_norm", D, 0, 1.0f, 0.1f},
             {"wq", D, D, 0.0f, fan_in_scale(D)},
             {"wk", D, KV, 0.0f, fan_in_scale(D)},
             {"wv", D, KV, 0.0f, fan_in_scale(D)},
             {"wo", D, D, 0.0f, fan_in_scale(D)},
-            {"ffn_norm", D, 1, 1.0f, 0.1f},
+            {"ffn_norm", D, 0, 1.0f, 0.1f},
             {"w_gate_up", D, 2 * F, 0.0f, fan_in_scale(D)},
             {"w_down", F, D, 0.0f, fan_in_scale(F)},
         };
         for (size_t j = 0; j < sizeof w / sizeof w[0] && st == REEL_OK; j++) {
             snprintf(n, sizeof n, "l%d.%s", i, w[j].suffix);
-            st = write_one(p, c, n, (size_t)(w[j].rows * w[j].cols), w[j].center, w[j].scale);
+            st = write_one(k, c, n, w[j].rows, w[j].cols, w[j].center, w[j].scale);
         }
     }
     if (stage < nstages - 1) return st;
-    if (st == REEL_OK) st = write_one(p, c, "final_norm", (size_t)D, 1.0f, 0.1f);
-    if (st == REEL_OK) st = write_one(p, c, "lm_head", (size_t)(D * c->vocab), 0.0f, fan_in_scale(D));
+    if (st == REEL_OK) st = write_one(k, c, "final_norm", D, 0, 1.0f, 0.1f);
+    if (st == REEL_OK) st = write_one(k, c, "lm_head", D, c->vocab, 0.0f, fan_in_scale(D));
     return st;
+}
+
+reel_status model_write_stage_weights(reel_plan *p, const model_config *c, int stage, int nstages)
+{
+    sink k = {.p = p};
+    return write_seeded(&k, c, stage, nstages);
+}
+
+reel_status model_each_seeded(const model_config *c, model_tensor_fn fn, void *arg)
+{
+    sink k = {.fn = fn, .arg = arg};
+    return write_seeded(&k, c, 0, 1);
 }
 
 reel_status model_write_weights(reel_plan *p, const model_config *c) { return model_write_stage_weights(p, c, 0, 1); }
 
 uint64_t model_weight_bytes(const model_config *c)
 {
-    const uint64_t D = (uint64_t)c->hidden, KV = (uint64_t)c->kv_heads * (uint64_t)model_head_dim(c);
-    const uint64_t F = (uint64_t)c->ffn, V = (uint64_t)c->vocab;
-    uint64_t per_layer = 2 * D + 2 * D * D + 2 * D * KV + D * 2 * F + F * D;
-    uint64_t elems = V * D + (uint64_t)c->layers * per_layer + D + D * V;
+    const uint64_t D = (uint64_t)c->hidden, Dh = (uint64_t)model_head_dim(c), KV = (uint64_t)c->kv_heads * Dh;
+    const uint64_t Q = (uint64_t)c->heads * Dh, F = (uint64_t)c->ffn, V = (uint64_t)c->vocab;
+    uint64_t per_layer = 2 * D + 2 * D * Q + 2 * D * KV + D * 2 * F + F * D;
+    if (c->hf && c->qkv_bias) per_layer += Q + 2 * KV;
+    if (c->hf && c->o_bias) per_layer += D;
+    uint64_t elems = V * D + (uint64_t)c->layers * per_layer + D + (c->hf && c->tied ? 0 : D * V);
     return elems * reel_dtype_size(c->dtype);
 }
 

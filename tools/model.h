@@ -15,6 +15,7 @@
 #ifndef REEL_TOOLS_MODEL_H
 #define REEL_TOOLS_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,13 +34,26 @@ typedef struct model_config {
     float rope_theta;
     float eps;
     uint64_t seed;
+    /* A Hugging Face Llama-family checkpoint's model (tools/hf.c fills these
+     * from config.json): weights [out, in] as HF stores them (matmuls with
+     * w_transposed), named as HF writes them, gate_proj and up_proj stacked
+     * into one parameter "model.layers.<i>.mlp.gate_up_proj.weight". */
+    bool hf;
+    int head_dim;        /* 0: hidden / heads */
+    bool qkv_bias;       /* q/k/v projections have biases (Qwen2, attention_bias) */
+    bool o_bias;         /* the output projection has one (attention_bias) */
+    bool tied;           /* lm_head is embed_tokens (tie_word_embeddings) */
+    bool logits_output;  /* also output "logits" [T, vocab] (MODEL_OUTPUT_LOGITS) */
 } model_config;
 
-#define MODEL_CONFIG_INIT { 4, 256, 4, 0, 0, 1024, REEL_BF16, 16, 256, 10000.0f, 1e-5f, 1 }
+#define MODEL_CONFIG_INIT                                                                                  \
+    { .layers = 4, .hidden = 256, .heads = 4, .vocab = 1024, .dtype = REEL_BF16, .block_size = 16, .num_blocks = 256, \
+      .rope_theta = 10000.0f, .eps = 1e-5f, .seed = 1 }
 
 /* Input and output names of the graph. */
 #define MODEL_INPUT_TOKENS "tokens"
 #define MODEL_OUTPUT_NEXT "next_token"
+#define MODEL_OUTPUT_LOGITS "logits"
 
 /* Fills the 0 defaults (kv_heads, ffn) and checks that the shapes agree;
  * on failure writes a message naming the option into err. */
@@ -63,6 +77,14 @@ reel_status model_write_weights(reel_plan *p, const model_config *c);
 void model_stage_layers(const model_config *c, int stage, int nstages, int *first, int *last);
 reel_status model_build_stage(reel_ctx *ctx, const model_config *c, int stage, int nstages, reel_graph **out);
 reel_status model_write_stage_weights(reel_plan *p, const model_config *c, int stage, int nstages);
+
+/* The seeded weights of c (the demo layout, c->hf false), one tensor at a
+ * time: each is generated into a buffer of the tensor's size and handed
+ * to fn with its name, dims [rows, cols] (cols 0: a vector) and dtype
+ * c->dtype, in the order model_write_weights writes them. Stops at the
+ * first status fn returns other than REEL_OK. */
+typedef reel_status (*model_tensor_fn)(void *arg, const char *name, int64_t rows, int64_t cols, const void *data);
+reel_status model_each_seeded(const model_config *c, model_tensor_fn fn, void *arg);
 
 /* Bytes of all weights, and of the KV cache (all layers, K and V). */
 uint64_t model_weight_bytes(const model_config *c);

@@ -98,6 +98,7 @@ static const reel_backend_vt cuda_vt = {
     .graph_launch = reel_cuda_graph_launch,
     .graph_destroy = reel_cuda_graph_destroy,
     .graph_update = reel_cuda_graph_update,
+    .graph_kernels = reel_cuda_graph_kernels,
 };
 
 static reel_status select_device(reel_err *err, int device)

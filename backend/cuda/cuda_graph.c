@@ -77,6 +77,25 @@ reel_status reel_cuda_graph_launch(reel_backend *be, reel_exec_graph *g, reel_st
     return REEL_CK(be, cudaGraphLaunch(g->exec, s->s));
 }
 
+reel_status reel_cuda_graph_kernels(reel_backend *be, reel_exec_graph *g, int *kernels)
+{
+    size_t n = 0;
+    REEL_TRY(REEL_CUDA_CHECK(be->err, cudaGraphGetNodes(g->graph, NULL, &n)));
+    cudaGraphNode_t *nodes = reel_hcalloc(n + 1, sizeof *nodes);
+    if (!nodes)
+        return reel_seterr(be->err, REEL_E_OOM, "graph_kernels: out of host memory");
+    reel_status st = REEL_CUDA_CHECK(be->err, cudaGraphGetNodes(g->graph, nodes, &n));
+    int k = 0;
+    for (size_t i = 0; i < n && st == REEL_OK; i++) {
+        enum cudaGraphNodeType t;
+        st = REEL_CUDA_CHECK(be->err, cudaGraphNodeGetType(nodes[i], &t));
+        k += st == REEL_OK && t == cudaGraphNodeTypeKernel;
+    }
+    reel_hfree(nodes);
+    *kernels = k;
+    return st;
+}
+
 void reel_cuda_graph_destroy(reel_backend *be, reel_exec_graph *g)
 {
     if (!g)

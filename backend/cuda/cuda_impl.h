@@ -76,6 +76,7 @@ void reel_cuda_capture_abort(reel_backend *be, reel_stream *origin);
 bool reel_cuda_capturing(reel_backend *be, reel_stream *s);
 reel_status reel_cuda_graph_launch(reel_backend *be, reel_exec_graph *g, reel_stream *s);
 void reel_cuda_graph_destroy(reel_backend *be, reel_exec_graph *g);
+reel_status reel_cuda_graph_kernels(reel_backend *be, reel_exec_graph *g, int *kernels);
 reel_status reel_cuda_graph_update(reel_backend *be, reel_exec_graph *exec, reel_exec_graph *fresh,
                                    bool *updated);
 

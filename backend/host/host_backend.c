@@ -139,6 +139,7 @@ static const reel_backend_vt host_vt = {
     .capturing = reel_host_capturing,
     .graph_launch = reel_host_graph_launch,
     .graph_destroy = reel_host_graph_destroy,
+    .graph_kernels = reel_host_graph_kernels,
     .graph_update = NULL,   /* replay re-reads nothing, so there is nothing to update */
     .set_tag = host_set_tag,
     .set_trace = host_set_trace,

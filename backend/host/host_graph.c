@@ -158,6 +158,16 @@ reel_status reel_host_graph_launch(reel_backend *be, reel_exec_graph *g, reel_st
     return REEL_OK;
 }
 
+reel_status reel_host_graph_kernels(reel_backend *be, reel_exec_graph *g, int *kernels)
+{
+    (void)be;
+    int n = 0;
+    for (size_t i = 0; i < g->nitems; i++)
+        n += g->items[i].it->kind == HOST_KERNEL;
+    *kernels = n;
+    return REEL_OK;
+}
+
 void reel_host_graph_destroy(reel_backend *be, reel_exec_graph *g)
 {
     host_be *hb = host_of(be);

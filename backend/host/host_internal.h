@@ -157,5 +157,6 @@ bool reel_host_capturing(reel_backend *be, reel_stream *s);
 reel_status reel_host_graph_build(host_be *hb, host_capture *c, reel_exec_graph **out);
 reel_status reel_host_graph_launch(reel_backend *be, reel_exec_graph *g, reel_stream *s);
 void reel_host_graph_destroy(reel_backend *be, reel_exec_graph *g);
+reel_status reel_host_graph_kernels(reel_backend *be, reel_exec_graph *g, int *kernels);
 
 #endif

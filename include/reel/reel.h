@@ -198,6 +198,13 @@ reel_tensor reel_rope(reel_graph *g, reel_tensor x, reel_tensor positions, int h
 reel_tensor reel_softmax(reel_graph *g, reel_tensor x);
 /* Row argmax of x [T, N] -> [T] int32 (lowest index on ties; NaN never wins). */
 reel_tensor reel_argmax(reel_graph *g, reel_tensor x);
+/* Columns [col, col + ncols) of x [T, N] -> [T, ncols]: how a fused
+ * projection (one matmul to [T, (H + 2 Hkv) Dh]) is split into q, k and v.
+ * Where every reader of x is such a view, the views tile x's columns, x is
+ * a matmul's result and not a graph output, compile makes the matmul write
+ * each view's columns as a block of their own and the views alias those
+ * bytes: no copy, no kernel. Otherwise (or with no_fuse) a view is a copy. */
+reel_tensor reel_view_cols(reel_graph *g, reel_tensor x, int64_t col, int64_t ncols);
 
 typedef struct reel_attn_params {
     int num_heads, num_kv_heads, head_dim, block_size;
@@ -249,17 +256,24 @@ typedef struct reel_compile_opts {
     int no_capture;                       /* compile no graphs: every step eager (reason no bucket) */
     int check_hazards;                    /* run every step under the hazard checker */
     int pdl;                              /* programmatic dependent launch between kernels of
-                                             one stream, where the device has it (CUDA) */
+                                             one stream, where the device has it (CUDA): nonzero
+                                             for every kernel that honours it, 0 for none;
+                                             undefined: by grid size, for kernels of at most
+                                             one wave (blocks <= multiprocessors, docs/fusion.md) */
     /* Appended in 0.1 (issue 10). */
     reel_comm *comm;                      /* this rank's communicator (reel/comm.h), borrowed:
                                              the plan holds a reference until destroyed.
                                              Required by a graph with collective ops;
                                              undefined (NULL): none */
+    /* Appended in 0.1 (issue 8). */
+    int no_fuse;                          /* nonzero: no fusion pass (docs/fusion.md): every op of
+                                             the graph is its own kernel, for comparing fused and
+                                             unfused results; undefined: fuse */
 } reel_compile_opts;
 
 #define REEL_COMPILE_OPTS_INIT                                                                         \
     { sizeof(reel_compile_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, {0}, REEL_UNDEF_INT, REEL_UNDEF_INT, \
-      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, NULL }
+      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, NULL, REEL_UNDEF_INT }
 
 /* Validates, orders, plans memory, selects kernels, allocates and captures
  * one graph per bucket. opts may be NULL. The graph is not consumed: it may
@@ -410,6 +424,10 @@ typedef struct reel_node_info {
     char why[320];                        /* why that kernel: the impls the registry has for the op,
                                              which refused the node's shapes and which lost on priority */
     const char *output_name[REEL_NODE_MAX_OUT]; /* the graph output's name (reel_output), NULL if none */
+    /* Appended in 0.1 (issue 8). */
+    const char *fused;                    /* what the fusion pass folded into this node, "" if
+                                             nothing: "add+rmsnorm", "matmul+add(bias)",
+                                             "matmul+silu_and_mul", "matmul->3 views"; owned by the plan */
 } reel_node_info;
 #ifdef __cplusplus
 #define REEL_NODE_INFO_INIT { sizeof(reel_node_info), REEL_VERSION_NUMBER }
@@ -419,6 +437,10 @@ typedef struct reel_node_info {
 /* Node i (0 .. num_nodes-1 of the stats, schedule order). REEL_E_NOT_FOUND
  * past the last node; REEL_E_VERSION for a struct not initialised. */
 reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out);
+/* Kernel launches in bucket b's captured graph (CUDA: its kernel nodes;
+ * host: its kernel items), what one replay runs. REEL_E_NOT_FOUND for a
+ * bucket out of range or not captured. */
+reel_status reel_plan_graph_kernels(const reel_plan *p, int bucket, int *kernels);
 
 /* The plan's own memory, known right after compile: what a serving stack
  * subtracts before it sizes a KV cache (states, the KV caches among them,

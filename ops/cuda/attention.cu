@@ -15,17 +15,33 @@
  * REEL_E_LIMIT and gives zeros: never a truncated context. */
 #include "ops/cuda/attention.cuh"
 #include "ops/cuda/impls.h"
+#include "ops/cuda/rope.cuh"
 
 namespace reel_cu {
 
 enum { ATTN_WARPS = 4, ATTN_THREADS = ATTN_WARPS * 32 };
 
+/* The start of both KV-write kernels: lets a decode kernel launched as its
+ * programmatic dependent start its metadata reads now (it waits for this
+ * grid before it reads the cache), and zeroes token t's arrival counters of
+ * the in-block combine (cnt: NULL when the decode does not use them). */
+__device__ __forceinline__ void attn_write_begin(uint32_t *cnt, int32_t ny, int64_t t)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+    if (cnt)
+        for (int32_t i = threadIdx.x; i < ny; i += blockDim.x)
+            cnt[t * ny + i] = 0u;
+}
+
 /* One block per token; 16-byte copies when the rows allow them. */
 template <typename T>
 __global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_meta_view m, int64_t nslots,
-                                     int64_t kvrow, bool vec)
+                                     int64_t kvrow, bool vec, uint32_t *cnt, int32_t ny)
 {
     int64_t t = blockIdx.x;
+    attn_write_begin(cnt, ny, t);
     int64_t slot = m.slot_mapping[t];
     if (slot == -1)
         return;
@@ -47,6 +63,42 @@ __global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_
     for (int64_t i = threadIdx.x; i < kvrow; i += blockDim.x) {
         kc[slot * kvrow + i] = k[t * kvrow + i];
         vc[slot * kvrow + i] = v[t * kvrow + i];
+    }
+}
+
+/* The KV write of the fused rope (attrs.attn.rope_rot_dim > 0): one block
+ * per token rotates the token's q into qr and its k into kr (every token,
+ * whatever its slot: they are the rope ops' results), with the rope op's
+ * formula (rope.cuh) at the token's entry of the rope's positions tensor,
+ * then copies the rotated k and v into the token's cache slot. */
+template <typename T>
+__global__ void attn_write_kv_rope_kernel(const T *q, const T *k, const T *v, T *qr, T *kr, T *kc, T *vc,
+                                          const int32_t *pos, reel_meta_view m, int64_t nslots, attn_geom g,
+                                          int32_t half, double theta, uint32_t *cnt, int32_t ny)
+{
+    int64_t t = blockIdx.x;
+    attn_write_begin(cnt, ny, t);
+    int32_t p = pos[t], per = (int32_t)g.dh - half;
+    for (int32_t i = threadIdx.x; i < (int32_t)g.h * per; i += blockDim.x) {
+        int64_t at = t * g.qrow + (i / per) * g.dh;
+        rope_item<T, int32_t>(q + at, qr + at, i % per, half, theta, p);
+    }
+    for (int32_t i = threadIdx.x; i < (int32_t)g.hkv * per; i += blockDim.x) {
+        int64_t at = t * g.kvrow + (i / per) * g.dh;
+        rope_item<T, int32_t>(k + at, kr + at, i % per, half, theta, p);
+    }
+    int64_t slot = m.slot_mapping[t];
+    if (slot == -1)
+        return;
+    if (slot < 0 || slot >= nslots) {
+        if (threadIdx.x == 0)
+            report(&m, REEL_E_LIMIT);
+        return;
+    }
+    __syncthreads(); /* the block's rotated k, read back below by other threads */
+    for (int64_t i = threadIdx.x; i < g.kvrow; i += blockDim.x) {
+        kc[slot * g.kvrow + i] = kr[t * g.kvrow + i];
+        vc[slot * g.kvrow + i] = v[t * g.kvrow + i];
     }
 }
 
@@ -158,14 +210,23 @@ attn_geom attn_geom_of(const reel_launch *l)
     return g;
 }
 
-template <typename T> static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g)
+template <typename T>
+static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g, uint32_t *cnt = nullptr,
+                     int32_t ny = 0)
 {
+    if (l->attrs->attn.rope_rot_dim > 0) {
+        attn_write_kv_rope_kernel<T><<<(unsigned)l->rows, 128, 0, st>>>(
+            (const T *)l->in[0], (const T *)l->in[1], (const T *)l->in[2], (T *)l->out[2], (T *)l->out[3],
+            (T *)l->in[3], (T *)l->in[4], (const int32_t *)l->in[5], *l->meta, g.nblocks * g.bs, g,
+            l->attrs->attn.rope_rot_dim / 2, (double)l->attrs->attn.rope_theta, cnt, ny);
+        return;
+    }
     bool vec = g.kvrow % pack<T>::n == 0 && aligned16(l->in[1]) && aligned16(l->in[2]) && aligned16(l->in[3]) &&
                aligned16(l->in[4]);
     int threads = row_threads(vec ? g.kvrow / pack<T>::n : g.kvrow, 256);
     attn_write_kv_kernel<T><<<(unsigned)l->rows, threads, 0, st>>>((const T *)l->in[1], (const T *)l->in[2],
                                                                    (T *)l->in[3], (T *)l->in[4], *l->meta,
-                                                                   g.nblocks * g.bs, g.kvrow, vec);
+                                                                   g.nblocks * g.bs, g.kvrow, vec, cnt, ny);
 }
 
 template <typename T> static void attn_ref_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)
@@ -173,7 +234,7 @@ template <typename T> static void attn_ref_run(const reel_launch *l, cudaStream_
     write_kv<T>(l, st, g);
     size_t smem = (size_t)(1 + ATTN_WARPS) * (size_t)g.dh * sizeof(float);
     dim3 grid((unsigned)l->rows, (unsigned)g.h);
-    attn_kernel<T><<<grid, ATTN_THREADS, smem, st>>>((const T *)l->in[0], (const T *)l->in[3], (const T *)l->in[4],
+    attn_kernel<T><<<grid, ATTN_THREADS, smem, st>>>((const T *)attn_q(l), (const T *)l->in[3], (const T *)l->in[4],
                                                      (T *)l->out[0], *l->meta, g);
 }
 
@@ -205,7 +266,8 @@ static bool attn_fast_aligned(const reel_launch *l)
     for (int i = 0; i < 5; i++)
         if (!aligned16(l->in[i]))
             return false;
-    return aligned16(l->out[0]) && aligned16(l->out[1]);
+    return aligned16(l->out[0]) && aligned16(l->out[1]) &&
+           (l->attrs->attn.rope_rot_dim <= 0 || (aligned16(l->out[2]) && aligned16(l->out[3])));
 }
 
 static reel_status attn_launch(reel_backend *be, const reel_launch *l)
@@ -219,20 +281,29 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     if (!l->meta)
         return attn_no_meta(be, l, g, st, "cuda.paged_attention");
     reel_dtype dt = l->in_shape[0].dtype;
-    REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g));
+    const int nchunks = attn_decode_chunks(be, g, dt, l->rows, l->meta->max_context);
+    /* Small batches: the decode merges its own chunks and overlaps its
+     * metadata reads with the kernel before it (docs/attention.md). */
+    const bool inblock = attn_decode_inblock(g, dt, l->rows, nchunks);
+    const bool pdl = be->caps.pdl && l->rows <= 16;
+    const int64_t G = attn_decode_mma_group();
+    const int32_t ny = (int32_t)(g.hkv * ((g.group + G - 1) / G));
+    REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g, inblock ? attn_ws_counters((float *)l->out[1], g) : nullptr, ny));
     bool prefill = l->rows > 1 && attn_prefill_supports(dt, g.dh);
     cudaError_t e = cudaSuccess;
     if (prefill)
         e = attn_prefill_launch(l, st, g);
     if (e == cudaSuccess)
-        e = attn_decode_launch(l, st, g, attn_decode_chunks(be, g, dt, l->rows, l->meta->max_context), prefill);
+        e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, pdl);
     return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
 }
 
 static bool use_attn_common(REEL_CU_USE_ARGS)
 {
     const reel_attn_params *p = &a->attn.p;
-    return nin >= 5 && same_float_dtype(in, 5, out, 1) && p->num_heads > 0 && p->num_kv_heads > 0 &&
+    bool rope_ok = a->attn.rope_rot_dim <= 0 ||
+                   (nin >= 6 && in[5].dtype == REEL_I32 && out[2].dtype == in[0].dtype && out[3].dtype == in[0].dtype);
+    return nin >= 5 && rope_ok && same_float_dtype(in, 5, out, 1) && p->num_heads > 0 && p->num_kv_heads > 0 &&
            p->head_dim > 0 && p->block_size > 0 && p->num_heads % p->num_kv_heads == 0 &&
            in[0].dims[0] <= 0x7fffffffLL;
 }

@@ -41,6 +41,14 @@ __device__ __forceinline__ int32_t attn_in_blk(const attn_geom &g, int32_t j)
 
 attn_geom attn_geom_of(const reel_launch *l);
 
+/* The q the kernels read: the op's input, or with the fused rope
+ * (attrs.attn.rope_rot_dim > 0) the rotated copy the KV write made in
+ * out[2]. */
+static inline const void *attn_q(const reel_launch *l)
+{
+    return l->attrs->attn.rope_rot_dim > 0 ? l->out[2] : l->in[0];
+}
+
 /* The token-level guard of the host reference, without the block-table
  * walk: 1 valid, 0 padding (sequence -1: zeros, not reported), -1 a breach
  * (zeros and REEL_E_LIMIT). */
@@ -145,6 +153,15 @@ __host__ __device__ __forceinline__ int64_t attn_ws_slot_floats(const attn_geom 
     return g.qrow + g.h;
 }
 
+/* The in-block combine's arrival counters (one per token, kv head and
+ * head group) live in the workspace's last slot, which the chunking never
+ * gives a partial (attn_decode_chunks keeps rows * chunks below
+ * REEL_ATTN_SPLIT_SLOTS). */
+__host__ __device__ __forceinline__ uint32_t *attn_ws_counters(float *ws, const attn_geom &g)
+{
+    return (uint32_t *)(ws + (int64_t)(REEL_ATTN_SPLIT_SLOTS - 1) * attn_ws_slot_floats(g));
+}
+
 /* Launchers (attn_decode.cu, attn_decode_mma.cu, attn_prefill.cu); each
  * returns the launch's cudaError_t. attn_decode_launch picks the
  * tensor-core decode where it is built for the dtype and head dim, the
@@ -152,12 +169,21 @@ __host__ __device__ __forceinline__ int64_t attn_ws_slot_floats(const attn_geom 
 int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
                        int32_t max_context);
 bool attn_decode_supports(reel_dtype dt, int64_t dh);
+/* Whether the tensor-core decode merges its own chunks (the last chunk of
+ * each token and head group to finish, dm_arrive_and_combine) instead of a
+ * combine kernel: where the merge is small (few chunks and heads a group,
+ * counters that fit the slot), the small batches whose step time is launch
+ * latency. A function of the launch alone, like the chunking. */
+bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nchunks);
+/* pdl: launch the decode kernel as a programmatic dependent of the kernel
+ * before it (the KV write or the prefill), whose work its metadata reads
+ * overlap. */
 cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                               bool skip_runs);
+                               bool skip_runs, bool inblock, bool pdl);
 bool attn_decode_mma_supports(reel_dtype dt, int64_t dh);
 int attn_decode_mma_group(void);
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                                   bool skip_runs);
+                                   bool skip_runs, bool inblock, bool pdl);
 bool attn_prefill_supports(reel_dtype dt, int64_t dh);
 cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g);
 

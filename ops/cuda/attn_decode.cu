@@ -313,13 +313,22 @@ int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt
     int64_t units = rows * g.hkv * ((g.group + G - 1) / G);
     int64_t sms = be->caps.sm_count > 0 ? be->caps.sm_count : 132;
     int64_t n = (4 * sms + units - 1) / units;
-    int64_t cap_ws = REEL_ATTN_SPLIT_SLOTS / (rows > 0 ? rows : 1);
+    int64_t cap_ws = (REEL_ATTN_SPLIT_SLOTS - 1) / (rows > 0 ? rows : 1); /* the last slot: counters */
     int64_t cap_ctx = ((int64_t)max_context + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
     if (n > cap_ws)
         n = cap_ws;
     if (n > cap_ctx)
         n = cap_ctx;
     return n < 1 ? 1 : (int)n;
+}
+
+bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nchunks)
+{
+    if (!attn_decode_mma_supports(dt, g.dh) || nchunks <= 1 || nchunks > 64)
+        return false;
+    int64_t G = attn_decode_mma_group(), nh = g.group < G ? g.group : G;
+    int64_t groups = g.hkv * ((g.group + G - 1) / G);
+    return rows * groups <= attn_ws_slot_floats(g) && nh * g.dh * nchunks <= 16384;
 }
 
 template <typename T>
@@ -338,7 +347,7 @@ static cudaError_t decode_run(const reel_launch *l, cudaStream_t st, const attn_
     dim3 grid((unsigned)(l->rows * nchunks * g.hkv * hsplit));
     float *ws = (float *)l->out[1];
     attn_decode_kernel<T, DH, G, U><<<grid, DEC_THREADS, 0, st>>>(
-        (const T *)l->in[0], (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows,
+        (const T *)attn_q(l), (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows,
         nchunks, hsplit, skip);
     return cudaSuccess;
 }
@@ -373,15 +382,15 @@ cudaError_t decode_t<float>(const reel_launch *l, cudaStream_t st, const attn_ge
 }
 
 cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                               bool skip_runs)
+                               bool skip_runs, bool inblock, bool pdl)
 {
     cudaError_t e = cudaSuccess;
     reel_dtype dt = l->in_shape[0].dtype;
     if (attn_decode_mma_supports(dt, g.dh))
-        e = attn_decode_mma_launch(l, st, g, nchunks, skip_runs);
+        e = attn_decode_mma_launch(l, st, g, nchunks, skip_runs, inblock, pdl);
     else
         REEL_CU_DISPATCH(dt, e = decode_t<T>(l, st, g, nchunks, skip_runs));
-    if (e == cudaSuccess)
+    if (e == cudaSuccess && !inblock)
         REEL_CU_DISPATCH(dt, combine_run<T>(l, st, g, nchunks, skip_runs));
     return e;
 }

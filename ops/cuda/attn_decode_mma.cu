@@ -33,11 +33,77 @@ template <typename T, int DH> static constexpr size_t dm_smem()
     return dm_stage_bytes<T, DH>() > dm_merge_bytes<T, DH>() ? dm_stage_bytes<T, DH>() : dm_merge_bytes<T, DH>();
 }
 
+__device__ __forceinline__ void dm_wait_producer()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+#endif
+}
+
+/* The in-block combine (attn_decode_inblock): a chunk's block, its partial
+ * (or its refusal mark) written, counts itself in for its (token, kv head,
+ * head group); the last of the token's nact chunks to arrive merges all of
+ * them, in chunk order whatever the arrival order, so the bits do not
+ * depend on timing. The counters were zeroed by the op's KV write. */
+template <typename T, int DH>
+__device__ __noinline__ void dm_arrive_and_combine(const float *ws, uint32_t *cnt, int64_t ci, const attn_geom &g,
+                                                   int64_t t, int nchunks, int nact, int64_t h0, int nh, T *orow,
+                                                   float *sm)
+{
+    __shared__ int s_last;
+    __threadfence(); /* this block's partial, before its arrival */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        s_last = atomicAdd(&cnt[ci], 1u) == (uint32_t)(nact - 1);
+    __syncthreads();
+    if (!s_last)
+        return;
+    __threadfence();
+    const int64_t stride = attn_ws_slot_floats(g);
+    const float *base = ws + t * nchunks * stride;
+    float *s_w = sm, *s_l = sm + nh * nact; /* [nh][nact] weights, [nh] sums (0: zeros) */
+    if ((int)threadIdx.x < nh) {
+        const int r = threadIdx.x;
+        float M = -INFINITY;
+        bool bad = false;
+        for (int c = 0; c < nact; c++) {
+            float x = __ldcg(base + c * stride + g.qrow + h0 + r);
+            if (__float_as_uint(x) == REEL_ATTN_BAD_LSE)
+                bad = true;
+            else
+                M = fmaxf(M, x);
+        }
+        float L = 0.0f;
+        for (int c = 0; c < nact; c++) {
+            float x = __ldcg(base + c * stride + g.qrow + h0 + r);
+            float w = bad || x == -INFINITY ? 0.0f : exp2f(x - M);
+            s_w[r * nact + c] = w;
+            L += w;
+        }
+        s_l[r] = bad ? 0.0f : L;
+    }
+    __syncthreads();
+    for (int x = threadIdx.x; x < nh * DH; x += DM_THREADS) {
+        const int r = x / DH, d = x % DH;
+        const float L = s_l[r];
+        float o = 0.0f;
+        if (L != 0.0f) {
+            const float *ob = base + (h0 + r) * DH + d;
+            const float *w = s_w + r * nact;
+#pragma unroll 4
+            for (int c = 0; c < nact; c++)
+                o = fmaf(w[c], __ldcg(ob + c * stride), o);
+            o /= L;
+        }
+        orow[x] = from_f<T>(o);
+    }
+}
+
 template <typename T, int DH>
 __global__ void __launch_bounds__(DM_THREADS)
     attn_decode_mma_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                            T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g,
-                           int64_t rows, int nchunks, int hsplit, bool skip_runs)
+                           int64_t rows, int nchunks, int hsplit, bool skip_runs, uint32_t *cnt, bool pdl)
 {
     constexpr int LD = DH + DM_PAD;
     constexpr int KSTEPS = DH / 16, DTILES = DH / 8, CPR = DH / 8;
@@ -71,8 +137,15 @@ __global__ void __launch_bounds__(DM_THREADS)
         int32_t blk = bt[b];
         mybad |= blk < 0 || blk >= g.nblocks;
     }
+    /* Launched as a programmatic dependent, everything above overlapped the
+     * KV write (or the prefill) before it; the cache and q are read after. */
+    if (pdl)
+        dm_wait_producer();
     if (__syncthreads_or(mybad)) {
         attn_chunk_refuse(m, g, ws, t, c, nchunks, nact, h0, nh, orow);
+        if (cnt && nact > 1)
+            dm_arrive_and_combine<T, DH>(ws, cnt, t * ny + y, g, t, nchunks, nact, h0, nh, orow,
+                                         (float *)dm_smem_raw);
         return;
     }
 
@@ -244,6 +317,8 @@ __global__ void __launch_bounds__(DM_THREADS)
                 slot[g.qrow + h0 + r] = M + log2f(L);
         }
     }
+    if (cnt && nact > 1)
+        dm_arrive_and_combine<T, DH>(ws, cnt, t * ny + y, g, t, nchunks, nact, h0, nh, orow, mrg);
 }
 
 bool attn_decode_mma_supports(reel_dtype dt, int64_t dh)
@@ -265,28 +340,29 @@ template <typename T, int DH> static cudaError_t dm_opt_in()
 }
 
 template <typename T, int DH>
-static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip)
+static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip,
+                          bool inblock, bool pdl)
 {
     cudaError_t e = dm_opt_in<T, DH>();
     if (e != cudaSuccess)
         return e;
     int hsplit = (int)((g.group + DM_ROWS - 1) / DM_ROWS);
     dim3 grid((unsigned)(l->rows * nchunks * g.hkv * hsplit));
-    attn_decode_mma_kernel<T, DH><<<grid, DM_THREADS, dm_smem<T, DH>(), st>>>(
-        (const T *)l->in[0], (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], (float *)l->out[1], *l->meta,
-        g, l->rows, nchunks, hsplit, skip);
-    return cudaSuccess;
+    float *ws = (float *)l->out[1];
+    return launch(attn_decode_mma_kernel<T, DH>, grid, DM_THREADS, dm_smem<T, DH>(), st, pdl, (const T *)attn_q(l),
+                  (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows, nchunks,
+                  hsplit, skip, inblock ? attn_ws_counters(ws, g) : (uint32_t *)nullptr);
 }
 
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                                   bool skip_runs)
+                                   bool skip_runs, bool inblock, bool pdl)
 {
     bool bf = l->in_shape[0].dtype == REEL_BF16;
     if (g.dh == 64)
-        return bf ? dm_run<__nv_bfloat16, 64>(l, st, g, nchunks, skip_runs)
-                  : dm_run<__half, 64>(l, st, g, nchunks, skip_runs);
-    return bf ? dm_run<__nv_bfloat16, 128>(l, st, g, nchunks, skip_runs)
-              : dm_run<__half, 128>(l, st, g, nchunks, skip_runs);
+        return bf ? dm_run<__nv_bfloat16, 64>(l, st, g, nchunks, skip_runs, inblock, pdl)
+                  : dm_run<__half, 64>(l, st, g, nchunks, skip_runs, inblock, pdl);
+    return bf ? dm_run<__nv_bfloat16, 128>(l, st, g, nchunks, skip_runs, inblock, pdl)
+              : dm_run<__half, 128>(l, st, g, nchunks, skip_runs, inblock, pdl);
 }
 
 } /* namespace reel_cu */

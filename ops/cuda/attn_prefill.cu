@@ -24,6 +24,9 @@ __global__ void __launch_bounds__(PF_THREADS)
     attn_prefill_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                         T *__restrict__ out, reel_meta_view m, attn_geom g, int64_t rows)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion(); /* a decode launched as our dependent may start its metadata reads */
+#endif
     constexpr int LD = DH + PF_PAD;        /* shared row stride, elements */
     constexpr int KSTEPS = DH / 16;        /* k-steps of S = Q K^T */
     constexpr int DTILES = DH / 8;         /* n-tiles of O */
@@ -318,7 +321,7 @@ template <typename T, int DH> static cudaError_t prefill_run(const reel_launch *
     if (e != cudaSuccess)
         return e;
     dim3 grid((unsigned)((l->rows + PF_BM - 1) / PF_BM * g.h));
-    attn_prefill_kernel<T, DH><<<grid, PF_THREADS, prefill_smem<T, DH>(), st>>>((const T *)l->in[0], (const T *)l->in[3],
+    attn_prefill_kernel<T, DH><<<grid, PF_THREADS, prefill_smem<T, DH>(), st>>>((const T *)attn_q(l), (const T *)l->in[3],
                                                             (const T *)l->in[4], (T *)l->out[0], *l->meta, g,
                                                             l->rows);
     return cudaSuccess;

@@ -406,7 +406,8 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
  * entry below, which the tests and bench/gemv.cu use). */
 static bool use_gemv(REEL_CU_USE_ARGS)
 {
-    if (!reel_cu_matmul_lt_impl.can_use(in, nin, out, a, caps) || caps->cc_major < 9)
+    /* Segmented outputs (fused views) go through cuBLAS (matmul.cu). */
+    if (!reel_cu_matmul_lt_impl.can_use(in, nin, out, a, caps) || caps->cc_major < 9 || a->matmul.nseg != 0)
         return false;
     bool wt = a->matmul.w_transposed;
     int64_t k = last_dim(&in[0]), n = wt ? in[1].dims[0] : in[1].dims[1];

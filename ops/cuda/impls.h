@@ -29,6 +29,8 @@ extern const reel_op_impl reel_cu_reduce_scatter_impl;
 extern const reel_op_impl reel_cu_all_to_all_impl;
 extern const reel_op_impl reel_cu_send_impl;
 extern const reel_op_impl reel_cu_recv_impl;
+extern const reel_op_impl reel_cu_add_rmsnorm_impl;
+extern const reel_op_impl reel_cu_view_cols_impl;
 
 #ifdef __cplusplus
 }

@@ -158,11 +158,38 @@ static reel_status gemm_ex(reel_backend *be, const reel_launch *l, const mm_dims
                                                  CUBLAS_GEMM_DEFAULT));
 }
 
+/* Fused views (nseg > 0): each segment of columns [c0, c0 + ns) is its own
+ * GEMM into a [m, ns] block at m * c0, reading w's columns (or rows, for
+ * [N, K]) in place through the leading dimension: one launch per segment,
+ * as many as the unfused projections had, and no copies after them. */
+static reel_status gemm_segments(reel_backend *be, const reel_launch *l, const mm_dims *g, cudaDataType_t t)
+{
+    const float alpha = 1.0f, beta = 0.0f;
+    const size_t es = reel_dtype_size(l->in_shape[0].dtype);
+    cublasOperation_t ta = g->wt ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int lda = (int)(g->wt ? g->k : g->n);
+    int64_t c0 = 0;
+    reel_status st = REEL_OK;
+    for (int s = 0; s < l->attrs->matmul.nseg && st == REEL_OK; s++) {
+        int64_t ns = l->attrs->matmul.seg[s];
+        const char *w = (const char *)l->in[1] + (size_t)(g->wt ? c0 * g->k : c0) * es;
+        char *y = (char *)l->out[0] + (size_t)(g->m * c0) * es;
+        st = REEL_CUDA_CHECK(be->err, cublasGemmEx(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)ns,
+                                                   (int)g->m, (int)g->k, &alpha, w, t, lda, l->in[0], t, (int)g->k,
+                                                   &beta, y, t, (int)ns, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        c0 += ns;
+    }
+    return st;
+}
+
 static reel_status matmul_lt_launch(reel_backend *be, const reel_launch *l)
 {
     mm_dims g = mm_dims_of(l);
     if (g.m <= 0 || g.n <= 0)
         return REEL_OK;
+    if (l->attrs->matmul.nseg)
+        return name_mm_err(be, gemm_segments(be, l, &g, cuda_type(l->in_shape[0].dtype)), "cuda.matmul.cublaslt",
+                           &g);
     cudaDataType_t t = cuda_type(l->in_shape[0].dtype);
     size_t ws_bytes = 0;
     void *ws = reel_cuda_stream_workspace(l->stream, &ws_bytes);
@@ -186,6 +213,8 @@ static reel_status matmul_sgemm_launch(reel_backend *be, const reel_launch *l)
     mm_dims g = mm_dims_of(l);
     if (g.m <= 0 || g.n <= 0)
         return REEL_OK;
+    if (l->attrs->matmul.nseg)
+        return name_mm_err(be, gemm_segments(be, l, &g, CUDA_R_32F), "cuda.matmul.sgemm", &g);
     const float alpha = 1.0f, beta = 0.0f;
     cublasOperation_t ta = g.wt ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = (int)(g.wt ? g.k : g.n);
@@ -206,15 +235,20 @@ static bool fits_int(const reel_shape *in)
     return true;
 }
 
+/* Epilogues (the fusion pass) are not implemented by the cuBLAS impls yet:
+ * refusing them keeps those nodes unfused (exec/fuse.c asks the registry
+ * before it rewrites). Segments are (gemm_segments). */
+static bool plain(const reel_op_attrs *a) { return a->matmul.epi == REEL_MM_EPI_NONE; }
+
 static bool use_lt(REEL_CU_USE_ARGS)
 {
-    return nin >= 2 && same_float_dtype(in, 2, out, 1) && in[0].dtype != REEL_F32 && in[1].ndim == 2 &&
+    return nin >= 2 && plain(a) && same_float_dtype(in, 2, out, 1) && in[0].dtype != REEL_F32 && in[1].ndim == 2 &&
            fits_int(in);
 }
 
 static bool use_sgemm(REEL_CU_USE_ARGS)
 {
-    return nin >= 2 && same_float_dtype(in, 2, out, 1) && in[0].dtype == REEL_F32 && in[1].ndim == 2 &&
+    return nin >= 2 && plain(a) && same_float_dtype(in, 2, out, 1) && in[0].dtype == REEL_F32 && in[1].ndim == 2 &&
            fits_int(in);
 }
 

@@ -5,6 +5,7 @@
  * the thousands). One thread owns both elements of a pair and reads them
  * before writing, so out may alias x. Honours programmatic dependent launch. */
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/rope.cuh"
 #include "ops/cuda/impls.h"
 
 namespace reel_cu {
@@ -24,16 +25,7 @@ __global__ void rope_kernel(const T *x, const int32_t *pos, T *out, I nrows, I n
         I w = i % per_head, th = i / per_head;
         I t = th / nheads;
         I at = th * hd; /* rows are nheads * hd wide */
-        if (w < half) {
-            double ang = (double)pos[t] * pow(theta, -2.0 * (double)w / (double)(2 * half));
-            float c = (float)cos(ang), s = (float)sin(ang);
-            float x1 = to_f(x[at + w]), x2 = to_f(x[at + half + w]);
-            out[at + w] = from_f<T>(x1 * c - x2 * s);
-            out[at + half + w] = from_f<T>(x2 * c + x1 * s);
-        } else {
-            I d = 2 * half + (w - half);
-            out[at + d] = x[at + d];
-        }
+        rope_item<T, I>(x + at, out + at, w, half, theta, pos[t]);
     }
 }
 

@@ -148,6 +148,85 @@ static reel_status argmax_launch(reel_backend *be, const reel_launch *l)
 
 static bool use_rows(int64_t nrows_max) { return nrows_max <= 0x7fffffffLL; }
 
+/* add_rmsnorm (the fusion pass): the sum is stored in T, then normalized
+ * from the stored values, exactly as rmsnorm_kernel reads the unfused add's
+ * output (same tree, same order): fused == unfused bit for bit. Each thread
+ * reads back only the sum elements it wrote, so sum may be a's bytes. */
+template <typename T>
+__global__ void add_rmsnorm_kernel(const T *a, const T *b, const T *w, T *sum, T *out, int64_t d, float eps,
+                                   bool pdl)
+{
+    pdl_start(pdl);
+    const int64_t at = (int64_t)blockIdx.x * d;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        T s = from_f<T>(to_f(a[at + i]) + to_f(b[at + i]));
+        sum[at + i] = s;
+        float v = to_f(s);
+        ss += v * v;
+    }
+    ss = block_reduce<false>(ss);
+    float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+        out[at + i] = from_f<T>(to_f(sum[at + i]) * r * to_f(w[i]));
+}
+
+static reel_status add_rmsnorm_launch(reel_backend *be, const reel_launch *l)
+{
+    int64_t d = last_dim(&l->in_shape[0]), nrows = nrows_of(l, d);
+    if (nrows <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    int threads = row_threads(d, 1024);
+    float eps = l->attrs->rmsnorm.eps;
+    cudaError_t e = cudaSuccess;
+    REEL_CU_DISPATCH(l->in_shape[0].dtype,
+                     e = launch(add_rmsnorm_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl, (const T *)l->in[0],
+                                (const T *)l->in[1], (const T *)l->in[2], (T *)l->out[0], (T *)l->out[1], d, eps));
+    return REEL_CU_LAUNCHED_E(be, "cuda.add_rmsnorm", e);
+}
+
+/* view_cols where it is not fused into its producer: a copy of the columns,
+ * one block per row. */
+template <typename T>
+__global__ void view_cols_kernel(const T *x, T *out, int64_t n, int64_t col, int64_t w, bool pdl)
+{
+    pdl_start(pdl);
+    const T *xr = x + (int64_t)blockIdx.x * n + col;
+    T *orow = out + (int64_t)blockIdx.x * w;
+    for (int64_t i = threadIdx.x; i < w; i += blockDim.x)
+        orow[i] = xr[i];
+}
+
+static reel_status view_cols_launch(reel_backend *be, const reel_launch *l)
+{
+    int64_t n = last_dim(&l->in_shape[0]), nrows = nrows_of(l, n), w = l->attrs->view.ncols;
+    if (nrows <= 0 || w <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    cudaError_t e = cudaSuccess;
+    REEL_CU_DISPATCH(l->in_shape[0].dtype,
+                     e = launch(view_cols_kernel<T>, (unsigned)nrows, row_threads(w, 1024), 0, st, l->pdl,
+                                (const T *)l->in[0], (T *)l->out[0], n, l->attrs->view.col, w));
+    return REEL_CU_LAUNCHED_E(be, "cuda.view_cols", e);
+}
+
+/* One block per row: the grid is the launch's row count. */
+static int64_t rows_grid(const reel_launch *l, const reel_device_caps *caps)
+{
+    return nrows_of(l, last_dim(&l->in_shape[0]));
+}
+
+static bool use_add_rmsnorm(REEL_CU_USE_ARGS)
+{
+    return nin >= 3 && same_float_dtype(in, 3, out, 2) && use_rows(in[0].dims[0]);
+}
+
+static bool use_view_cols(REEL_CU_USE_ARGS)
+{
+    return nin >= 1 && same_float_dtype(in, 1, out, 1) && use_rows(in[0].dims[0]);
+}
+
 static bool use_rmsnorm(REEL_CU_USE_ARGS)
 {
     return nin >= 2 && same_float_dtype(in, 2, out, 1) && use_rows(in[0].dims[0]);
@@ -171,3 +250,13 @@ REEL_CU_IMPL(reel_cu_softmax_impl, "cuda.softmax", REEL_OP_SOFTMAX, 10, true, tr
              reel_cu::use_softmax, reel_cu::softmax_launch);
 REEL_CU_IMPL(reel_cu_argmax_impl, "cuda.argmax", REEL_OP_ARGMAX, 10, true, false,
              reel_cu::use_argmax, reel_cu::argmax_launch);
+
+static reel_op_impl with_grid(reel_op_impl i)
+{
+    i.grid_blocks = reel_cu::rows_grid;
+    return i;
+}
+extern "C" const reel_op_impl reel_cu_add_rmsnorm_impl = with_grid(reel_cu::make_impl(
+    "cuda.add_rmsnorm", REEL_OP_ADD_RMSNORM, 10, true, true, reel_cu::use_add_rmsnorm, reel_cu::add_rmsnorm_launch));
+extern "C" const reel_op_impl reel_cu_view_cols_impl = with_grid(reel_cu::make_impl(
+    "cuda.view_cols", REEL_OP_VIEW_COLS, 10, true, false, reel_cu::use_view_cols, reel_cu::view_cols_launch));

@@ -6,7 +6,11 @@
  * the limits the metadata was sized to, sets REEL_E_LIMIT in err_word; the
  * write is skipped, and the token's output is zeros (never a truncated
  * context). Softmax is two-pass in float32 (max, then exp-sum and weighted
- * values), keys in ascending order, so results are deterministic. */
+ * values), keys in ascending order, so results are deterministic.
+ * With the fused rope (attrs.attn.rope_rot_dim > 0) every token's q and k
+ * are first rotated into out[2] and out[3] by the rope op's own formula
+ * (reel_hk_rope_head); the rotated k goes into the cache and q is read from
+ * out[2]: the results are those of rope ops feeding the attention. */
 #include <math.h>
 #include <string.h>
 
@@ -19,9 +23,12 @@ enum { REEL_HK_ATTN_DC = 128 };
 typedef struct reel_hk_attn {
     const reel_launch *l;
     const reel_meta_view *m;
+    const void *q;  /* in[0], or the rotated q (out[2]) with the fused rope */
     reel_dtype qd, kd, vd, kcd, vcd, od;
     int64_t h, hkv, dh, bs, nblocks, kvrow;
     float scale;
+    int64_t rope_half; /* rope_rot_dim / 2; 0: no rope */
+    double rope_theta;
 } reel_hk_attn;
 
 static reel_hk_attn reel_hk_attn_of(const reel_launch *l)
@@ -35,6 +42,11 @@ static reel_hk_attn reel_hk_attn_of(const reel_launch *l)
         .nblocks = reel_shape_lead(&l->in_shape[3], l->rows),
     };
     a.kvrow = a.hkv * a.dh;
+    a.q = l->in[0];
+    a.rope_half = l->attrs->attn.rope_rot_dim / 2;
+    a.rope_theta = l->attrs->attn.rope_theta;
+    if (a.rope_half > 0)
+        a.q = l->out[2];
     a.scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)a.dh);
     return a;
 }
@@ -63,7 +75,8 @@ static void reel_hk_attn_write_kv(const reel_hk_attn *a)
             reel_hk_report(a->m, REEL_E_LIMIT);
             continue;
         }
-        reel_hk_copy(l->in[3], a->kcd, slot * a->kvrow, l->in[1], a->kd, t * a->kvrow, a->kvrow);
+        const void *k = a->rope_half > 0 ? l->out[3] : l->in[1];
+        reel_hk_copy(l->in[3], a->kcd, slot * a->kvrow, k, a->kd, t * a->kvrow, a->kvrow);
         reel_hk_copy(l->in[4], a->vcd, slot * a->kvrow, l->in[2], a->vd, t * a->kvrow, a->kvrow);
     }
 }
@@ -104,7 +117,7 @@ static float reel_hk_attn_score(const reel_hk_attn *a, int64_t qat, int64_t kat)
 {
     float acc = 0.0f;
     for (int64_t d = 0; d < a->dh; d++)
-        acc += reel_load(a->l->in[0], a->qd, qat + d) * reel_load(a->l->in[3], a->kcd, kat + d);
+        acc += reel_load(a->q, a->qd, qat + d) * reel_load(a->l->in[3], a->kcd, kat + d);
     return acc * a->scale;
 }
 
@@ -141,6 +154,17 @@ void reel_host_paged_attention(const void *args)
     if (!a.m) { /* no metadata: nothing can be attended; keep the output defined */
         reel_hk_zero(l->out[0], a.od, 0, l->rows * qrow);
         return;
+    }
+    if (a.rope_half > 0) {
+        const int32_t *pos = l->in[5];
+        for (int64_t t = 0; t < l->rows; t++) {
+            for (int64_t hh = 0; hh < a.h; hh++)
+                reel_hk_rope_head(l->in[0], a.qd, t * qrow + hh * a.dh, l->out[2], a.qd, t * qrow + hh * a.dh, a.dh,
+                                  a.rope_half, a.rope_theta, pos[t]);
+            for (int64_t g = 0; g < a.hkv; g++)
+                reel_hk_rope_head(l->in[1], a.kd, t * a.kvrow + g * a.dh, l->out[3], a.kd, t * a.kvrow + g * a.dh,
+                                  a.dh, a.rope_half, a.rope_theta, pos[t]);
+        }
     }
     reel_hk_attn_write_kv(&a);
     int64_t group = a.hkv > 0 ? a.h / a.hkv : 1;

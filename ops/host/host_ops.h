@@ -26,6 +26,8 @@ void reel_host_silu_and_mul(const void *args);
 void reel_host_rope(const void *args);
 void reel_host_softmax(const void *args);
 void reel_host_argmax(const void *args);
+void reel_host_add_rmsnorm(const void *args);
+void reel_host_view_cols(const void *args);
 /* Writes the step's k/v into k_cache/v_cache (in[3], in[4]) then attends;
  * reads l->meta. */
 void reel_host_paged_attention(const void *args);

@@ -26,6 +26,8 @@ REEL_HOST_LAUNCHER(reel_host_argmax)
 REEL_HOST_LAUNCHER(reel_host_paged_attention)
 REEL_HOST_LAUNCHER(reel_host_topk)
 REEL_HOST_LAUNCHER(reel_host_lse_combine)
+REEL_HOST_LAUNCHER(reel_host_add_rmsnorm)
+REEL_HOST_LAUNCHER(reel_host_view_cols)
 
 static bool reel_hi_fl(const reel_shape *s) { return reel_is_float_storage(s->dtype); }
 static bool reel_hi_i32(const reel_shape *s) { return s->dtype == REEL_I32; }
@@ -71,6 +73,9 @@ static bool reel_hi_use_attention(REEL_HI_ARGS)
     for (int i = 0; i < 5; i++)
         if (i >= nin || !reel_hi_fl(&in[i]))
             return false;
+    if (a->attn.rope_rot_dim > 0 && (nin < 6 || in[5].dtype != REEL_I32 || out[2].dtype != in[0].dtype ||
+                                     out[3].dtype != in[1].dtype))
+        return false;
     return reel_hi_fl(&out[0]) && p->num_heads > 0 && p->num_kv_heads > 0 && p->head_dim > 0 &&
            p->block_size > 0 && p->num_heads % p->num_kv_heads == 0;
 }
@@ -112,6 +117,18 @@ REEL_HOST_REF(reel_hi_attention, "paged_attention", REEL_OP_PAGED_ATTENTION, ree
 REEL_HOST_REF(reel_hi_topk, "topk", REEL_OP_TOPK, reel_hi_use_topk, reel_host_topk, false);
 REEL_HOST_REF(reel_hi_lse, "lse_combine", REEL_OP_LSE_COMBINE, reel_hi_use_lse, reel_host_lse_combine, false);
 
+static bool reel_hi_use_add_rmsnorm(REEL_HI_ARGS)
+{
+    return nin >= 3 && reel_hi_fl(&in[0]) && reel_hi_fl(&in[1]) && reel_hi_fl(&in[2]) && reel_hi_fl(&out[0]) &&
+           reel_hi_fl(&out[1]);
+}
+
+static bool reel_hi_use_view(REEL_HI_ARGS) { return nin >= 1 && in[0].dtype == out[0].dtype; }
+
+REEL_HOST_REF(reel_hi_add_rmsnorm, "add_rmsnorm", REEL_OP_ADD_RMSNORM, reel_hi_use_add_rmsnorm, reel_host_add_rmsnorm,
+              true);
+REEL_HOST_REF(reel_hi_view_cols, "view_cols", REEL_OP_VIEW_COLS, reel_hi_use_view, reel_host_view_cols, false);
+
 /* Collectives accept every dtype the schema does (f32, f16, bf16, i32). */
 static bool reel_hi_use_comm(REEL_HI_ARGS) { return true; }
 
@@ -140,6 +157,6 @@ const reel_op_impl *const reel_host_impls[] = {
     &reel_hi_rmsnorm, &reel_hi_silu, &reel_hi_rope, &reel_hi_softmax, &reel_hi_argmax,
     &reel_hi_attention, &reel_hi_topk, &reel_hi_lse,
     &reel_hi_all_reduce, &reel_hi_all_gather, &reel_hi_reduce_scatter, &reel_hi_all_to_all,
-    &reel_hi_send, &reel_hi_recv,
+    &reel_hi_send, &reel_hi_recv, &reel_hi_add_rmsnorm, &reel_hi_view_cols,
 };
 const int reel_host_nimpls = (int)(sizeof reel_host_impls / sizeof reel_host_impls[0]);

@@ -32,4 +32,12 @@ static inline void reel_hk_zero(void *p, reel_dtype dt, int64_t at, int64_t n)
         reel_store(p, dt, at + i, 0.0f);
 }
 
+/* Rotates one head of hd elements of x (from element xat) into out (from
+ * oat): neox pairs (i, i + half) for i < half by pos * theta^(-2i/(2 half)),
+ * the rest copied. The one rope formula of the host backend (ops/host/rope.c):
+ * the rope op and paged attention's fused rope share it. Reads each pair
+ * before writing it, so out may alias x. */
+void reel_hk_rope_head(const void *x, reel_dtype xd, int64_t xat, void *out, reel_dtype od, int64_t oat, int64_t hd,
+                       int64_t half, double theta, int32_t pos);
+
 #endif

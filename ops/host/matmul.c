@@ -12,7 +12,24 @@ typedef struct reel_hk_mm {
     reel_dtype xd, wd, od;
     int64_t m, k, n;
     bool wt; /* w stored [N, K] */
+    int nseg;                         /* column segments (fused views), 0: row-major */
+    int64_t seg[REEL_MM_MAX_SEG];
 } reel_hk_mm;
+
+/* Element index of output (i, j): row-major, or inside j's segment, a
+ * [m, seg] block of its own at m * (its first column). */
+static inline int64_t reel_hk_mm_at(const reel_hk_mm *g, int64_t i, int64_t j)
+{
+    if (!g->nseg)
+        return i * g->n + j;
+    int64_t c0 = 0;
+    for (int s = 0; s < g->nseg; s++) {
+        if (j < c0 + g->seg[s])
+            return g->m * c0 + i * g->seg[s] + (j - c0);
+        c0 += g->seg[s];
+    }
+    return i * g->n + j; /* not reached: the segments cover every column */
+}
 
 static reel_hk_mm reel_hk_mm_of(const reel_launch *l)
 {
@@ -21,7 +38,15 @@ static reel_hk_mm reel_hk_mm_of(const reel_launch *l)
         .x = l->in[0], .w = l->in[1], .out = l->out[0],
         .xd = xs->dtype, .wd = ws->dtype, .od = l->out_shape[0].dtype,
         .k = reel_shape_last(xs), .wt = l->attrs->matmul.w_transposed,
+        .nseg = l->attrs->matmul.nseg,
     };
+    for (int s = 0; s < g.nseg; s++)
+        g.seg[s] = l->attrs->matmul.seg[s];
+    /* silu_and_mul epilogue: the product goes to the scratch output first. */
+    if (l->attrs->matmul.epi == REEL_MM_EPI_SILU_MUL) {
+        g.out = l->out[1];
+        g.od = l->out_shape[1].dtype;
+    }
     g.n = g.wt ? reel_shape_lead(ws, l->rows) : reel_shape_last(ws);
     g.m = g.k > 0 ? reel_hk_numel(xs, l->rows) / g.k : reel_shape_lead(xs, l->rows);
     return g;
@@ -32,17 +57,44 @@ static inline float reel_hk_mm_w(const reel_hk_mm *g, int64_t kk, int64_t nn)
     return reel_load(g->w, g->wd, g->wt ? nn * g->k + kk : kk * g->n + nn);
 }
 
+/* The epilogue after the product was stored (rounded to the storage dtype),
+ * so the fused node rounds where the unfused pair does: the bias added to
+ * the stored product; silu_and_mul of the stored gate and up halves. */
+static void reel_hk_mm_epilogue(const reel_launch *l, const reel_hk_mm *g)
+{
+    int epi = l->attrs->matmul.epi;
+    if (epi == REEL_MM_EPI_BIAS) {
+        reel_dtype bd = l->in_shape[2].dtype;
+        for (int64_t i = 0; i < g->m; i++)
+            for (int64_t j = 0; j < g->n; j++) {
+                int64_t at = reel_hk_mm_at(g, i, j);
+                reel_store(g->out, g->od, at, reel_load(g->out, g->od, at) + reel_load(l->in[2], bd, j));
+            }
+    } else if (epi == REEL_MM_EPI_SILU_MUL) {
+        reel_launch s = *l;
+        s.in[0] = l->out[1];
+        s.in_shape = &l->out_shape[1];
+        reel_host_silu_and_mul(&s);
+    }
+}
+
+static void reel_hk_mm_ref(const reel_hk_mm *g)
+{
+    for (int64_t i = 0; i < g->m; i++) {
+        for (int64_t j = 0; j < g->n; j++) {
+            float acc = 0.0f;
+            for (int64_t kk = 0; kk < g->k; kk++)
+                acc += reel_load(g->x, g->xd, i * g->k + kk) * reel_hk_mm_w(g, kk, j);
+            reel_store(g->out, g->od, reel_hk_mm_at(g, i, j), acc);
+        }
+    }
+}
+
 void reel_host_matmul(const void *args)
 {
     reel_hk_mm g = reel_hk_mm_of(args);
-    for (int64_t i = 0; i < g.m; i++) {
-        for (int64_t j = 0; j < g.n; j++) {
-            float acc = 0.0f;
-            for (int64_t kk = 0; kk < g.k; kk++)
-                acc += reel_load(g.x, g.xd, i * g.k + kk) * reel_hk_mm_w(&g, kk, j);
-            reel_store(g.out, g.od, i * g.n + j, acc);
-        }
-    }
+    reel_hk_mm_ref(&g);
+    reel_hk_mm_epilogue(args, &g);
 }
 
 enum { REEL_HK_MR = 4, REEL_HK_NT = 64 };
@@ -89,7 +141,7 @@ static void reel_hk_mm_tile(const reel_hk_mm *g, const reel_hk_mm_f32 *f, int64_
     }
     for (int r = 0; r < REEL_HK_MR && i0 + r < g->m; r++)
         for (int c = 0; c < REEL_HK_NT && j0 + c < g->n; c++)
-            reel_store(g->out, g->od, (i0 + r) * g->n + j0 + c, acc[r][c]);
+            reel_store(g->out, g->od, reel_hk_mm_at(g, i0 + r, j0 + c), acc[r][c]);
 }
 
 void reel_host_matmul_tiled(const void *args)
@@ -97,12 +149,13 @@ void reel_host_matmul_tiled(const void *args)
     reel_hk_mm g = reel_hk_mm_of(args);
     reel_hk_mm_f32 f;
     if (!reel_hk_mm_convert(&g, &f)) {
-        reel_host_matmul(args); /* same bits, no scratch needed */
-        return;
+        reel_hk_mm_ref(&g); /* same bits, no scratch needed */
+    } else {
+        for (int64_t i = 0; i < f.mp; i += REEL_HK_MR)
+            for (int64_t j = 0; j < f.np; j += REEL_HK_NT)
+                reel_hk_mm_tile(&g, &f, i, j);
+        reel_hfree(f.x);
+        reel_hfree(f.w);
     }
-    for (int64_t i = 0; i < f.mp; i += REEL_HK_MR)
-        for (int64_t j = 0; j < f.np; j += REEL_HK_NT)
-            reel_hk_mm_tile(&g, &f, i, j);
-    reel_hfree(f.x);
-    reel_hfree(f.w);
+    reel_hk_mm_epilogue(args, &g);
 }

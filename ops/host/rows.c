@@ -3,6 +3,7 @@
  * result is deterministic) before any output of that row is written, so out
  * may alias x. */
 #include <math.h>
+#include <string.h>
 
 #include "ops/host/host_ops.h"
 #include "ops/host/kern.h"
@@ -82,4 +83,47 @@ void reel_host_argmax(const void *args)
         }
         out[t] = best < 0 ? 0 : (int32_t)best;
     }
+}
+
+/* add_rmsnorm: sum = a + b stored in the storage dtype, then the rmsnorm of
+ * the stored sum (loaded back, so the rounding is the unfused pair's). Row
+ * t of the sum is written before it is read: out[0] may alias a. */
+void reel_host_add_rmsnorm(const void *args)
+{
+    const reel_launch *l = args;
+    const reel_shape *as = &l->in_shape[0];
+    reel_dtype ad = as->dtype, bd = l->in_shape[1].dtype, wd = l->in_shape[2].dtype;
+    reel_dtype sd = l->out_shape[0].dtype, od = l->out_shape[1].dtype;
+    int64_t d = reel_shape_last(as);
+    if (d <= 0)
+        return;
+    int64_t nrows = reel_hk_numel(as, l->rows) / d;
+    for (int64_t t = 0; t < nrows; t++) {
+        for (int64_t i = 0; i < d; i++)
+            reel_store(l->out[0], sd, t * d + i,
+                       reel_load(l->in[0], ad, t * d + i) + reel_load(l->in[1], bd, t * d + i));
+        float ss = 0.0f;
+        for (int64_t i = 0; i < d; i++) {
+            float v = reel_load(l->out[0], sd, t * d + i);
+            ss += v * v;
+        }
+        float r = 1.0f / sqrtf(ss / (float)d + l->attrs->rmsnorm.eps);
+        for (int64_t i = 0; i < d; i++) {
+            float v = reel_load(l->out[0], sd, t * d + i);
+            reel_store(l->out[1], od, t * d + i, v * r * reel_load(l->in[2], wd, i));
+        }
+    }
+}
+
+/* view_cols as a copy (where it is not fused into its producer). */
+void reel_host_view_cols(const void *args)
+{
+    const reel_launch *l = args;
+    const reel_shape *xs = &l->in_shape[0];
+    size_t es = reel_dtype_size(xs->dtype);
+    int64_t n = reel_shape_last(xs), c = l->attrs->view.col, w = l->attrs->view.ncols;
+    int64_t nrows = n > 0 ? reel_hk_numel(xs, l->rows) / n : 0;
+    for (int64_t t = 0; t < nrows; t++)
+        memcpy((char *)l->out[0] + (size_t)(t * w) * es, (const char *)l->in[0] + (size_t)(t * n + c) * es,
+               (size_t)w * es);
 }

@@ -9,6 +9,7 @@
 static const char *const names[OG_COUNT] = {
     "embedding", "matmul", "matmul_t", "add", "add_row", "mul", "rmsnorm", "silu_and_mul",
     "rope", "softmax", "argmax", "paged_attention", "topk", "topk_paged", "lse_combine",
+    "paged_attention_rope",
 };
 
 const char *og_name(int kind) { return names[kind]; }
@@ -85,6 +86,19 @@ reel_status og_build(reel_ctx *ctx, int kind, reel_dtype dt, uint64_t seed, og_g
         y = reel_paged_attention(g, tin(og, "q", dt, 2, H * D, 0), tin(og, "k", dt, 2, KV * D, 0),
                                  tin(og, "v", dt, 2, KV * D, 0), reel_state(g, "k_cache", dt, 4, cd),
                                  reel_state(g, "v_cache", dt, 4, cd), &ap);
+        break;
+    }
+    case OG_ATTENTION_ROPE: {
+        /* Partial rotation (half of each head), the rotated k also a graph
+         * output: the fused node produces it. */
+        int64_t cd[4] = {OG_BLOCKS, OG_BLOCK, KV, D};
+        reel_attn_params ap = {H, KV, D, OG_BLOCK, 0.f};
+        reel_tensor pos = reel_positions(g);
+        reel_tensor q = reel_rope(g, tin(og, "q", dt, 2, H * D, 0), pos, D, D / 2, 10000.f);
+        reel_tensor k = reel_rope(g, tin(og, "k", dt, 2, KV * D, 0), pos, D, D / 2, 10000.f);
+        y = reel_paged_attention(g, q, k, tin(og, "v", dt, 2, KV * D, 0), reel_state(g, "k_cache", dt, 4, cd),
+                                 reel_state(g, "v_cache", dt, 4, cd), &ap);
+        reel_output(g, "kr", k);
         break;
     }
     case OG_TOPK:
@@ -181,6 +195,7 @@ reel_status og_make_step(reel_plan *p, int kind, reel_dtype dt, int32_t n, uint6
     case OG_SOFTMAX:
     case OG_ARGMAX: return set_rand(p, "x", dt, n, 40, &rng);
     case OG_ATTENTION:
+    case OG_ATTENTION_ROPE:
         attention_meta(n, ctx_len, &rng, s);
         st = set_rand(p, "q", dt, n, H * D, &rng);
         if (!st)

@@ -24,7 +24,7 @@ static size_t out_bytes(reel_plan *p, const char *name, const void **d)
 
 static void compare_outputs(reel_plan *a, reel_plan *b, int kind, reel_dtype dt, int32_t n)
 {
-    const char *outs[2] = {"y", kind == OG_LSE ? "lse" : NULL};
+    const char *outs[2] = {"y", kind == OG_LSE ? "lse" : kind == OG_ATTENTION_ROPE ? "kr" : NULL};
     for (int o = 0; o < 2 && outs[o]; o++) {
         const void *da, *db;
         size_t ra = out_bytes(a, outs[o], &da), rb = out_bytes(b, outs[o], &db);
@@ -95,3 +95,4 @@ REPLAY_TEST(OG_ATTENTION, paged_attention)
 REPLAY_TEST(OG_TOPK, topk)
 REPLAY_TEST(OG_TOPK_PAGED, topk_with_page_transform)
 REPLAY_TEST(OG_LSE, lse_combine)
+REPLAY_TEST(OG_ATTENTION_ROPE, paged_attention_rope)

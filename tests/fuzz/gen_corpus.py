@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the fuzz targets (tests/fuzz/corpus_graph and
-corpus_step): small programs in each target's byte format, so libFuzzer
+"""Writes the seed corpora of the fuzz targets (tests/fuzz/corpus_graph,
+corpus_step and corpus_safetensors): small programs in each target's byte format, so libFuzzer
 starts from graphs that compile and steps that run. Run from anywhere;
 the files are committed (regenerate after changing a target's format)."""
 import os
@@ -171,6 +171,43 @@ def step_seeds():
     return {k: bytes(x & 0xFF for x in v) for k, v in s.items()}
 
 
+# ---- fuzz_safetensors: a mode byte, then a file (even) or an index and a shard (odd)
+def st_file(tensors, meta=None, pad=True):
+    """tensors: [(name, dtype, shape, data bytes)] stored back to back."""
+    import json
+    import struct
+    h, at, blob = {}, 0, b""
+    if meta is not None:
+        h["__metadata__"] = meta
+    for name, dt, shape, data in tensors:
+        h[name] = {"dtype": dt, "shape": shape, "data_offsets": [at, at + len(data)]}
+        at += len(data)
+        blob += data
+    hj = json.dumps(h, separators=(",", ":")).encode()
+    if pad:
+        hj += b" " * (-len(hj) % 8)
+    return struct.pack("<Q", len(hj)) + hj + blob
+
+
+def safetensors_seeds():
+    import struct
+    f32 = lambda *v: struct.pack("<%df" % len(v), *v)
+    w = ("w", "F32", [2, 3], f32(1, 2, 3, 4, 5, 6))
+    s = {
+        "one_param": b"\0" + st_file([w], {"format": "pt"}),
+        "mixed": b"\0" + st_file([w, ("b", "BF16", [2], b"\x80\x3f\x00\xc0"), ("n", "I64", [], b"\7" + b"\0" * 7),
+                                  ("e", "F16", [0, 4], b"")]),
+        "truncated": b"\0" + st_file([w])[:-5],
+        "gap": b"\0" + st_file([w]) + b"xx",
+        "bad_json": b"\0" + struct.pack("<Q", 6) + b'{"a":[',
+    }
+    index = b'{"metadata":{},"weight_map":{"w":"s.safetensors"}}'
+    s["index"] = b"\1" + struct.pack(">H", len(index)) + index + st_file([w])
+    wrong = b'{"weight_map":{"w":"t.safetensors"}}'
+    s["index_wrong_shard"] = b"\1" + struct.pack(">H", len(wrong)) + wrong + st_file([w])
+    return s
+
+
 def write(folder, seeds):
     d = os.path.join(HERE, folder)
     os.makedirs(d, exist_ok=True)
@@ -182,3 +219,4 @@ def write(folder, seeds):
 if __name__ == "__main__":
     write("corpus_graph", graph_seeds())
     write("corpus_step", step_seeds())
+    write("corpus_safetensors", safetensors_seeds())

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The CI fuzz step (`make test`, `make test-fuzz`): builds the libFuzzer
 # targets with clang into BUILD (default build-fuzz) and runs each for
-# SECONDS (default 45) from a copy of its seed corpus, both at once. New
+# SECONDS (default 45) from a copy of its seed corpus, all at once. New
 # inputs stay in BUILD/fuzz-corpus-*; a crash, leak or broken invariant is
 # saved as BUILD/fuzz-artifacts/<target>-crash-* and fails the step (replay
 # it with BUILD/tests/fuzz/fuzz_<target> FILE). Without clang's libFuzzer
@@ -30,11 +30,11 @@ echo "reel: building $build with clang (configure and build output: $log)"
       rm -rf "$build/meson-private"
       CC=clang meson setup "$build" -Dfuzz=true -Dcuda=disabled -Dallocator=system \
           -Db_sanitize=address,undefined -Db_lundef=false
-  fi && ninja -C "$build" tests/fuzz/fuzz_graph tests/fuzz/fuzz_step; } > "$log" 2>&1 \
+  fi && ninja -C "$build" tests/fuzz/fuzz_graph tests/fuzz/fuzz_step tests/fuzz/fuzz_safetensors; } > "$log" 2>&1 \
   || { tail -n 40 "$log" >&2; echo "reel: building $build failed; the whole log is $log" >&2; exit 1; }
 mkdir -p "$build/fuzz-artifacts"
 pids=()
-for t in graph step; do
+for t in graph step safetensors; do
     corpus=$build/fuzz-corpus-$t
     mkdir -p "$corpus"
     cp -n tests/fuzz/corpus_$t/* "$corpus/" 2>/dev/null
@@ -44,7 +44,7 @@ for t in graph step; do
 done
 rc=0
 i=0
-for t in graph step; do
+for t in graph step safetensors; do
     if wait "${pids[$i]}"; then
         echo "fuzz_$t: $(grep -E '^#[0-9]+.*DONE' "$build/fuzz-$t.log" | tail -1 | sed 's/^#\([0-9]*\).*DONE */\1 runs, /')"
     else

@@ -210,6 +210,52 @@ Test(gpu_attention, long_prefills_match_host, .init = setup, .fini = teardown, .
     }
 }
 
+/* The fused rope (attrs.attn.rope_rot_dim: the compiler folds rope ops into
+ * the attention): q and k arrive unrotated, the op rotates them in its KV
+ * write and produces them as outputs 2 and 3; decode, prefill and mixed
+ * batches, full and partial rotation, against the host reference. */
+static void run_rope_case(acase *c, reel_dtype dt, int rot, const char *what)
+{
+    build(c, 4096);
+    gt_op op = op_of(dt, c);
+    op.nin = 6;
+    op.nout = 4;
+    op.attrs.attn.rope_rot_dim = rot;
+    op.attrs.attn.rope_theta = 10000.0f;
+    op.in[5] = gt_shape(REEL_I32, true, 1, (int64_t[]){c->t});
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)c->t);
+    memcpy(pos, c->pos, sizeof(int32_t) * (size_t)c->t);
+    op.data[5] = pos;
+    op.out[2] = op.in[0];
+    op.out[3] = op.in[1];
+    char w[160];
+    snprintf(w, sizeof w, "%s rope %d (%s, H %d/%d, dh %d, %lld tokens)", what, rot, reel_dtype_name(dt), c->h,
+             c->hkv, c->dh, (long long)c->t);
+    gt_check_impl(hctx, cctx, &op, "cuda.paged_attention", seed, w);
+    gt_check_impl(hctx, cctx, &op, "cuda.paged_attention.ref", seed, w);
+    gt_op_free_data(&op);
+    case_free(c);
+}
+
+Test(gpu_attention, fused_rope_matches_host, .init = setup, .fini = teardown, .timeout = 240)
+{
+    for (int d = 0; d < 3; d++)
+        for (int hd = 64; hd <= 128; hd *= 2)
+            for (int half = 0; half < 2; half++) {
+                acase dec = {.h = 8, .hkv = 2, .dh = hd, .bs = 16, .nseq = 8, .npad = 1};
+                for (int s = 0; s < 8; s++) {
+                    dec.qlen[s] = 1;
+                    dec.ctx[s] = 1 + 300 * s;
+                }
+                run_rope_case(&dec, dts[d], half ? hd / 2 : hd, "decode");
+                acase mix = {.h = 8, .hkv = 8, .dh = hd, .bs = 32, .nseq = 4, .npad = 2};
+                int32_t q[4] = {100, 1, 37, 1}, x[4] = {100, 2048, 300, 17};
+                memcpy(mix.qlen, q, sizeof q);
+                memcpy(mix.ctx, x, sizeof x);
+                run_rope_case(&mix, dts[d], half ? hd / 2 : hd, "mixed");
+            }
+}
+
 /* Every guard of the reference, on a decode token split into many chunks
  * (the bad block in a late chunk) and on a prefill run. */
 Test(gpu_attention, guards_match_host, .init = setup, .fini = teardown, .timeout = 240)

@@ -11,6 +11,7 @@ static const char *const op_names[REEL_OP_COUNT] = {
     "embedding", "matmul", "add", "mul", "rmsnorm", "silu_and_mul", "rope",
     "softmax", "argmax", "paged_attention", "topk", "lse_combine",
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv",
+    "view_cols", "add_rmsnorm",
 };
 
 Test(ops, host_impls_hold_exactly_one_lowest_priority_ref_per_op_kind)
@@ -87,6 +88,10 @@ static int node_shapes(reel_op_kind k, reel_dtype dt, reel_shape *in, reel_shape
     case REEL_OP_ALL_TO_ALL: a->coll.axis = 1, a->coll.nranks = 2, out[1] = tok2; return 1;
     case REEL_OP_SEND: a->coll.peer = 1, out[0] = tshape(REEL_I32, false, 1, 1, 0, 0, 0); return 1;
     case REEL_OP_RECV: a->coll.peer = 1, a->coll.shape = tok2; return 0;
+    case REEL_OP_VIEW_COLS: a->view.col = 16, a->view.ncols = 32, out[0] = tshape(dt, true, 2, 0, 32, 0, 0); return 1;
+    case REEL_OP_ADD_RMSNORM:
+        a->rmsnorm.eps = 1e-6f, in[1] = tok2, in[2] = tshape(dt, false, 1, 64, 0, 0, 0), out[1] = tok2;
+        return 3;
     default: return 0;
     }
 }

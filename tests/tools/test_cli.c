@@ -332,3 +332,22 @@ Test(cli, a_strict_refusal_of_one_sequence_says_sequence)
     cr_expect(strstr(out, " 1 sequence,") != NULL, "output:\n%s", out);
     cr_expect(strstr(out, " 1 sequences") == NULL, "output:\n%s", out);
 }
+
+Test(cli, demo_save_model_then_model_gives_the_seeded_tokens)
+{
+    char dir[64] = "/tmp/reel-cli-ckpt-XXXXXX", a[17], b[17], args[512];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(args, sizeof args, "demo " SMALL_ARGS " --quiet --save-model %s/m", dir);
+    checksum_of(args, a);
+    snprintf(args, sizeof args, "demo --model %s/m --block-size 8 --buckets 1,2,4,8,16 --max-context 64 "
+             "--max-seqs 4 --requests 12 --backend host --quiet", dir);
+    checksum_of(args, b);
+    cr_expect_str_eq(a, b);
+    cr_expect(strstr(out, "Hugging Face checkpoint") != NULL, "%s", out);
+    snprintf(args, sizeof args, "demo --model %s/m --layers 3", dir);
+    cr_expect_eq(reel_run(args, out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, "config.json") != NULL, "%s", out);
+    cr_expect_eq(reel_run("demo --logits /tmp/x.bin", out, sizeof out), 2, "%s", out);
+    snprintf(args, sizeof args, "rm -rf '%s'", dir);
+    cr_expect_eq(system(args), 0);
+}

@@ -1,0 +1,185 @@
+/* Fused kernels on the GPU against the unfused plan (no_fuse): add_rmsnorm
+ * bit for bit (bf16 and f16, 1..16 rows and a larger count), and views
+ * aliasing a segmented matmul (one cuBLAS GEMM per view) within the bf16/f16
+ * tolerance of the unfused projections (cuBLASLt may pick another
+ * algorithm), at M = 1..16 and M = 200. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/core/opts.h"
+
+static reel_ctx *ctx;
+static void setup(void) { cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &ctx), REEL_OK); }
+static void teardown(void) { reel_ctx_destroy(ctx); }
+
+enum { D = 256, QW = 256, KW = 64 };
+
+static float half_to_f(uint16_t h, reel_dtype dt)
+{
+    uint32_t u;
+    if (dt == REEL_BF16) {
+        u = (uint32_t)h << 16;
+    } else {
+        uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+        if (e == 0) {
+            float f = ldexpf((float)m, -24);
+            return s ? -f : f;
+        }
+        u = s | ((e + 112) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t f_to_half(float f, reel_dtype dt)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (dt == REEL_BF16)
+        return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    /* values here are in [-1, 1]: normal or zero f16 */
+    uint32_t a = u & 0x7fffffffu, s = (u >> 16) & 0x8000u;
+    if (a < 0x38800000u)
+        return (uint16_t)s;
+    return (uint16_t)(s | ((a + 0xfffu + ((a >> 13) & 1u) - (112u << 23)) >> 13));
+}
+
+static uint16_t *rnd(size_t n, unsigned seed, reel_dtype dt)
+{
+    uint16_t *b = malloc(n * 2);
+    cr_assert(b);
+    uint32_t s = seed * 2654435761u + 7;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        b[i] = f_to_half((float)(s >> 8) / (float)(1u << 24) * 2.0f - 1.0f, dt);
+    }
+    return b;
+}
+
+static reel_plan *compile(reel_graph *g, int rows, bool fuse)
+{
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = 1;
+    o.buckets[0] = rows;
+    o.no_fuse = !fuse;
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(g, &o, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    return p;
+}
+
+static const uint16_t *step(reel_plan *p, const uint16_t *x, int rows, const char *out)
+{
+    cr_assert_eq(reel_plan_set_input(p, "x", x, rows), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_step_info s = {.num_tokens = rows};
+    cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    const void *o;
+    int64_t r;
+    cr_assert_eq(reel_plan_output(p, out, &o, &r), REEL_OK);
+    return o;
+}
+
+static int count_op(const reel_plan *p, const char *op)
+{
+    reel_plan_stats st;
+    cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
+    int c = 0;
+    for (int i = 0; i < st.num_nodes; i++) {
+        reel_node_info ni = REEL_NODE_INFO_INIT;
+        cr_assert_eq(reel_plan_node_info(p, i, &ni), REEL_OK);
+        c += strcmp(ni.op, op) == 0;
+    }
+    return c;
+}
+
+Test(gpu_fuse, add_rmsnorm_equals_the_unfused_pair_bit_for_bit, .init = setup, .fini = teardown)
+{
+    static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
+    static const int rows[] = {1, 2, 3, 5, 8, 13, 16, 200};
+    for (int di = 0; di < 2; di++)
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            reel_dtype dt = dts[di];
+            int m = rows[ri];
+            reel_graph *g;
+            cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+            int64_t d[2] = {REEL_DIM_TOKENS, D}, dw = D;
+            reel_tensor x = reel_input(g, "x", dt, 2, d);
+            reel_tensor r = reel_input(g, "r", dt, 2, d);
+            reel_tensor w = reel_param(g, "w", dt, 1, &dw);
+            uint16_t *wd = rnd(D, 3, dt), *xd = rnd((size_t)m * D, 1, dt), *rd = rnd((size_t)m * D, 2, dt);
+            reel_param_bind(g, w, wd);
+            reel_tensor h = reel_add(g, x, r);
+            reel_output(g, "h", h);
+            reel_output(g, "n", reel_rmsnorm(g, h, w, 1e-5f));
+            reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
+            cr_assert_eq(count_op(pf, "add_rmsnorm"), 1);
+            for (int k = 0; k < 2; k++) {
+                reel_plan *p = k ? pu : pf;
+                cr_assert_eq(reel_plan_set_input(p, "r", rd, m), REEL_OK);
+            }
+            const char *outs[2] = {"h", "n"};
+            for (int o = 0; o < 2; o++) {
+                uint16_t *f = malloc((size_t)m * D * 2);
+                memcpy(f, step(pf, xd, m, outs[o]), (size_t)m * D * 2);
+                cr_assert_eq(reel_plan_set_input(pf, "r", rd, m), REEL_OK);
+                const uint16_t *u = step(pu, xd, m, outs[o]);
+                cr_assert_eq(reel_plan_set_input(pu, "r", rd, m), REEL_OK);
+                cr_assert(memcmp(f, u, (size_t)m * D * 2) == 0, "%s %s rows %d: bits differ", outs[o],
+                          reel_dtype_name(dt), m);
+                free(f);
+            }
+            reel_plan_destroy(pf);
+            reel_plan_destroy(pu);
+            reel_graph_destroy(g);
+            free(wd), free(xd), free(rd);
+        }
+}
+
+Test(gpu_fuse, views_of_a_segmented_matmul_match_the_unfused_projections, .init = setup, .fini = teardown)
+{
+    static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
+    static const int rows[] = {1, 2, 4, 7, 16, 200};
+    for (int di = 0; di < 2; di++)
+        for (int wt = 0; wt < 2; wt++)
+            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+                reel_dtype dt = dts[di];
+                int m = rows[ri];
+                const int64_t N = QW + 2 * KW;
+                reel_graph *g;
+                cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+                int64_t d[2] = {REEL_DIM_TOKENS, D}, wdims[2] = {wt ? N : D, wt ? D : N};
+                reel_tensor x = reel_input(g, "x", dt, 2, d);
+                reel_tensor w = reel_param(g, "w", dt, 2, wdims);
+                uint16_t *wd = rnd((size_t)(D * N), 5, dt), *xd = rnd((size_t)m * D, 6, dt);
+                reel_param_bind(g, w, wd);
+                const int64_t col[3] = {0, QW, QW + KW}, width[3] = {QW, KW, KW};
+                static const char *const names[3] = {"q", "k", "v"};
+                reel_tensor qkv = reel_matmul(g, x, w, wt);
+                for (int s = 0; s < 3; s++)
+                    reel_output(g, names[s], reel_view_cols(g, qkv, col[s], width[s]));
+                reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
+                cr_assert_eq(count_op(pf, "view_cols"), 0, "the views were not fused");
+                cr_assert_eq(count_op(pu, "view_cols"), 3);
+                for (int s = 0; s < 3; s++) {
+                    size_t n = (size_t)m * (size_t)width[s];
+                    uint16_t *f = malloc(n * 2);
+                    memcpy(f, step(pf, xd, m, names[s]), n * 2);
+                    const uint16_t *u = step(pu, xd, m, names[s]);
+                    for (size_t i = 0; i < n; i++) {
+                        float a = half_to_f(f[i], dt), b = half_to_f(u[i], dt);
+                        /* K = 256 products of values in [-1, 1]: |y| <~ 16; two
+                         * roundings of the storage dtype apart at most. */
+                        float tol = (dt == REEL_BF16 ? 1.0f / 64 : 1.0f / 512) * fmaxf(1.0f, fabsf(b));
+                        cr_assert(fabsf(a - b) <= tol, "%s %s wt %d rows %d [%zu]: %g vs %g", names[s],
+                                  reel_dtype_name(dt), wt, m, i, (double)a, (double)b);
+                    }
+                    free(f);
+                }
+                reel_plan_destroy(pf);
+                reel_plan_destroy(pu);
+                reel_graph_destroy(g);
+                free(wd), free(xd);
+            }
+}
