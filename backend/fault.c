@@ -86,14 +86,12 @@ static reel_status fail(reel_err *err, reel_fault_kind k, const char *call)
 
 static const reel_backend_vt *own(reel_backend *be) { return be->base_vt; }
 
-static void f_destroy(reel_backend *be) { own(be)->destroy(be); }
 static reel_status f_stream_create(reel_backend *be, reel_stream **out)
 {
     if (out)
         *out = NULL;
     BEFORE(be, REEL_FAULT_STREAM, "stream_create", own(be)->stream_create(be, out));
 }
-static void f_stream_destroy(reel_backend *be, reel_stream *s) { own(be)->stream_destroy(be, s); }
 static reel_status f_stream_sync(reel_backend *be, reel_stream *s)
 {
     AFTER(be, REEL_FAULT_STREAM, "stream_sync", own(be)->stream_sync(be, s));
@@ -104,7 +102,6 @@ static reel_status f_event_create(reel_backend *be, reel_event **out)
         *out = NULL;
     BEFORE(be, REEL_FAULT_EVENT, "event_create", own(be)->event_create(be, out));
 }
-static void f_event_destroy(reel_backend *be, reel_event *e) { own(be)->event_destroy(be, e); }
 static reel_status f_event_record(reel_backend *be, reel_event *e, reel_stream *s)
 {
     BEFORE(be, REEL_FAULT_EVENT, "event_record", own(be)->event_record(be, e, s));
@@ -127,14 +124,12 @@ static reel_status f_dev_alloc(reel_backend *be, size_t bytes, void **out)
         *out = NULL;
     BEFORE(be, REEL_FAULT_ALLOC, "dev_alloc", own(be)->dev_alloc(be, bytes, out));
 }
-static void f_dev_free(reel_backend *be, void *p) { own(be)->dev_free(be, p); }
 static reel_status f_pinned_alloc(reel_backend *be, size_t bytes, void **out)
 {
     if (out)
         *out = NULL;
     BEFORE(be, REEL_FAULT_ALLOC, "pinned_alloc", own(be)->pinned_alloc(be, bytes, out));
 }
-static void f_pinned_free(reel_backend *be, void *p) { own(be)->pinned_free(be, p); }
 static reel_status f_copy(reel_backend *be, reel_stream *s, void *dst, const void *src, size_t bytes,
                           reel_copy_kind k)
 {
@@ -159,30 +154,50 @@ static reel_status f_capture_end(reel_backend *be, reel_stream *origin, reel_exe
     *out = NULL;
     return fail(be->err, REEL_FAULT_INSTANTIATE, "capture_end (instantiate)");
 }
-static void f_capture_abort(reel_backend *be, reel_stream *origin) { own(be)->capture_abort(be, origin); }
-static bool f_capturing(reel_backend *be, reel_stream *s) { return own(be)->capturing(be, s); }
 static reel_status f_graph_launch(reel_backend *be, reel_exec_graph *g, reel_stream *s)
 {
     BEFORE(be, REEL_FAULT_LAUNCH, "graph_launch", own(be)->graph_launch(be, g, s));
 }
-static void f_graph_destroy(reel_backend *be, reel_exec_graph *g) { own(be)->graph_destroy(be, g); }
 static reel_status f_graph_update(reel_backend *be, reel_exec_graph *exec, reel_exec_graph *fresh, bool *updated)
 {
     if (updated)
         *updated = false;
     BEFORE(be, REEL_FAULT_UPDATE, "graph_update", own(be)->graph_update(be, exec, fresh, updated));
 }
-static void f_set_tag(reel_backend *be, int tag) { own(be)->set_tag(be, tag); }
-static void f_set_trace(reel_backend *be, reel_kernel_trace_fn fn, void *user) { own(be)->set_trace(be, fn, user); }
 
 /* One wrapper table per backend table (host, CUDA), made at the first wrap:
- * optional entries stay NULL where the backend's are. */
+ * a copy of the backend's own, so every entry not counted here (destroy,
+ * free, tags, entries added later) is the backend's; the counted ones are
+ * replaced where the backend has them. */
 typedef struct wrapped_vt {
     const reel_backend_vt *base;
     reel_backend_vt vt;
 } wrapped_vt;
 static wrapped_vt wrapped[4];
 static pthread_mutex_t wrap_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void wrap_counted(reel_backend_vt *w)
+{
+#define SWAP(field, fn) \
+    if (w->field)       \
+        w->field = fn;
+    SWAP(stream_create, f_stream_create)
+    SWAP(stream_sync, f_stream_sync)
+    SWAP(event_create, f_event_create)
+    SWAP(event_record, f_event_record)
+    SWAP(stream_wait, f_stream_wait)
+    SWAP(event_query, f_event_query)
+    SWAP(event_sync, f_event_sync)
+    SWAP(dev_alloc, f_dev_alloc)
+    SWAP(pinned_alloc, f_pinned_alloc)
+    SWAP(copy, f_copy)
+    SWAP(fill, f_fill)
+    SWAP(capture_begin, f_capture_begin)
+    SWAP(capture_end, f_capture_end)
+    SWAP(graph_launch, f_graph_launch)
+    SWAP(graph_update, f_graph_update)
+#undef SWAP
+}
 
 static const reel_backend_vt *wrapper_of(const reel_backend_vt *b)
 {
@@ -192,34 +207,8 @@ static const reel_backend_vt *wrapper_of(const reel_backend_vt *b)
         if (wrapped[i].base == b) {
             r = &wrapped[i].vt;
         } else if (!wrapped[i].base) {
-            reel_backend_vt w = {
-                .destroy = f_destroy,
-                .stream_create = f_stream_create,
-                .stream_destroy = f_stream_destroy,
-                .stream_sync = f_stream_sync,
-                .event_create = f_event_create,
-                .event_destroy = f_event_destroy,
-                .event_record = f_event_record,
-                .stream_wait = f_stream_wait,
-                .event_query = f_event_query,
-                .event_sync = f_event_sync,
-                .dev_alloc = f_dev_alloc,
-                .dev_free = f_dev_free,
-                .pinned_alloc = f_pinned_alloc,
-                .pinned_free = f_pinned_free,
-                .copy = f_copy,
-                .fill = f_fill,
-                .capture_begin = f_capture_begin,
-                .capture_end = f_capture_end,
-                .capture_abort = f_capture_abort,
-                .capturing = f_capturing,
-                .graph_launch = f_graph_launch,
-                .graph_destroy = f_graph_destroy,
-                .graph_update = b->graph_update ? f_graph_update : NULL,
-                .set_tag = b->set_tag ? f_set_tag : NULL,
-                .set_trace = b->set_trace ? f_set_trace : NULL,
-            };
-            wrapped[i].vt = w;
+            wrapped[i].vt = *b;
+            wrap_counted(&wrapped[i].vt);
             wrapped[i].base = b;
             r = &wrapped[i].vt;
         }
@@ -244,7 +233,6 @@ static const reel_comm_vt *cown(reel_comm *c) { return c->base_vt; }
 #define CBEFORE(c, call, expr) BEFORE(c, REEL_FAULT_COLLECTIVE, call, expr)
 #define CAFTER(c, call, expr) AFTER(c, REEL_FAULT_COLLECTIVE, call, expr)
 
-static void c_destroy(reel_comm *c) { cown(c)->destroy(c); }
 static reel_status c_all_gather(reel_comm *c, reel_stream *s, const void *send, void *recv, size_t count,
                                 reel_dtype dt)
 {
@@ -282,29 +270,52 @@ static reel_status c_agree(reel_comm *c, const void *mine, void *all, size_t byt
     CAFTER(c, "agree", cown(c)->agree(c, mine, all, bytes));
 }
 static reel_status c_sync(reel_comm *c, reel_stream *s) { CAFTER(c, "comm sync", cown(c)->sync(c, s)); }
-static reel_status c_async_error(reel_comm *c) { return cown(c)->async_error(c); }
-static void c_abort(reel_comm *c) { cown(c)->abort(c); }
 
-static const reel_comm_vt comm_wrapper = {
-    .destroy = c_destroy,
-    .all_gather = c_all_gather,
-    .reduce_scatter = c_reduce_scatter,
-    .all_reduce = c_all_reduce,
-    .all_to_all = c_all_to_all,
-    .send = c_send,
-    .recv = c_recv,
-    .group_begin = c_group_begin,
-    .group_end = c_group_end,
-    .agree = c_agree,
-    .sync = c_sync,
-    .async_error = c_async_error,
-    .abort = c_abort,
-};
+/* Made per communicator table at the first wrap, as for backends. */
+static struct {
+    const reel_comm_vt *base;
+    reel_comm_vt vt;
+} cwrapped[4];
+
+static const reel_comm_vt *comm_wrapper_of(const reel_comm_vt *b)
+{
+    pthread_mutex_lock(&wrap_mu);
+    const reel_comm_vt *r = NULL;
+    for (int i = 0; i < 4 && !r; i++) {
+        if (cwrapped[i].base == b) {
+            r = &cwrapped[i].vt;
+        } else if (!cwrapped[i].base) {
+            reel_comm_vt w = *b;
+#define SWAP(field, fn) \
+    if (w.field)        \
+        w.field = fn;
+            SWAP(all_gather, c_all_gather)
+            SWAP(reduce_scatter, c_reduce_scatter)
+            SWAP(all_reduce, c_all_reduce)
+            SWAP(all_to_all, c_all_to_all)
+            SWAP(send, c_send)
+            SWAP(recv, c_recv)
+            SWAP(group_begin, c_group_begin)
+            SWAP(group_end, c_group_end)
+            SWAP(agree, c_agree)
+            SWAP(sync, c_sync)
+#undef SWAP
+            cwrapped[i].vt = w;
+            cwrapped[i].base = b;
+            r = &cwrapped[i].vt;
+        }
+    }
+    pthread_mutex_unlock(&wrap_mu);
+    return r;
+}
 
 void reel_fault_wrap_comm(reel_comm *c)
 {
     if (!c || c->base_vt)
         return;
+    const reel_comm_vt *w = comm_wrapper_of(c->vt);
+    if (!w)
+        return;
     c->base_vt = c->vt;
-    c->vt = &comm_wrapper;
+    c->vt = w;
 }

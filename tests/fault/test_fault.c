@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "backend/fault.h"
+#include "reel/comm.h"
 #include "tests/core/opts.h"
 #include "tools/model.h"
 
@@ -454,6 +455,112 @@ Test(fault, every_failure_of_every_other_kind_on_three_streams_is_refused_or_rec
                             REEL_FAULT_LAUNCH, REEL_FAULT_UPDATE, REEL_FAULT_COPY};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         walk_branches(ks[i]);
+}
+
+/* Collectives: one host rank (a failing rank never leaves a peer waiting),
+ * an all-reduce inside the graph; a compile that failed aborted its
+ * communicator, so compile again gets a new one; steps of 3 tokens (replayed) and 9 (over
+ * the largest bucket, eager). Compile's sequence exchange (agree) and the
+ * step's communicator sync are counted too. */
+static int run_collective(reel_ctx *ctx, reel_fault_kind k, int64_t n, const float *x, float out[2][9 * 16],
+                          bool record)
+{
+    static const int32_t steps[2] = {3, 9};
+    int failures = 0;
+    reel_comm *comm = NULL;
+    reel_fault_pause(true);
+    cr_assert_eq(reel_comm_create_group(&ctx, 1, NULL, &comm), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_fault_pause(false);
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    reel_tensor in = reel_input(g, "x", REEL_F32, 2, (int64_t[]){REEL_DIM_TOKENS, 16});
+    reel_output(g, "y", reel_add(g, reel_all_reduce(g, in), in));
+    cr_assert_eq(reel_graph_status(g), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = 2;
+    o.buckets[0] = 4;
+    o.buckets[1] = 8;
+    o.comm = comm;
+    reel_plan *p = NULL;
+    reel_status st = reel_compile(g, &o, &p);
+    if (st != REEL_OK) {
+        cr_assert_null(p);
+        failed(ctx, k, n, st, "compile");
+        failures++;
+        /* a failed compile aborts its communicator, so that no peer waits on
+         * this rank (decisions.md): a new one, on the same context */
+        reel_fault_pause(true);
+        cr_assert_eq(reel_comm_destroy(comm), REEL_OK, "%s", reel_ctx_last_error(ctx));
+        cr_assert_eq(reel_comm_create_group(&ctx, 1, NULL, &comm), REEL_OK, "%s", reel_ctx_last_error(ctx));
+        reel_fault_pause(false);
+        o.comm = comm;
+        st = reel_compile(g, &o, &p);
+        cr_assert_eq(st, REEL_OK, "compile again after a %s fault at call %lld: %s", reel_fault_kind_name(k),
+                     (long long)n, reel_ctx_last_error(ctx));
+    }
+    reel_graph_destroy(g);
+    for (int i = 0; i < 2; i++) {
+        reel_step_info si = {.num_tokens = steps[i]};
+        cr_assert_eq(reel_plan_set_input(p, "x", x, steps[i]), REEL_OK);
+        st = reel_step(p, &si);
+        if (st != REEL_OK) {
+            cr_assert(!record, "step: %s", reel_ctx_last_error(ctx));
+            failed(ctx, k, n, st, "step");
+            failures++;
+            st = reel_step(p, &si);
+            cr_assert_eq(st, REEL_OK, "step %d again after a %s fault at call %lld: %s", i,
+                         reel_fault_kind_name(k), (long long)n, reel_ctx_last_error(ctx));
+        }
+        const void *y;
+        int64_t rows;
+        cr_assert_eq(reel_plan_output(p, "y", &y, &rows), REEL_OK);
+        size_t bytes = (size_t)rows * 16 * sizeof(float);
+        if (record)
+            memcpy(out[i], y, bytes);
+        else
+            cr_assert(memcmp(out[i], y, bytes) == 0, "step %d after a %s fault at call %lld: output differs", i,
+                      reel_fault_kind_name(k), (long long)n);
+    }
+    reel_plan_destroy(p);
+    cr_assert_eq(reel_comm_destroy(comm), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    return failures;
+}
+
+Test(fault, every_collective_failure_on_one_host_rank_is_refused_and_the_plan_stays_usable)
+{
+    if (reel_test_backend() != REEL_BACKEND_HOST) /* one NCCL rank: tests/gpu/test_gpu_comm */
+        cr_skip_test("host communicators only");
+    static float x[9 * 16], good_y[2][9 * 16];
+    for (int i = 0; i < 9 * 16; i++)
+        x[i] = (float)((i * 7) % 11) / 11.0f;
+    reel_ctx *ctx = NULL;
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &ctx), REEL_OK);
+    reel_fault_reset();
+    run_collective(ctx, REEL_FAULT_COLLECTIVE, 0, x, good_y, true);
+    reel_ctx_destroy(ctx);
+    int reported = 0, quiet = 0;
+    int64_t n = 1;
+    for (;; n++) {
+        cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &ctx), REEL_OK);
+        reel_fault_reset();
+        reel_fault_arm(REEL_FAULT_COLLECTIVE, n);
+        int f = run_collective(ctx, REEL_FAULT_COLLECTIVE, n, x, good_y, false);
+        reel_ctx_destroy(ctx);
+        bool fired = reel_fault_fired(REEL_FAULT_COLLECTIVE);
+        int64_t seen = reel_fault_calls(REEL_FAULT_COLLECTIVE);
+        reel_fault_reset();
+        if (!fired) {
+            cr_assert(seen < n, "collective call %lld was made and did not fail", (long long)n);
+            break;
+        }
+        reported += f;
+        quiet += f == 0;
+    }
+    printf("fault walk (host backend) collective on one rank: %lld calls; %d refused with a message, %d in "
+           "destroy\n",
+           (long long)(n - 1), reported, quiet);
+    fflush(stdout);
+    cr_assert_gt(n - 1, 0);
 }
 
 Test(fault, every_allocation_failure_is_refused_with_a_message_and_leaves_the_plan_usable)
