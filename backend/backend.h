@@ -72,6 +72,13 @@ typedef struct reel_backend_vt {
     void (*set_trace)(reel_backend *be, reel_kernel_trace_fn fn, void *user);
     /* Optional (NULL: unknown): kernel launches in a captured graph. */
     reel_status (*graph_kernels)(reel_backend *be, reel_exec_graph *g, int *kernels);
+    /* Optional (NULL: no device timing): an event that also keeps the time
+     * the stream reached its most recent record (destroyed with
+     * event_destroy), and the microseconds from a's record to b's, both
+     * complete. CUDA: a timing event and cudaEventElapsedTime; host: the
+     * stream thread's clock as it runs the record. */
+    reel_status (*timer_create)(reel_backend *be, reel_event **out);
+    reel_status (*timer_elapsed_us)(reel_backend *be, reel_event *a, reel_event *b, double *us);
 } reel_backend_vt;
 
 struct reel_backend {

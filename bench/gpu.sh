@@ -7,6 +7,8 @@
 #   REEL_GPU_SANITIZE=attention  only the attention tests under it
 #   REEL_GPU_OTHER=0     skip the non-gpu suites
 #   REEL_GPU_TORCH_CHAIN=0, REEL_GPU_DECODE=0  skip the PyTorch chain, the decode step
+#   REEL_GPU_MATRIX=1    only the decode matrix (bench/decode_matrix.sh): builds
+#                        bench_decode alone, runs the matrix, and stops there
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/reel-gpu-out}
@@ -19,6 +21,19 @@ phase() { echo; echo "=== $* ($(date +%T))"; }
 
 phase device
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee "$OUT/device.txt"
+
+if [ "${REEL_GPU_MATRIX:-0}" = 1 ]; then
+    phase build bench_decode
+    rm -rf "$B"
+    timeout 300 bash -c "meson setup '$B' -Dcuda=enabled -Dbuildtype=release -Dtests=false && ninja -C '$B' -j$jobs bench/bench_decode" \
+        >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED: bench_decode"; exit 1; }
+    tail -1 "$OUT/build.log"
+    phase decode matrix
+    bash bench/decode_matrix.sh "$B"
+    rc=$?
+    phase done
+    exit $rc
+fi
 
 phase build
 rm -rf "$B"

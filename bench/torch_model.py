@@ -3,51 +3,63 @@
 Reads the model bench_decode wrote (DIR/weights.bin: format in decode.c's
 header comment) and its results (DIR/reel_decode.txt, DIR/logits_*.f32), runs
 the same model with the same weights, the same prompt tokens and the same
-decode steps, and prints one markdown table with both sides:
+decode steps, checks that both sides agree, and writes one CSV row per
+(batch, context) with both sides' figures (bench/decode_matrix.sh gathers them
+into bench/results/decode_matrix.csv):
 
     bench_decode --dir DIR && python3 bench/torch_model.py --dir DIR
 
-Per (batch B, context C): every sequence is prefilled to C tokens (eager,
-untimed; a longer context continues from the shorter one, as reel does), then
-warm-up + timed decode steps, step i at position C + i fed the prompt token
-there (teacher forcing), each timed as a serving loop pays it: the step's
-token ids and position copied up into a static buffer, the step, the next ids
-(argmax) back on the host (host wall clock, medians). Variants:
+Per context C, as bench_decode does: the largest batch's sequences are
+prefilled to C tokens (eager, untimed) into one cache; batch B uses sequences
+0 .. B-1 (views of it). Per batch: warm-up + timed decode steps, step i at
+position C + i fed the prompt token there (teacher forcing), each timed as a
+serving loop pays it: host wall (the token ids and position copied up into a
+static buffer, the step, the next ids back on the host) and GPU time (CUDA
+events before the upload and after the download). Variants:
   torch eager      the step in plain PyTorch; attention is
-                   F.scaled_dot_product_attention over the contiguous cache
-                   sliced to [:C+i+1] (no mask), with the flash,
-                   memory-efficient and math backends only (see
-                   eager_backends: cuDNN's, which SDPA picks first on the
-                   H200, plans anew for every new key length)
+                   F.scaled_dot_product_attention over the cache sliced to
+                   [:C+i+1] (no mask). Not cuDNN's SDPA, which plans anew for
+                   every key length (40 ms a step): flash, memory-efficient,
+                   math, flash over K/V gathered into contiguous buffers and
+                   the default list are timed at the first point and the
+                   fastest is the baseline (--eager-attention to fix one).
+                   Timed for at most --eager-budget-s a point (20 steps at
+                   least; the CSV says how many).
   torch graph      the same step captured by hand into a torch.cuda.CUDAGraph
-                   with static buffers; a graph needs fixed shapes, so
-                   attention runs over a fixed length L (C + steps rounded up
-                   to 16) with a boolean mask (key j <= position), computed
-                   inside the graph from the position
+                   per batch (all batches of a context in one memory pool,
+                   largest first, as reel captures its buckets); attention
+                   runs over a fixed length L with a boolean mask (key j <=
+                   position) computed inside the graph
   torch.compile    the fixed-length step compiled (mode --compile-mode,
    + graph         default 'default'; not 'reduce-overhead', which silently
                    skips its graphs when the KV cache is a mutated input)
-                   and its graph captured by hand the same way
+                   and its graphs captured by hand the same way
+Capture time (warm-up + capture of every batch; torch.compile's compile is
+in its warm-up) and the pool's bytes (torch.cuda.memory_reserved across the
+captures) are in the CSV beside reel's compile, capture and memory figures.
 The new k and v go into the cache with `cache[:, :, pos] = x` (index_put_,
 the idiom gpt-fast uses, which inductor keeps in place). q, k and v come from
 one fused [q; k; v] matmul and gate/up from one, as a PyTorch user writes it;
 rmsnorm, rope and silu-and-mul compute in float32 and round to bf16 as reel
 does; rope's angles are computed in float64, as reel's are.
 
-Correctness: the next ids of every step of reel's replay plan against torch
-eager's (and the graph variants' against torch eager's), as the fraction that
-agree; the first step's logits against reel's (max abs difference). bf16
-rounding flips near-ties, so a few disagreements are expected; the script
-exits 1 when any case agrees on fewer than --min-agree of its ids.
+Correctness, failing loudly (exit 1, the CSV still written): the next ids of
+every step of reel's replay plan against torch eager's, counted as agreeing
+when reel's id is within --tie-tol of torch's top logit (bf16 flips
+near-ties); the graph variants' ids against torch eager's the same way; the
+first step's logits of reel's logits plan against torch eager's (max abs
+difference at most --max-logit-diff).
 
-Without CUDA (testing this file on a CPU) it runs torch eager only.
+Without CUDA (testing this file on a CPU) it runs torch eager only and says so.
 """
 import argparse
 import contextlib
+import csv
 import datetime
 import os
 import statistics
 import struct
+import subprocess
 import sys
 import time
 
@@ -123,7 +135,9 @@ def parse_kv(fields):
 
 
 def load_reel(path):
-    cfg, cases, tokens = {}, {}, {}
+    """reel_decode.txt: config, plan lines by context, case lines by (batch,
+    context), tokens by (batch, context) in step order."""
+    cfg, plans, cases, tokens = {}, {}, {}, {}
     with open(path) as f:
         for line in f:
             head, _, rest = line.partition(" : ")
@@ -133,12 +147,16 @@ def load_reel(path):
             kv = parse_kv(fields[1:])
             if fields[0] == "config":
                 cfg = kv
+            elif fields[0] == "plan":
+                plans[int(kv["context"])] = kv
             elif fields[0] == "case":
                 cases[(int(kv["batch"]), int(kv["context"]))] = kv
             elif fields[0] == "tokens":
                 key = (int(kv["batch"]), int(kv["context"]))
                 tokens.setdefault(key, []).append([int(x) for x in rest.split()])
-    return cfg, cases, tokens
+    if not cfg:
+        sys.exit(f"{path}: no config line: not written by bench_decode")
+    return cfg, plans, cases, tokens
 
 
 # ---- the model --------------------------------------------------------------
@@ -151,6 +169,7 @@ class Model:
         self.H, self.Hkv, self.Dh = cfg["heads"], cfg["kv_heads"], cfg["head_dim"]
         self.Q, self.KV, self.F = self.H * self.Dh, self.Hkv * self.Dh, cfg["ffn"]
         self.eps = cfg["eps"]
+        self.contig_kv = False
         self.embed, self.final_norm, self.lm_head = w["embed"], w["final_norm"], w["lm_head"]
         self.layers = []
         for i in range(L):
@@ -250,7 +269,10 @@ class Model:
             kc[i][:, :, pos] = k.unsqueeze(2)
             vc[i][:, :, pos] = v.unsqueeze(2)
             m = L if L is not None else n
-            o = self.attend(q.unsqueeze(2), kc[i][:, :, :m], vc[i][:, :, :m], mask=mask)
+            kk, vv = kc[i][:, :, :m], vc[i][:, :, :m]
+            if self.contig_kv and L is None:  # eager: K/V gathered into contiguous buffers first
+                kk, vv = kk.contiguous(), vv.contiguous()
+            o = self.attend(q.unsqueeze(2), kk, vv, mask=mask)
             h = h + F.linear(o.reshape(B, self.Q), lw["wo"])
             h = self.mlp(h, lw)
         h = self.rmsnorm(h, self.final_norm)
@@ -282,48 +304,86 @@ def step_inputs(cfg, B, C, N, pin):
     return out
 
 
-def serve_loop(run, static, inputs, warmup, keep_logits=False):
-    """Runs every step: inputs up into static, run(i) -> next ids on the
-    device, ids back on the host. Returns (median us of the timed steps,
-    every step's ids, the first step's logits on the host, and with
-    keep_logits every step's logits on the device)."""
-    times, ids, first_logits, kept = [], [], None, []
-    sync = torch.cuda.synchronize if static.is_cuda else (lambda: None)
-    sync()
-    for i, inp in enumerate(inputs):
-        t0 = time.perf_counter()
-        static.copy_(inp, non_blocking=True)
-        nxt, logits = run(i)
-        host = nxt.cpu()
-        t = time.perf_counter() - t0
-        if i == 0:
-            first_logits = logits.float().cpu()
-        if keep_logits:
-            kept.append(logits)
-        if i >= warmup:
-            times.append(t * 1e6)
-        ids.append(host.tolist())
-    return statistics.median(times), ids, first_logits, kept
+class Timed:
+    """Medians of a serving loop's steps: host wall (ids up, step, next ids
+    back on the host) and device time (CUDA events from before the upload to
+    after the download, as reel_plan_time_steps records)."""
+
+    def __init__(self, cuda, B):
+        self.cuda = cuda
+        if cuda:
+            self.ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self.host = torch.empty(B, dtype=torch.int64).pin_memory()
+
+    def run(self, run, static, inputs, warmup, keep_logits=False, budget_s=None):
+        """Steps through inputs; with budget_s, stops timing once the timed
+        steps would pass it (at least 20 timed). Returns (wall us, gpu us,
+        ids of every step run, first logits on the host, kept logits,
+        timed steps)."""
+        walls, gpus, ids, first, kept = [], [], [], None, []
+        if self.cuda:
+            torch.cuda.synchronize()
+        t_start = None
+        for i, inp in enumerate(inputs):
+            t0 = time.perf_counter()
+            if self.cuda:
+                self.ev[0].record()
+                static.copy_(inp, non_blocking=True)
+                nxt, logits = run(i)
+                self.host.copy_(nxt, non_blocking=True)
+                self.ev[1].record()
+                self.ev[1].synchronize()
+                host = self.host.tolist()
+            else:
+                static.copy_(inp)
+                nxt, logits = run(i)
+                host = nxt.tolist()
+            t = time.perf_counter() - t0
+            if i == 0:
+                first = logits.float().cpu()
+            if keep_logits:
+                kept.append(logits)
+            ids.append(host)
+            if i >= warmup:
+                if t_start is None:
+                    t_start = time.perf_counter()
+                walls.append(t * 1e6)
+                if self.cuda:
+                    gpus.append(self.ev[0].elapsed_time(self.ev[1]) * 1e3)
+                if budget_s and len(walls) >= 20 and time.perf_counter() - t_start > budget_s:
+                    break
+        med = lambda v: statistics.median(v) if v else None
+        return med(walls), med(gpus), ids, first, kept, len(walls)
 
 
-def capture(fn, static, first_input):
-    """Hand-captured CUDA graph of fn() (static buffers); warms up on a side
-    stream first (this is where torch.compile compiles). Returns (graph,
-    outputs, seconds spent)."""
+def capture_buckets(fns, statics, inputs0, pool_handle):
+    """Captures one graph per batch (largest first, as reel does), all in one
+    memory pool, each after three warm-up calls on a side stream (where
+    torch.compile compiles). Returns ({B: (graph, outputs)}, seconds in all,
+    seconds in the capture blocks alone, pool bytes: what the caching
+    allocator reserved across the captures)."""
+    torch.cuda.synchronize()
+    r0 = torch.cuda.memory_reserved()
+    graphs, cap_s = {}, 0.0
     t0 = time.perf_counter()
-    static.copy_(first_input)  # warm-up writes the first step's k/v: the step rewrites the same
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn()
-    torch.cuda.synchronize()
-    return g, out, time.perf_counter() - t0
+    for B in sorted(fns, reverse=True):
+        statics[B].copy_(inputs0[B])  # warm-up writes the first step's k/v: the step rewrites the same
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                fns[B]()
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        tc = time.perf_counter()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=pool_handle):
+            out = fns[B]()
+        torch.cuda.synchronize()
+        cap_s += time.perf_counter() - tc
+        graphs[B] = (g, out)
+    total = time.perf_counter() - t0
+    return graphs, total, cap_s, torch.cuda.memory_reserved() - r0
 
 
 def agree(a, b):
@@ -335,29 +395,100 @@ def agree(a, b):
     return same / total if total else float("nan"), same, total
 
 
-def eager_backends(cuda):
-    """SDPA backends of the eager variant: flash, then memory-efficient, then
-    math. Not cuDNN's: it builds an execution plan for each new shape, and
-    the key length is new at every decode step. With the default list the
-    eager step took 39-47 ms on the H200 (2026-12-01, 8 layers, any batch:
-    about 5 ms per SDPA call) against 1.1-2.3 ms for the same step in a
-    graph. The graph variants see one length and keep the default list."""
-    if not cuda or sdpa_kernel is None:
-        return contextlib.nullcontext()
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
-
-
-def near_agree(reel_ids, logits, tol):
-    """Fraction of reel's ids whose logit in torch's step is within tol of
+def near_agree(ids, logits, tol):
+    """Fraction of ids whose logit in torch eager's step is within tol of
     torch's max (a flip of a near-tie counts as agreement)."""
     ok = total = 0
-    for r, l in zip(reel_ids, logits):
+    for r, l in zip(ids, logits):
         lf = l.float()
         idx = torch.tensor(r, dtype=torch.int64, device=lf.device)[:, None]
         gap = lf.max(-1).values - lf.gather(1, idx)[:, 0]
         ok += int((gap <= tol).sum())
         total += len(r)
     return ok / total if total else float("nan")
+
+
+# The eager variant's attention. cuDNN's SDPA (first on the H200's list)
+# builds an execution plan for each new key length, and the key length is
+# new at every decode step: 39-47 ms a step on the H200 (2026-12-01, 8
+# layers). The candidates below are timed at the first point and the
+# fastest is the eager baseline (all their times are printed).
+EAGER_CANDIDATES = ["flash", "efficient", "math", "flash+contiguous", "default"]
+
+
+def eager_context(name):
+    if name == "default" or sdpa_kernel is None:
+        return contextlib.nullcontext()
+    b = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+         "math": SDPBackend.MATH}[name.split("+")[0]]
+    return sdpa_kernel([b])
+
+
+def pick_eager(model, kc, vc, static, inputs, C, B, cuda, log):
+    """Times 12 eager steps (median of the last 8) with each SDPA choice;
+    returns the fastest that runs and a note with every time."""
+    if not cuda:
+        return "default", "cpu"
+    times = {}
+    for name in EAGER_CANDIDATES:
+        model.contig_kv = name.endswith("+contiguous")
+        try:
+            with eager_context(name):
+                tm = Timed(cuda, B)
+                us, _, _, _, _, _ = tm.run(lambda i: model.decode(static, kc, vc, n=C + i + 1), static,
+                                           inputs[:12], 4)
+            times[name] = us
+        except RuntimeError as e:  # a backend that refuses these shapes
+            times[name] = None
+            log(f"eager attention {name}: refused ({str(e).splitlines()[0][:120]})")
+    model.contig_kv = False
+    ok = {k: v for k, v in times.items() if v is not None}
+    if not ok:
+        sys.exit("torch eager: no SDPA backend runs the decode step")
+    best = min(ok, key=ok.get)
+    note = "eager SDPA us/step at batch %d context %d: " % (B, C) + ", ".join(
+        f"{k} {'-' if v is None else f'{v:.0f}'}" for k, v in times.items())
+    return best, note
+
+
+def profile_eager(model, kc, vc, static, inputs, C, log):
+    """One profile of three eager steps: where an eager step's time goes
+    (host launch overhead or kernels), printed for the notes."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for i in range(3):
+                static.copy_(inputs[i])
+                model.decode(static, kc, vc, n=C + i + 1)[0].cpu()
+        log("torch eager profile (3 steps):\n" +
+            prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
+    except Exception as e:  # the profile is a note, never the measurement
+        log(f"torch eager profile failed: {e}")
+
+
+def machine_info(cuda):
+    info = {"machine": "cpu", "driver": "", "cuda": str(torch.version.cuda or ""), "torch": torch.__version__}
+    if cuda:
+        info["machine"] = torch.cuda.get_device_name()
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
+            info["driver"] = out[0] if out else ""
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return info
+
+
+COLUMNS = ["machine", "driver", "cuda", "torch", "date", "layers", "hidden", "heads", "ffn", "vocab", "batch",
+           "context", "steps", "reel_replay_us", "reel_replay_gpu_us", "reel_eager_us", "reel_eager_gpu_us",
+           "torch_eager_us", "torch_eager_gpu_us", "torch_eager_steps", "torch_graph_us", "torch_graph_gpu_us",
+           "torch_compile_us", "torch_compile_gpu_us", "floor_us", "replay_over_compile", "replay_over_floor",
+           "eager_over_torch_eager", "ids_agree", "ids_near_agree", "max_logit_diff", "torch_graph_near_agree",
+           "torch_compile_near_agree", "reel_compile_ms", "reel_capture_ms", "reel_arena_bytes",
+           "reel_static_bytes", "reel_graph_bytes", "reel_dev_other_bytes", "reel_graph_mem_reserved",
+           "torch_graph_capture_s", "torch_graph_capture_only_s", "torch_graph_pool_bytes",
+           "torch_compile_capture_s", "torch_compile_capture_only_s", "torch_compile_pool_bytes",
+           "eager_attention", "ok"]
 
 
 def fmt(x, nd=1):
@@ -367,145 +498,196 @@ def fmt(x, nd=1):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dir", default="/tmp/reel-decode")
-    ap.add_argument("--batches", help="subset, e.g. 1,64 (default: every case reel ran)")
+    ap.add_argument("--batches", help="subset, e.g. 1,64 (default: every batch reel ran)")
     ap.add_argument("--contexts", help="subset, e.g. 128")
     ap.add_argument("--variants", default="eager,graph,compile")
     ap.add_argument("--compile-mode", default="default")
-    ap.add_argument("--compile-batches", help="run the torch.compile variant at these batches only (it compiles per shape)")
-    ap.add_argument("--dynamic", action="store_true", help="torch.compile(dynamic=True): one compile for all shapes")
-    ap.add_argument("--prefill-tokens", type=int, default=8192)
+    ap.add_argument("--eager-budget-s", type=float, default=3.0,
+                    help="time the eager variant at most this long a point (at least 20 steps); 0: all steps")
+    ap.add_argument("--eager-attention", default="auto", choices=["auto"] + EAGER_CANDIDATES,
+                    help="SDPA choice of the eager variant (auto: the fastest at the first point)")
+    ap.add_argument("--prefill-tokens", type=int, default=16384)
     ap.add_argument("--min-agree", type=float, default=0.97,
                     help="fail when fewer ids than this agree within --tie-tol")
     ap.add_argument("--tie-tol", type=float, default=0.0625,
-                    help="reel's id counts as agreeing when torch's logit for it is this close to torch's max")
-    ap.add_argument("--csv", help="also write the table as CSV here (default DIR/decode.csv)")
+                    help="an id counts as agreeing when torch eager's logit for it is this close to its max")
+    ap.add_argument("--max-logit-diff", type=float, default=0.25,
+                    help="fail when reel's first-step logits differ from torch eager's by more")
+    ap.add_argument("--csv", help="write the rows here (default DIR/decode.csv)")
+    ap.add_argument("--append", action="store_true", help="append to --csv (header only when new)")
+    ap.add_argument("--profile", action="store_true", help="profile three eager steps at the first point")
     a = ap.parse_args()
 
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
-    cfg, w = load_weights(os.path.join(a.dir, "weights.bin"), dev)
-    rcfg, rcases, rtokens = load_reel(os.path.join(a.dir, "reel_decode.txt"))
+    wpath, rpath = os.path.join(a.dir, "weights.bin"), os.path.join(a.dir, "reel_decode.txt")
+    for p in (wpath, rpath):
+        if not os.path.exists(p):
+            sys.exit(f"torch_model.py: {p} is missing: run bench_decode --dir {a.dir} first")
+    rcfg, rplans, rcases, rtokens = load_reel(rpath)
+    cfg, w = load_weights(wpath, dev)
     steps, warmup = int(rcfg["steps"]), int(rcfg["warmup"])
     N = steps + warmup
     variants = a.variants.split(",") if cuda else ["eager"]
+    if not cuda:
+        print("torch_model.py: CUDA is not available: torch eager only, on the CPU (a check of this script, "
+              "not a measurement)", file=sys.stderr)
     pick = lambda s: None if not s else {int(x) for x in s.split(",")}
-    want_b, want_c, compile_b = pick(a.batches), pick(a.contexts), pick(a.compile_batches)
+    want_b, want_c = pick(a.batches), pick(a.contexts)
     keys = sorted(k for k in rcases if (not want_b or k[0] in want_b) and (not want_c or k[1] in want_c))
     if not keys:
-        sys.exit(f"no reel cases to compare in {a.dir}")
+        sys.exit(f"torch_model.py: no reel cases to compare in {a.dir}")
     model = Model(cfg, w, dev)
     if cuda:
         torch._dynamo.config.cache_size_limit = 64
+    log = lambda m: print(m, file=sys.stderr, flush=True)
 
-    machine = torch.cuda.get_device_name() if cuda else "cpu"
+    info = machine_info(cuda)
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"decode step, reel beside PyTorch {torch.__version__} on {machine} (reel backend {rcfg.get('backend')}), "
-          f"{date}")
+    print(f"decode step, reel beside PyTorch {info['torch']} on {info['machine']} (driver {info['driver']}, "
+          f"CUDA {info['cuda']}; reel backend {rcfg.get('backend')}), {date}")
     print(f"model: {cfg['layers']} layers, hidden {cfg['hidden']}, {cfg['heads']} heads of {cfg['head_dim']} "
           f"({cfg['kv_heads']} kv), ffn {cfg['ffn']}, vocab {cfg['vocab']}, bf16; same weights (seed {cfg['seed']})")
-    print(f"host wall per step, median of {steps} after {warmup} warm-up; torch.compile mode {a.compile_mode}"
-          f"{', dynamic' if a.dynamic else ''}\n", flush=True)
+    print(f"per step: host wall (ids up, step, next ids back) and gpu (events around it), medians of {steps} "
+          f"after {warmup} warm-up; torch.compile mode {a.compile_mode}\n", flush=True)
 
     rows, bad = [], []
-    torch_compiled = None
-    for B in sorted({k[0] for k in keys}):
-        ctxs = sorted(k[1] for k in keys if k[0] == B)
-        S = (ctxs[-1] + N + 1 + 15) // 16 * 16
-        kc, vc = model.new_cache(B, S)
-        static = torch.zeros(B + 1, dtype=torch.int64, device=dev)
-        done = 0
-        for C in ctxs:
-            t0 = time.perf_counter()
-            prefill_all(model, kc, vc, cfg, B, done, C, a.prefill_tokens)
-            if cuda:
-                torch.cuda.synchronize()
-            prefill_s = time.perf_counter() - t0
-            done = C
-            inputs = step_inputs(cfg, B, C, N, cuda)
-            L = min(S, (C + N + 15) // 16 * 16)
-            res, notes = {}, []
+    eager_choice = None if a.eager_attention == "auto" else a.eager_attention
+    compiled = torch.compile(Model.decode, mode=a.compile_mode) if "compile" in variants else None
+    for C in sorted({k[1] for k in keys}):
+        Bs = sorted(k[0] for k in keys if k[1] == C)
+        maxB = Bs[-1]
+        S = (C + N + 1 + 15) // 16 * 16
+        L = S
+        kc, vc = model.new_cache(maxB, S)
+        t0 = time.perf_counter()
+        prefill_all(model, kc, vc, cfg, maxB, 0, C, a.prefill_tokens)
+        if cuda:
+            torch.cuda.synchronize()
+        log(f"# context {C}: prefill of {maxB} x {C} in {time.perf_counter() - t0:.1f} s")
+        views = {B: ([k[:B] for k in kc], [v[:B] for v in vc]) for B in Bs}
+        statics = {B: torch.zeros(B + 1, dtype=torch.int64, device=dev) for B in Bs}
+        inputs = {B: step_inputs(cfg, B, C, N, cuda) for B in Bs}
+        plan = rplans.get(C, {})
 
-            def eager_run(i):
-                return model.decode(static, kc, vc, n=C + i + 1)
+        if eager_choice is None:
+            B0 = Bs[0]
+            eager_choice, note = pick_eager(model, *views[B0], statics[B0], inputs[B0], C, B0, cuda, log)
+            log(f"# {note}; eager baseline: {eager_choice}")
+            print(f"eager attention: {eager_choice} ({note})\n")
+        if a.profile and cuda:
+            profile_eager(model, *views[Bs[0]], statics[Bs[0]], inputs[Bs[0]], C, log)
+            a.profile = False
 
-            with eager_backends(cuda):
-                us, ids, logits, kept = serve_loop(eager_run, static, inputs, warmup, keep_logits=True)
-            res["eager"] = (us, ids)
-            fixed = lambda: model.decode(static, kc, vc, L=L)
-            if "graph" in variants:
-                g, out, cap_s = capture(fixed, static, inputs[0])
-                us_g, ids_g, _, _ = serve_loop(lambda i: (g.replay(), out)[1], static, inputs, warmup)
-                res["graph"] = (us_g, ids_g)
-                notes.append(f"graph capture {cap_s * 1e3:.0f} ms")
-                del g, out
-            if "compile" in variants and (not compile_b or B in compile_b):
-                if torch_compiled is None or not a.dynamic:
-                    torch_compiled = torch.compile(Model.decode, mode=a.compile_mode, dynamic=a.dynamic or False)
-                cfn = lambda: torch_compiled(model, static, kc, vc, L=L)
-                g, out, cap_s = capture(cfn, static, inputs[0])
-                us_c, ids_c, _, _ = serve_loop(lambda i: (g.replay(), out)[1], static, inputs, warmup)
-                res["compile"] = (us_c, ids_c)
-                notes.append(f"compile + capture {cap_s:.1f} s")
-                del g, out
+        caps = {}
+        for var in ("graph", "compile"):
+            if var not in variants:
+                continue
+            if var == "graph":
+                fns = {B: (lambda B=B: model.decode(statics[B], *views[B], L=L)) for B in Bs}
+            else:
+                fns = {B: (lambda B=B: compiled(model, statics[B], *views[B], L=L)) for B in Bs}
+            graphs, tot_s, cap_s, pool = capture_buckets(fns, statics, {B: inputs[B][0] for B in Bs},
+                                                         torch.cuda.graph_pool_handle())
+            caps[var] = (graphs, tot_s, cap_s, pool)
+            log(f"# context {C}: torch {var}: {len(graphs)} buckets in {tot_s:.1f} s (capture blocks "
+                f"{cap_s * 1e3:.0f} ms), pool {pool / 2**20:.1f} MiB")
 
+        for B in Bs:
+            st, ins = statics[B], inputs[B]
+            tm = Timed(cuda, B)
+            res = {}
+            model.contig_kv = eager_choice.endswith("+contiguous")
+            with eager_context(eager_choice):
+                e_us, e_gpu, e_ids, e_first, kept, e_n = tm.run(
+                    lambda i: model.decode(st, *views[B], n=C + i + 1), st, ins, warmup, keep_logits=True,
+                    budget_s=a.eager_budget_s or None)
+            model.contig_kv = False
+            for var, (graphs, _, _, _) in caps.items():
+                g, out = graphs[B]
+                res[var] = tm.run(lambda i: (g.replay(), out)[1], st, ins, warmup)
             rc = rcases[(B, C)]
             reel_ids = rtokens.get((B, C), [])
-            frac, same, total = agree(reel_ids, ids)
-            near = near_agree(reel_ids, kept, a.tie_tol)
+            n_e = len(e_ids)
+            frac, same, total = agree(reel_ids[:n_e], e_ids)
+            near = near_agree(reel_ids[:n_e], kept, a.tie_tol)
+            self_near = {var: near_agree(r[2][:n_e], kept, a.tie_tol) for var, r in res.items()}
+            del kept
             lpath = os.path.join(a.dir, f"logits_b{B}_c{C}.f32")
             maxdiff = None
             if os.path.exists(lpath):
                 rl = torch.frombuffer(bytearray(open(lpath, "rb").read()), dtype=torch.float32).reshape(B, -1)
-                maxdiff = (rl - logits).abs().max().item()
-            self_agree = {k: near_agree(v[1], kept, a.tie_tol) for k, v in res.items() if k != "eager"}
-            del kept
-            if not total or near < a.min_agree or (maxdiff is not None and maxdiff > 1.0):
-                bad.append((B, C, frac, near, maxdiff))
-            for k, f in self_agree.items():
+                maxdiff = (rl - e_first).abs().max().item()
+            ok = bool(total) and near >= a.min_agree and (maxdiff is None or maxdiff <= a.max_logit_diff)
+            if not ok:
+                bad.append(f"batch {B} context {C}: reel vs torch eager ids {same}/{total}, within tolerance "
+                           f"{near:.3f}, max logit diff {fmt(maxdiff, 4)}")
+            for var, f in self_near.items():
                 if f < a.min_agree:
-                    bad.append((B, C, f"torch {k} vs torch eager, within the tie tolerance", f))
-            floor = float(rc["floor_us"])
-            rr, re_ = float(rc["replay_us"]), float(rc["eager_us"])
+                    ok = False
+                    bad.append(f"batch {B} context {C}: torch {var} vs torch eager {f:.3f} within tolerance")
+            fl = float(rc["floor_us"])
+            rr, rg = float(rc["replay_us"]), float(rc.get("replay_gpu_us", -1))
+            re_, reg = float(rc["eager_us"]), float(rc.get("eager_gpu_us", -1))
             tc = res.get("compile", (None,))[0]
-            row = dict(batch=B, context=C, reel_replay_us=rr, reel_eager_us=re_ if re_ >= 0 else None,
-                       torch_eager_us=res["eager"][0], torch_graph_us=res.get("graph", (None,))[0],
-                       torch_compile_graph_us=tc, floor_us=floor,
-                       replay_over_compile=(rr / tc) if tc else None, replay_over_floor=rr / floor,
-                       eager_over_torch_eager=(re_ / res["eager"][0]) if re_ >= 0 else None,
-                       agree=frac, agree_n=f"{same}/{total}", agree_within_tol=near, max_logit_diff=maxdiff,
-                       torch_self_agree=" ".join(f"{k} {v:.3f}" for k, v in self_agree.items()))
+            pos_or_none = lambda v: v if v >= 0 else None
+            gb = plan.get("graph_bytes") if plan.get("graph_bytes_known") == "1" else None
+            row = dict(info, date=date, layers=cfg["layers"], hidden=cfg["hidden"], heads=cfg["heads"],
+                       ffn=cfg["ffn"], vocab=cfg["vocab"], batch=B, context=C, steps=steps,
+                       reel_replay_us=rr, reel_replay_gpu_us=pos_or_none(rg), reel_eager_us=pos_or_none(re_),
+                       reel_eager_gpu_us=pos_or_none(reg), torch_eager_us=e_us, torch_eager_gpu_us=e_gpu,
+                       torch_eager_steps=e_n, torch_graph_us=res.get("graph", (None,))[0],
+                       torch_graph_gpu_us=res.get("graph", (None, None))[1], torch_compile_us=tc,
+                       torch_compile_gpu_us=res.get("compile", (None, None))[1], floor_us=fl,
+                       replay_over_compile=rr / tc if tc else None, replay_over_floor=rr / fl,
+                       eager_over_torch_eager=re_ / e_us if re_ >= 0 and e_us else None,
+                       ids_agree=frac, ids_near_agree=near, max_logit_diff=maxdiff,
+                       torch_graph_near_agree=self_near.get("graph"),
+                       torch_compile_near_agree=self_near.get("compile"),
+                       reel_compile_ms=plan.get("reel_compile_ms"), reel_capture_ms=plan.get("capture_ms"),
+                       reel_arena_bytes=plan.get("arena_bytes"), reel_static_bytes=plan.get("static_bytes"),
+                       reel_graph_bytes=gb, reel_dev_other_bytes=plan.get("dev_other_bytes"),
+                       reel_graph_mem_reserved=plan.get("graph_mem_reserved"),
+                       torch_graph_capture_s=caps["graph"][1] if "graph" in caps else None,
+                       torch_graph_capture_only_s=caps["graph"][2] if "graph" in caps else None,
+                       torch_graph_pool_bytes=caps["graph"][3] if "graph" in caps else None,
+                       torch_compile_capture_s=caps["compile"][1] if "compile" in caps else None,
+                       torch_compile_capture_only_s=caps["compile"][2] if "compile" in caps else None,
+                       torch_compile_pool_bytes=caps["compile"][3] if "compile" in caps else None,
+                       eager_attention=eager_choice + ("" if e_n == steps else f" ({e_n} steps timed)"),
+                       ok=int(ok))
             rows.append(row)
-            times = " ".join(f"{k} {v[0]:.1f}" for k, v in res.items())
-            print(f"# batch {B} context {C}: us {times} (reel {rr:.1f} / {re_:.1f}); prefill {prefill_s:.2f} s; "
-                  f"{'; '.join(notes)}; ids agree "
-                  f"reel/torch {frac:.3f} ({same}/{total}), within {a.tie_tol} of torch's max {near:.3f}, max |logit diff| {fmt(maxdiff, 4)}; "
-                  f"{row['torch_self_agree']}", file=sys.stderr, flush=True)
-        kc = vc = None  # frees the cache before the next batch
+            log(f"# batch {B} context {C}: wall us reel {rr:.1f} / {re_:.1f}, torch eager {fmt(e_us)} ({e_n} steps) "
+                f"graph {fmt(row['torch_graph_us'])} compile {fmt(tc)}; gpu us reel {rg:.1f} / {reg:.1f}, torch "
+                f"{fmt(e_gpu)} / {fmt(row['torch_graph_gpu_us'])} / {fmt(row['torch_compile_gpu_us'])}; ids "
+                f"{same}/{total}, near {near:.3f}, max |logit diff| {fmt(maxdiff, 4)}"
+                f"{'' if ok else '  DISAGREE'}")
+        caps = None
+        kc = vc = views = None  # frees the cache (and the graphs) before the next context
         if cuda:
             torch.cuda.empty_cache()
 
     print("| batch | context | reel replay us | reel eager us | torch eager us | torch graph us | "
           "torch.compile + graph us | floor us | replay / compile+graph | replay / floor | "
-          "reel eager / torch eager | ids agree (reel vs torch) | near-tie agree | max abs logit diff |")
+          "reel eager / torch eager | ids agree | near-tie agree | max abs logit diff |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['batch']} | {r['context']} | {fmt(r['reel_replay_us'])} | {fmt(r['reel_eager_us'])} | "
-              f"{fmt(r['torch_eager_us'])} | {fmt(r['torch_graph_us'])} | {fmt(r['torch_compile_graph_us'])} | "
+              f"{fmt(r['torch_eager_us'])} | {fmt(r['torch_graph_us'])} | {fmt(r['torch_compile_us'])} | "
               f"{fmt(r['floor_us'])} | {fmt(r['replay_over_compile'], 2)} | {fmt(r['replay_over_floor'], 2)} | "
-              f"{fmt(r['eager_over_torch_eager'], 2)} | {r['agree']:.3f} ({r['agree_n']}) | {r['agree_within_tol']:.3f} | "
+              f"{fmt(r['eager_over_torch_eager'], 2)} | {r['ids_agree']:.3f} | {r['ids_near_agree']:.3f} | "
               f"{fmt(r['max_logit_diff'], 4)} |")
-    print(f"\nfloor: (weights but the embedding table + K/V read) / 4.25 TB/s. ids agree: next ids of all "
-          f"{N} steps x batch, reel replay vs torch eager; logits: the first step, reel's logits plan vs torch "
-          f"eager; near-tie agree: reel's id is within {a.tie_tol} of the max of torch eager's logits at that step "
-          f"(bf16 logits near 3 are 1/64 apart, so ties are common over {cfg['vocab']} ids of random weights).")
-    csv = a.csv or os.path.join(a.dir, "decode.csv")
-    with open(csv, "w") as f:
-        cols = list(rows[0].keys())
-        f.write(",".join(["machine", "date"] + cols) + "\n")
+    csv_path = a.csv or os.path.join(a.dir, "decode.csv")
+    new = not (a.append and os.path.exists(csv_path) and os.path.getsize(csv_path) > 0)
+    with open(csv_path, "w" if new else "a", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        if new:
+            wr.writeheader()
         for r in rows:
-            f.write(",".join([machine, date] + ["" if r[c] is None else str(r[c]) for c in cols]) + "\n")
+            wr.writerow({k: ("" if v is None else v) for k, v in r.items()})
+    print(f"\nrows written to {csv_path}")
     if bad:
-        print(f"\nFAILED: reel and PyTorch disagree: {bad}", file=sys.stderr)
+        print("\nFAILED: reel and PyTorch disagree:\n  " + "\n  ".join(bad), file=sys.stderr)
         print("\nFAILED: reel and PyTorch disagree (see stderr)")
         sys.exit(1)
 

@@ -344,6 +344,7 @@ void reel_plan_destroy(reel_plan *p)
     }
     reel_layout_free(p, &p->over, true);
     reel_ws_destroy(p->ws);
+    reel_plan_timers_free(p);
     reel_plan_trace_free(p);
     reel_plan_check_close(p);
     if (p->arena)

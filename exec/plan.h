@@ -151,6 +151,12 @@ struct reel_plan {
         reel_fallback last_fallback;
         reel_plan_stats st;
 
+        /* Device time of steps (reel_plan_time_steps): timers recorded on
+         * stream 0 before the upload and after the download. */
+        struct reel_event *timer[2];
+        bool timed_valid;            /* last_device_us is the last step's */
+        double last_device_us;
+
         /* The stream-aware workspace allocator: eager steps past the fixed
          * limits take their arena from it (deferred frees across streams). */
         struct reel_ws *ws;
@@ -250,6 +256,8 @@ reel_status reel_plan_upload_padding(reel_plan *p, const reel_layout *L);
 /* Sizes the pinned output buffer for rows per output. */
 reel_status reel_plan_out_reserve(reel_plan *p, int64_t rows);
 reel_status reel_staging_download(reel_plan *p, const reel_layout *L, int32_t n);
+/* Destroys the step timers (reel_plan_time_steps); plan_io.c. */
+void reel_plan_timers_free(reel_plan *p);
 int32_t reel_staging_error_word(const reel_plan *p);
 /* Where set_input writes input t in place: its rows in the pinned staging
  * that every bucket shares (valid for rows up to the largest bucket). */

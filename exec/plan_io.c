@@ -166,6 +166,65 @@ reel_status reel_plan_output_desc(const reel_plan *p, const char *name, reel_dty
 
 reel_fallback reel_plan_last_fallback(const reel_plan *p) { return p ? p->last_fallback : REEL_FALLBACK_NONE; }
 
+void reel_plan_timers_free(reel_plan *p)
+{
+    for (int i = 0; i < 2; i++) {
+        if (p->timer[i])
+            p->be->vt->event_destroy(p->be, p->timer[i]);
+        p->timer[i] = NULL;
+    }
+    p->timed_valid = false;
+}
+
+reel_status reel_plan_time_steps(reel_plan *p, int on)
+{
+    if (!p)
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "time_steps: NULL plan");
+    reel_backend *be = p->be;
+    if (on && !be->vt->timer_create)
+        return reel_seterr(p->err, REEL_E_UNSUPPORTED, "time_steps: backend '%s' has no device timers",
+                           reel_backend_name(be->kind));
+    if (!on == !p->timer[0])
+        return REEL_OK;
+    /* No record of the timers may be in flight when they change. */
+    for (int s = 0; s < p->nstreams; s++)
+        REEL_TRY(be->vt->stream_sync(be, p->streams[s]));
+    if (!on) {
+        reel_plan_timers_free(p);
+        return REEL_OK;
+    }
+    reel_event *t[2] = {NULL, NULL};
+    reel_status st = be->vt->timer_create(be, &t[0]);
+    if (st == REEL_OK)
+        st = be->vt->timer_create(be, &t[1]);
+    if (st != REEL_OK) {
+        for (int i = 0; i < 2; i++)
+            if (t[i])
+                be->vt->event_destroy(be, t[i]);
+        char msg[REEL_ERRMSG_MAX];
+        reel_err_copy(p->err, msg, sizeof msg);
+        return reel_seterr(p->err, st, "time_steps: %s", msg);
+    }
+    p->timer[0] = t[0];
+    p->timer[1] = t[1];
+    p->timed_valid = false;
+    return REEL_OK;
+}
+
+reel_status reel_plan_last_step_device_us(const reel_plan *p, double *us)
+{
+    if (!p || !us)
+        return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "last_step_device_us: NULL plan or result");
+    if (!p->timer[0])
+        return reel_seterr(p->err, REEL_E_INVALID_USAGE,
+                           "last_step_device_us: step timing is off (reel_plan_time_steps)");
+    if (!p->timed_valid)
+        return reel_seterr(p->err, REEL_E_INVALID_USAGE,
+                           "last_step_device_us: no step completed since timing was turned on");
+    *us = p->last_device_us;
+    return REEL_OK;
+}
+
 reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out)
 {
     if (!p || !out)

@@ -188,6 +188,9 @@ reel_status reel_staging_download(reel_plan *p, const reel_layout *L, int32_t n)
         REEL_TRY(be->vt->copy(be, s0, p->out_host + p->out_off[o], reel_plan_tensor_dev(p, L, t), bytes,
                               REEL_COPY_D2H));
     }
+    /* The step's end on the device, before the host waits for it. */
+    if (p->timer[1])
+        REEL_TRY(be->vt->event_record(be, p->timer[1], s0));
     return be->vt->stream_sync(be, s0);
 }
 

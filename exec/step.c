@@ -225,6 +225,8 @@ static reel_status run_step(reel_plan *p, const reel_layout *L, int b, bool repl
     bool feed = p->chk != NULL;
     if (feed)
         REEL_TRY(reel_plan_check_upload(p, L, up));
+    if (p->timer[0])
+        REEL_TRY(be->vt->event_record(be, p->timer[0], p->streams[0]));
     REEL_TRY(reel_staging_upload(p, L, up));
     /* The checker hears of every op before it runs (a replay: the sequence
      * its graph was captured from). */
@@ -265,6 +267,7 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
 {
     if (!p || !s)
         return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "step: NULL plan or step info");
+    p->timed_valid = false;
     step_need need = {0, 0};
     int b = -1;
     REEL_TRY(check_step(p, s, &need));
@@ -274,8 +277,11 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
     REEL_TRY(choose_layout(p, s, &need, &why, &b, &L));
     size_t up = reel_staging_fill(p, L, s);
     reel_status st = run_step(p, L, b, why == REEL_FALLBACK_NONE, up, s->num_tokens);
+    if (st == REEL_OK && p->timer[0])
+        st = p->be->vt->timer_elapsed_us(p->be, p->timer[0], p->timer[1], &p->last_device_us);
     if (st != REEL_OK)
         return step_failed(p, st);
+    p->timed_valid = p->timer[0] != NULL;
     for (int i = 0; i < p->ninputs; i++)
         p->stash_rows[p->input_ids[i]] = -1;
     p->out_rows = s->num_tokens;

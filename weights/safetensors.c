@@ -329,7 +329,7 @@ static reel_status add_file(reel_safetensors *ck, const char *path, int *out)
 
 static reel_status map_file(reel_safetensors *ck, const char *path, int *out)
 {
-    int f;
+    int f = -1;
     REEL_TRY(add_file(ck, path, &f));
     st_file *fi = &ck->files[f];
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -606,7 +606,7 @@ reel_status reel_safetensors_open_buffer(reel_ctx *ctx, const void *data, size_t
         return reel_seterr(err_of(ctx), REEL_E_INVALID_ARG, "safetensors_open_buffer: NULL data or out");
     reel_safetensors *ck = NULL;
     REEL_TRY(new_ck(ctx, &ck));
-    int f;
+    int f = -1;
     reel_status st = add_file(ck, "(buffer)", &f);
     if (st == REEL_OK)
         st = parse_file(ck, f, data ? data : "", size);

@@ -20,6 +20,7 @@ struct reel_stream {
 struct reel_event {
     cudaEvent_t ev;
     reel_event *next_free;
+    bool timed;           /* a timer (timing on): destroyed, not pooled */
 };
 
 struct reel_exec_graph {
@@ -61,6 +62,8 @@ reel_status reel_cuda_event_record(reel_backend *be, reel_event *e, reel_stream 
 reel_status reel_cuda_stream_wait(reel_backend *be, reel_stream *s, reel_event *e);
 reel_status reel_cuda_event_query(reel_backend *be, reel_event *e, bool *done);
 reel_status reel_cuda_event_sync(reel_backend *be, reel_event *e);
+reel_status reel_cuda_timer_create(reel_backend *be, reel_event **out);
+reel_status reel_cuda_timer_elapsed_us(reel_backend *be, reel_event *a, reel_event *b, double *us);
 reel_status reel_cuda_dev_alloc(reel_backend *be, size_t bytes, void **out);
 void reel_cuda_dev_free(reel_backend *be, void *p);
 reel_status reel_cuda_pinned_alloc(reel_backend *be, size_t bytes, void **out);

@@ -86,6 +86,12 @@ void reel_cuda_event_destroy(reel_backend *be, reel_event *e)
 {
     if (!e)
         return;
+    if (e->timed) {
+        (void)reel_cuda_use_device(be);
+        (void)REEL_CK_QUIET(cudaEventDestroy(e->ev));
+        reel_hfree(e);
+        return;
+    }
     reel_cuda *c = reel_cuda_of(be);
     pthread_mutex_lock(&c->lock);
     e->next_free = c->free_events;
@@ -106,6 +112,33 @@ void reel_cuda_event_pool_drain(reel_backend *be)
         reel_hfree(e);
         e = next;
     }
+}
+
+/* Timers keep timing on (ordering events turn it off) and are not pooled,
+ * so a pooled event never pays for timing. */
+reel_status reel_cuda_timer_create(reel_backend *be, reel_event **out)
+{
+    *out = NULL;
+    REEL_TRY(reel_cuda_use_device(be));
+    reel_event *e = reel_hcalloc(1, sizeof *e);
+    if (!e)
+        return reel_seterr(be->err, REEL_E_OOM, "cuda timer: out of host memory");
+    reel_status st = REEL_CK(be, cudaEventCreateWithFlags(&e->ev, cudaEventDefault));
+    if (st != REEL_OK) {
+        reel_hfree(e);
+        return st;
+    }
+    e->timed = true;
+    *out = e;
+    return REEL_OK;
+}
+
+reel_status reel_cuda_timer_elapsed_us(reel_backend *be, reel_event *a, reel_event *b, double *us)
+{
+    float ms = 0.0f;
+    REEL_TRY(REEL_CK(be, cudaEventElapsedTime(&ms, a->ev, b->ev)));
+    *us = (double)ms * 1e3;
+    return REEL_OK;
 }
 
 reel_status reel_cuda_event_record(reel_backend *be, reel_event *e, reel_stream *s)

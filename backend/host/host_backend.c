@@ -143,6 +143,8 @@ static const reel_backend_vt host_vt = {
     .graph_update = NULL,   /* replay re-reads nothing, so there is nothing to update */
     .set_tag = host_set_tag,
     .set_trace = host_set_trace,
+    .timer_create = reel_host_timer_create,
+    .timer_elapsed_us = reel_host_timer_elapsed_us,
 };
 
 reel_status reel_host_launch(reel_backend *be, reel_stream *s, reel_host_fn fn, const void *args, size_t size)

@@ -178,3 +178,34 @@ reel_status reel_host_event_sync(reel_backend *be, reel_event *e)
                            "host event_sync: the event was last recorded in a capture in progress");
     return REEL_OK;
 }
+
+reel_status reel_host_timer_create(reel_backend *be, reel_event **out)
+{
+    REEL_TRY(reel_host_event_create(be, out));
+    (*out)->timed = true;
+    return REEL_OK;
+}
+
+/* Both timers recorded, outside a capture, and their last records run. */
+reel_status reel_host_timer_elapsed_us(reel_backend *be, reel_event *a, reel_event *b, double *us)
+{
+    host_be *hb = host_of(be);
+    if (!a || !b || !us)
+        return reel_seterr(be->err, REEL_E_INVALID_ARG, "host timer_elapsed: NULL argument");
+    const char *why = NULL;
+    pthread_mutex_lock(&hb->mu);
+    if (!a->timed || !b->timed)
+        why = "an event is not a timer";
+    else if (a->issued == 0 || b->issued == 0)
+        why = "a timer was never recorded";
+    else if (a->cap || b->cap)
+        why = "a timer was last recorded in a capture";
+    else if (!reel_host_gen_done(a, a->issued) || !reel_host_gen_done(b, b->issued))
+        why = "a timer's record has not run yet";
+    else
+        *us = b->stamp_us - a->stamp_us;
+    pthread_mutex_unlock(&hb->mu);
+    if (why)
+        return reel_seterr(be->err, REEL_E_INVALID_USAGE, "host timer_elapsed: %s", why);
+    return REEL_OK;
+}

@@ -75,6 +75,8 @@ struct reel_event {
     uint64_t issued;         /* generation of the most recent record (0: never) */
     host_item *pending;      /* record items issued and not yet run */
     host_capture *cap;       /* the capture holding the most recent record */
+    bool timed;              /* a timer: stamp_us is kept */
+    double stamp_us;         /* CLOCK_MONOTONIC when its stream last ran a record of it */
 };
 
 struct reel_stream {
@@ -140,6 +142,8 @@ reel_status reel_host_event_record(reel_backend *be, reel_event *e, reel_stream 
 reel_status reel_host_stream_wait(reel_backend *be, reel_stream *s, reel_event *e);
 reel_status reel_host_event_query(reel_backend *be, reel_event *e, bool *done);
 reel_status reel_host_event_sync(reel_backend *be, reel_event *e);
+reel_status reel_host_timer_create(reel_backend *be, reel_event **out);
+reel_status reel_host_timer_elapsed_us(reel_backend *be, reel_event *a, reel_event *b, double *us);
 
 /* host_capture.c: everything under mu unless said otherwise. */
 reel_status reel_host_capture_item(host_be *hb, reel_stream *s, host_item *it);

@@ -112,8 +112,11 @@ static void run_locked(host_be *hb, reel_stream *s, host_item *it)
     if (it->kind == HOST_WAIT)
         while (!reel_host_gen_done(it->ev, it->gen))
             pthread_cond_wait(&hb->ev_cv, &hb->mu);
-    if (it->kind == HOST_RECORD)
+    if (it->kind == HOST_RECORD) {
+        if (it->ev->timed)
+            it->ev->stamp_us = now_us();
         reel_host_record_done(hb, it);
+    }
     s->done++;
     hb->items_run++;
     pthread_cond_broadcast(&s->cv_idle);

@@ -345,6 +345,20 @@ reel_status reel_plan_bind_state(reel_plan *p, const char *name, void *mem, size
 reel_status reel_plan_trim(reel_plan *p);
 /* Why the last step ran eagerly (REEL_FALLBACK_NONE if it replayed). */
 reel_fallback reel_plan_last_fallback(const reel_plan *p);
+/* Device time of steps, off by default. With on != 0, every following step
+ * records a timing event on the plan's first stream just before its upload
+ * and one after its download, before the host waits for it; the time
+ * between them is what the device spent on the step: the upload, the replay
+ * (or, eagerly, the kernels and the gaps while the host issued them), the
+ * download. CUDA: cudaEventElapsedTime (about 0.5 us resolution); host
+ * backend: the stream thread's clock as it reaches each event. Costs two
+ * event records a step. REEL_E_UNSUPPORTED on a backend without timers.
+ * Waits for the plan's streams first. */
+reel_status reel_plan_time_steps(reel_plan *p, int on);
+/* The device time of the last step, in microseconds. REEL_E_INVALID_USAGE
+ * when timing is off, no step ran since it was turned on, or the last step
+ * failed before its download. */
+reel_status reel_plan_last_step_device_us(const reel_plan *p, double *us);
 
 typedef struct reel_plan_stats {
     uint64_t steps, replays, eager_steps;
