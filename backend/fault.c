@@ -48,40 +48,41 @@ bool reel_fault_fired(reel_fault_kind k) { return k >= 0 && k < REEL_FAULT_KINDS
 
 void reel_fault_pause(bool p) { atomic_store(&paused, p); }
 
-/* Counts one call of kind k; true when it is the armed one. */
-static bool hit(reel_fault_kind k)
+/* Counts one call of kind k; its number when it is the armed one, else 0. */
+static long long hit(reel_fault_kind k)
 {
     if (atomic_load(&paused))
-        return false;
+        return 0;
     long long n = atomic_fetch_add(&calls[k], 1) + 1;
     long long a = atomic_load(&armed[k]);
     if (a == 0 || n != a)
-        return false;
+        return 0;
     atomic_store(&fired[k], true);
-    return true;
+    return n;
 }
 
-static reel_status fail(reel_err *err, reel_fault_kind k, const char *call)
+static reel_status fail(reel_err *err, reel_fault_kind k, const char *call, long long n)
 {
     return reel_seterr(err, k == REEL_FAULT_ALLOC ? REEL_E_OOM : REEL_E_BACKEND,
-                       "%s: injected fault (call %lld of kind '%s' made to fail)", call,
-                       (long long)atomic_load(&calls[k]), kind_names[k]);
+                       "%s: injected fault (call %lld of kind '%s' made to fail)", call, n, kind_names[k]);
 }
 
 /* Fails before the call: nothing reached the backend. */
-#define BEFORE(be, k, call, expr)                  \
-    do {                                           \
-        if (hit(k))                                \
-            return fail((be)->err, (k), (call));   \
-        return (expr);                             \
+#define BEFORE(be, k, call, expr)                        \
+    do {                                                 \
+        long long n_ = hit(k);                           \
+        if (n_)                                          \
+            return fail((be)->err, (k), (call), n_);     \
+        return (expr);                                   \
     } while (0)
 /* Fails after the call: what it waited for is done, then it reports. */
-#define AFTER(be, k, call, expr)                   \
-    do {                                           \
-        reel_status st_ = (expr);                  \
-        if (st_ == REEL_OK && hit(k))              \
-            return fail((be)->err, (k), (call));   \
-        return st_;                                \
+#define AFTER(be, k, call, expr)                         \
+    do {                                                 \
+        reel_status st_ = (expr);                        \
+        long long n_ = st_ == REEL_OK ? hit(k) : 0;      \
+        if (n_)                                          \
+            return fail((be)->err, (k), (call), n_);     \
+        return st_;                                      \
     } while (0)
 
 static const reel_backend_vt *own(reel_backend *be) { return be->base_vt; }
@@ -148,11 +149,12 @@ static reel_status f_capture_begin(reel_backend *be, reel_stream *origin)
 static reel_status f_capture_end(reel_backend *be, reel_stream *origin, reel_exec_graph **out)
 {
     reel_status st = own(be)->capture_end(be, origin, out);
-    if (st != REEL_OK || !hit(REEL_FAULT_INSTANTIATE))
+    long long n = st == REEL_OK ? hit(REEL_FAULT_INSTANTIATE) : 0;
+    if (!n)
         return st;
     own(be)->graph_destroy(be, *out);
     *out = NULL;
-    return fail(be->err, REEL_FAULT_INSTANTIATE, "capture_end (instantiate)");
+    return fail(be->err, REEL_FAULT_INSTANTIATE, "capture_end (instantiate)", n);
 }
 static reel_status f_graph_launch(reel_backend *be, reel_exec_graph *g, reel_stream *s)
 {
