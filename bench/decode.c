@@ -349,12 +349,22 @@ static reel_tensor layer(reel_graph *g, const cfg *c, weights *w, int i, reel_te
     reel_attn_params ap = {c->heads, c->kv_heads, Dh, c->block_size, 0.0f};
 #define P(suffix) (snprintf(n, sizeof n, "l%d." suffix, i), param(g, w, n))
     reel_tensor x = reel_rmsnorm(g, h, P("attn_norm"), c->eps);
-    /* One fused projection split by views, as the demo model does. */
-    const int64_t Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
-    reel_tensor qkv = reel_matmul(g, x, param_qkv(g, w, i), true);
-    reel_tensor q = reel_view_cols(g, qkv, 0, Q);
-    reel_tensor k = reel_view_cols(g, qkv, Q, KV);
-    reel_tensor v = reel_view_cols(g, qkv, Q + KV, KV);
+    /* The checkpoint's separate projections, as the demo model has them: on
+     * CUDA a projection fused by views is one GEMM per view (docs/fusion.md)
+     * and loses the skinny-matmul kernel, which has no segmented store yet;
+     * param_qkv builds the fused form (REEL_BENCH_QKV=1). */
+    reel_tensor q, k, v;
+    if (getenv("REEL_BENCH_QKV") && atoi(getenv("REEL_BENCH_QKV")) == 1) {
+        const int64_t Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
+        reel_tensor qkv = reel_matmul(g, x, param_qkv(g, w, i), true);
+        q = reel_view_cols(g, qkv, 0, Q);
+        k = reel_view_cols(g, qkv, Q, KV);
+        v = reel_view_cols(g, qkv, Q + KV, KV);
+    } else {
+        q = reel_matmul(g, x, P("wq"), true);
+        k = reel_matmul(g, x, P("wk"), true);
+        v = reel_matmul(g, x, P("wv"), true);
+    }
     q = reel_rope(g, q, pos, Dh, Dh, c->theta);
     k = reel_rope(g, k, pos, Dh, Dh, c->theta);
     snprintf(n, sizeof n, "l%d.k_cache", i);

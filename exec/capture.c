@@ -45,9 +45,12 @@ reel_status reel_capture_all(reel_plan *p)
     /* Warm-up: one eager run of the largest bucket (kernels, handles and
      * workspaces initialise outside capture). Inputs are zero. */
     int top = p->nbuckets - 1;
+    reel_log(p->ctx, REEL_LOG_INFO, "capture: warm-up, one eager run of bucket %d (%d tokens, %d nodes)", top,
+             p->buckets[top], p->nnodes);
     REEL_TRY(reel_plan_upload_padding(p, &p->bucket[top]));
     REEL_TRY(reel_plan_issue(p, &p->bucket[top]));
     REEL_TRY(vt->stream_sync(p->be, p->streams[0]));
+    reel_log(p->ctx, REEL_LOG_INFO, "capture: warm-up done in %.1f ms", reel_now_ms() - t0);
     for (int b = top; b >= 0; b--) {
         double tb = reel_now_ms();
         reel_status st = capture_bucket(p, b);

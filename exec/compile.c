@@ -215,7 +215,10 @@ static reel_status build_buckets(reel_plan *p)
     int32_t max_blocks = (p->opts.max_context + p->block_size - 1) / p->block_size;
     for (int b = 0; b < p->nbuckets; b++) {
         /* Every bucket shares the static region sized by the largest. */
+        double tb = reel_now_ms();
         REEL_TRY(reel_layout_build(p, &p->bucket[b], p->buckets[b], top, p->opts.max_seqs, max_blocks, false));
+        reel_log(p->ctx, REEL_LOG_INFO, "compile: bucket %d (%d tokens) laid out in %.1f ms: arena %zu bytes (%d of %d)",
+                 b, p->buckets[b], reel_now_ms() - tb, p->bucket[b].arena_bytes, b + 1, p->nbuckets);
         p->bucket[b].max_context = p->opts.max_context;
         if (p->bucket[b].arena_bytes > p->arena_bytes)
             p->arena_bytes = p->bucket[b].arena_bytes;
@@ -255,8 +258,10 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile
 {
     REEL_TRY(check_opts(p, opts));
     reel_plan_comm_hold(p);
+    double t0 = reel_now_ms();
     REEL_TRY(reel_graph_validate(g));
     REEL_TRY(copy_graph(p, g));
+    REEL_TRY(reel_plan_index_tensors(p));
     REEL_TRY(check_row_sizes(p));
     /* Rope into attention first: its compaction renumbers node outputs
      * only, and the graph pass after it keeps the views' producers. */
@@ -265,10 +270,16 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile
         REEL_TRY(reel_fuse_rope_attention(p, &fused));
     }
     REEL_TRY(reel_plan_fuse(p));
+    REEL_TRY(reel_plan_index_tensors(p)); /* again: fusion rewired nodes and tensors */
     REEL_TRY(select_kernels(p));
     REEL_TRY(reel_plan_comm_bind(p));
     REEL_TRY(reel_schedule_streams(p));
+    reel_log(p->ctx, REEL_LOG_INFO, "compile: %d nodes on %d streams ordered, kernels chosen in %.1f ms", p->nnodes,
+             p->nstreams, reel_now_ms() - t0);
+    t0 = reel_now_ms();
     REEL_TRY(alloc_tensors(p));
+    reel_log(p->ctx, REEL_LOG_INFO, "compile: parameters and states allocated (%zu + %zu bytes) in %.1f ms",
+             p->st.param_bytes, p->st.state_bytes, reel_now_ms() - t0);
     REEL_TRY(reel_ws_create(p->be, &(reel_ws_opts){.policy = REEL_WS_DEFER_FREE}, &p->ws));
     REEL_TRY(reel_pinned_create(p->be, &p->pinned));
     REEL_TRY(build_buckets(p));
@@ -380,6 +391,9 @@ void reel_plan_destroy(reel_plan *p)
     reel_hfree(p->stash_rows);
     reel_hfree(p->staged);
     reel_hfree(p->input_ids);
+    reel_hfree(p->act_ids);
+    reel_hfree(p->act_last);
+    reel_hfree(p->leaves);
     reel_hfree(p->out_off);
     reel_hfree(p->node_ev);
     reel_hfree(p->first_on_stream);

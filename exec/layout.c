@@ -149,6 +149,7 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
     reel_mem_problem prob = {
         .nnodes = nn, .stream = stream, .nedges = ne, .edge_from = from, .edge_to = to,
         .nbufs = nb, .bufs = bufs, .alignment = REEL_PLAN_ALIGN, .allow_new_edges = true,
+        .exhaustive = p->dbg.planner_exhaustive,
     };
     st = reel_mem_plan_compute(&prob, &plan);
     if (st != REEL_OK) {
@@ -167,7 +168,11 @@ static reel_status layout_memplan(reel_plan *p, reel_layout *L, int64_t rows)
     }
     L->arena_bytes = plan.arena;
     L->lower_bound = plan.lower_bound;
-    L->node_bound = reel_mem_node_bound(&prob);
+    L->node_bound = plan.node_bound;
+    reel_log(p->ctx, REEL_LOG_DEBUG,
+             "compile: memory plan of %lld rows: %d activations, %zu unordered pairs, %d added edges, arena %zu "
+             "bytes (bounds %zu, %zu)",
+             (long long)rows, nb, plan.nconflicts, plan.nnew_edges, plan.arena, plan.lower_bound, plan.node_bound);
 
     /* Waits per node: producers on other streams, and the planner's edges. */
     st = reel_schedule_waits(p, L, from, to, ne, plan.new_from, plan.new_to, plan.nnew_edges);

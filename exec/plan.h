@@ -53,6 +53,8 @@ typedef struct reel_plan_debug {
     int64_t fail_out_rows;       /* output buffers of this many rows or more cannot be
                                     allocated (pinned memory ran out); 0: none */
     bool no_fuse;                /* compile without the fusion passes (exec/fuse.h) */
+    bool planner_exhaustive;     /* the memory planner's all-pairs reference
+                                    (reel_mem_problem.exhaustive): the same plan, slower */
 } reel_plan_debug;
 
 /* A plan is two things kept apart: the schedule, fixed when compile returns
@@ -93,6 +95,15 @@ struct reel_plan {
          * tensor (parameters and activations included) three times a step. */
         int ninputs;
         uint32_t *input_ids;         /* [ninputs] INPUT tensors */
+        /* The activations in id order and each one's last use (a node, or
+         * nnodes for a graph output), for reel_plan_placement. */
+        int nacts;
+        uint32_t *act_ids;           /* [nacts] */
+        int *act_last;               /* [ntensors] */
+        /* The leaves (inputs, parameters, states: unique names) sorted by
+         * name, for the lookups by name of set_input and write_param. */
+        int nleaves;
+        struct reel_plan_leaf *leaves;
 
         /* Streams and the events ordering them. */
         int nstreams;
@@ -294,6 +305,8 @@ int reel_plan_find_tensor(const reel_plan *p, const char *name, reel_tensor_kind
  * the parameter written. The caller checked the bounds (an invariant here). */
 reel_status reel_plan_write_param_part(reel_plan *p, int t, size_t offset, const void *data, size_t bytes,
                                        bool complete);
+/* Fills act_ids, act_last and leaves once the graph is copied. */
+reel_status reel_plan_index_tensors(reel_plan *p);
 
 /* introspect.c: node info, the plan's memory, op spans. */
 void reel_plan_trace_free(reel_plan *p);

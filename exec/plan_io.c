@@ -1,5 +1,6 @@
 /* The plan's I/O: inputs, parameters, states, outputs, stats and placement.
  * Calls between steps; none of them issues a step. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/halloc.h"
@@ -20,11 +21,32 @@ const char *reel_fallback_str(reel_fallback f)
     return (int)f >= 0 && f < REEL_FALLBACK_COUNT ? names[f] : "unknown";
 }
 
+struct reel_plan_leaf {
+    char name[REEL_NAME_MAX];
+    uint32_t id;
+};
+
+static int leaf_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct reel_plan_leaf *)a)->name, ((const struct reel_plan_leaf *)b)->name);
+}
+
+/* A leaf by name and kind: a binary search (leaf names are unique, the
+ * builder keeps them so). Activations are never looked up by name. */
 int reel_plan_find_tensor(const reel_plan *p, const char *name, reel_tensor_kind kind)
 {
-    for (int t = 1; t < p->ntensors; t++)
-        if (p->tensors[t].kind == kind && strcmp(p->tensors[t].name, name) == 0)
-            return t;
+    int lo = 0, hi = p->nleaves;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(p->leaves[mid].name, name);
+        if (c == 0) {
+            uint32_t t = p->leaves[mid].id;
+            return p->tensors[t].kind == kind ? (int)t : -1;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return -1;
 }
 
@@ -248,34 +270,64 @@ reel_status reel_plan_trim(reel_plan *p)
     return reel_ws_trim(p->ws);
 }
 
+reel_status reel_plan_index_tensors(reel_plan *p)
+{
+    reel_hfree(p->act_ids);
+    reel_hfree(p->act_last);
+    reel_hfree(p->leaves);
+    p->act_ids = reel_hcalloc((size_t)p->ntensors + 1, sizeof *p->act_ids);
+    p->act_last = reel_hcalloc((size_t)p->ntensors + 1, sizeof *p->act_last);
+    p->leaves = reel_hcalloc((size_t)p->ntensors + 1, sizeof *p->leaves);
+    if (!p->act_ids || !p->act_last || !p->leaves)
+        return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory");
+    p->nacts = p->nleaves = 0;
+    for (uint32_t t = 1; t < (uint32_t)p->ntensors; t++) {
+        reel_tensor_kind k = p->tensors[t].kind;
+        /* Views own no bytes (their source's placement has them); fused-away
+         * tensors none at all. */
+        if (k == REEL_T_ACT && (p->tensors[t].alias_of || p->tensors[t].dead))
+            continue;
+        if (k == REEL_T_ACT) {
+            p->act_ids[p->nacts++] = t;
+            p->act_last[t] = p->tensors[t].producer;
+        } else if (k == REEL_T_INPUT || k == REEL_T_PARAM || k == REEL_T_STATE) {
+            struct reel_plan_leaf *l = &p->leaves[p->nleaves++];
+            memcpy(l->name, p->tensors[t].name, sizeof l->name); /* both REEL_NAME_MAX */
+            l->id = t;
+        }
+    }
+    qsort(p->leaves, (size_t)p->nleaves, sizeof *p->leaves, leaf_cmp);
+    for (int n = 0; n < p->nnodes; n++)
+        for (int k = 0; k < p->nodes[n].nin; k++) {
+            uint32_t t = p->nodes[n].in[k];
+            if (t && p->tensors[t].kind == REEL_T_ACT && !p->tensors[t].alias_of && !p->tensors[t].dead &&
+                n > p->act_last[t])
+                p->act_last[t] = n;
+        }
+    for (int o = 0; o < p->noutputs; o++)
+        if (p->tensors[p->outputs[o].tensor].kind == REEL_T_ACT)
+            p->act_last[p->outputs[o].tensor] = p->nnodes;
+    return REEL_OK;
+}
+
+/* O(1) a call: inspect and check ask for every activation of every bucket. */
 reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_placement *out)
 {
     if (!p || !out)
         return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "placement: NULL plan or output");
     if (bucket < 0 || bucket >= p->nbuckets)
         return reel_seterr(p->err, REEL_E_NOT_FOUND, "placement: bucket %d outside 0..%d", bucket, p->nbuckets - 1);
-    int seen = 0;
-    for (uint32_t t = 1; t < (uint32_t)p->ntensors; t++) {
-        const reel_tinfo *ti = &p->tensors[t];
-        /* Views own no bytes (their source's placement has them); fused-away
-         * tensors none at all. */
-        if (ti->kind != REEL_T_ACT || ti->alias_of || ti->dead || seen++ != i || i < 0)
-            continue;
-        const reel_layout *L = &p->bucket[bucket];
-        out->name = ti->name;
-        out->stream = p->nodes[ti->producer].stream;
-        out->first = out->last = ti->producer;
-        for (int n = 0; n < p->nnodes; n++)
-            for (int k = 0; k < p->nodes[n].nin; k++)
-                if (p->nodes[n].in[k] == t && n > out->last)
-                    out->last = n;
-        for (int o = 0; o < p->noutputs; o++)
-            if (p->outputs[o].tensor == t)
-                out->last = p->nnodes;
-        out->offset = L->act_off[t];
-        out->bytes = reel_shape_bytes(&ti->shape, L->rows);
-        return REEL_OK;
-    }
-    return reel_seterr(p->err, REEL_E_NOT_FOUND, "placement: activation %d outside the plan's %d activations", i,
-                       seen);
+    if (i < 0 || i >= p->nacts)
+        return reel_seterr(p->err, REEL_E_NOT_FOUND, "placement: activation %d outside the plan's %d activations", i,
+                           p->nacts);
+    uint32_t t = p->act_ids[i];
+    const reel_tinfo *ti = &p->tensors[t];
+    const reel_layout *L = &p->bucket[bucket];
+    out->name = ti->name;
+    out->stream = p->nodes[ti->producer].stream;
+    out->first = ti->producer;
+    out->last = p->act_last[t];
+    out->offset = L->act_off[t];
+    out->bytes = reel_shape_bytes(&ti->shape, L->rows);
+    return REEL_OK;
 }

@@ -108,6 +108,7 @@ void reel_graph_destroy(reel_graph *g)
     reel_hfree(g->tensors);
     reel_hfree(g->nodes);
     reel_hfree(g->outputs);
+    reel_hfree(g->leaf_tab);
     reel_hfree(g);
 }
 
@@ -121,12 +122,61 @@ reel_status reel_graph_status(const reel_graph *g)
 static bool is_leaf(reel_tensor_kind k) { return k != REEL_T_ACT; }
 
 /* The leaf (input, parameter, state, positions) named name, 0 if none. */
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* A leaf by name in constant time (a model declares thousands of weights,
+ * each checked against every name before it otherwise). */
 static uint32_t find_leaf(const reel_graph *g, const char *name)
 {
-    for (int i = 1; i < g->ntensors; i++)
-        if (is_leaf(g->tensors[i].kind) && strcmp(g->tensors[i].name, name) == 0)
-            return (uint32_t)i;
+    if (!g->leaf_cap)
+        return 0;
+    size_t mask = (size_t)g->leaf_cap - 1;
+    for (size_t i = name_hash(name) & mask; g->leaf_tab[i]; i = (i + 1) & mask) {
+        const reel_tinfo *t = &g->tensors[g->leaf_tab[i]];
+        if (is_leaf(t->kind) && strcmp(t->name, name) == 0)
+            return g->leaf_tab[i];
+    }
     return 0;
+}
+
+static void leaf_put(reel_graph *g, uint32_t id)
+{
+    size_t mask = (size_t)g->leaf_cap - 1, i = name_hash(g->tensors[id].name) & mask;
+    while (g->leaf_tab[i])
+        i = (i + 1) & mask;
+    g->leaf_tab[i] = id;
+    g->leaf_used++;
+}
+
+/* Room for one more entry (at most half full), rebuilt from the leaves
+ * when it grows, so a later leaf_put cannot fail. */
+static reel_status leaf_reserve(reel_graph *g)
+{
+    if (2 * (g->leaf_used + 1) <= g->leaf_cap)
+        return REEL_OK;
+    int leaves = 0;
+    for (int i = 1; i < g->ntensors; i++)
+        leaves += is_leaf(g->tensors[i].kind);
+    int cap = 64;
+    while (cap < 4 * (leaves + 1))
+        cap *= 2;
+    uint32_t *tab = reel_hcalloc((size_t)cap, sizeof *tab);
+    if (!tab)
+        return REEL_E_OOM;
+    reel_hfree(g->leaf_tab);
+    g->leaf_tab = tab;
+    g->leaf_cap = cap;
+    g->leaf_used = 0;
+    for (int i = 1; i < g->ntensors; i++)
+        if (is_leaf(g->tensors[i].kind))
+            leaf_put(g, (uint32_t)i);
+    return REEL_OK;
 }
 
 /* A name given by the caller: non-empty, short enough. what: "input", ... */
@@ -193,11 +243,13 @@ static reel_tensor new_leaf(reel_graph *g, reel_tensor_kind kind, const char *na
     reel_shape s;
     if (check_leaf_name(g, what, name, 0) != REEL_OK || leaf_shape(g, what, name, dt, ndim, dims, &s) != REEL_OK)
         return (reel_tensor){ 0 };
-    if (reel_graph_reserve(g, 1, 0) != REEL_OK) {
+    if (reel_graph_reserve(g, 1, 0) != REEL_OK || leaf_reserve(g) != REEL_OK) {
         reel_graph_fail(g, REEL_E_OOM, "%s '%s': out of host memory", what, name);
         return (reel_tensor){ 0 };
     }
-    return (reel_tensor){ reel_graph_push_tensor(g, name, kind, &s) };
+    uint32_t id = reel_graph_push_tensor(g, name, kind, &s);
+    leaf_put(g, id);
+    return (reel_tensor){ id };
 }
 
 reel_tensor reel_input(reel_graph *g, const char *name, reel_dtype dt, int ndim, const int64_t *dims)
@@ -223,12 +275,13 @@ reel_tensor reel_positions(reel_graph *g)
         return (reel_tensor){ g->positions };
     if (check_leaf_name(g, "positions", "positions", 0) != REEL_OK)
         return (reel_tensor){ 0 };
-    if (reel_graph_reserve(g, 1, 0) != REEL_OK) {
+    if (reel_graph_reserve(g, 1, 0) != REEL_OK || leaf_reserve(g) != REEL_OK) {
         reel_graph_fail(g, REEL_E_OOM, "positions: out of host memory");
         return (reel_tensor){ 0 };
     }
     reel_shape s = { .dtype = REEL_I32, .ndim = 1, .tokens = true, .dims = { -1 } };
     g->positions = reel_graph_push_tensor(g, "positions", REEL_T_META, &s);
+    leaf_put(g, g->positions);
     return (reel_tensor){ g->positions };
 }
 
@@ -327,7 +380,11 @@ reel_status reel_set_name(reel_graph *g, reel_tensor t, const char *name)
                            : check_name(g, "reel_set_name", name);
     if (st != REEL_OK)
         return st;
+    if (is_leaf(ti->kind) && leaf_reserve(g) != REEL_OK)
+        return reel_graph_fail(g, REEL_E_OOM, "reel_set_name '%s': out of host memory", name);
     snprintf(ti->name, sizeof ti->name, "%s", name);
+    if (is_leaf(ti->kind))
+        leaf_put(g, t.id);  /* the old name's entry no longer matches */
     return REEL_OK;
 }
 

@@ -58,6 +58,11 @@ struct reel_graph {
     reel_goutput *outputs;
     int noutputs, capoutputs;
     uint32_t positions;     /* the META positions tensor, 0 if not asked for */
+    /* Leaf names (unique among leaves) to ids, open addressing, 0 = empty:
+     * a lookup compares the tensor's current name, so the entry a rename
+     * leaves behind never matches; a rebuild drops it. */
+    uint32_t *leaf_tab;
+    int leaf_cap, leaf_used;
     char errmsg[REEL_ERRMSG_MAX]; /* message of the first builder error */
 };
 

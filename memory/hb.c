@@ -1,6 +1,7 @@
-/* Happens-before closure as one bitset row per node. Edges only go forward in
- * the schedule, so one pass in schedule order closes the relation: a node's
- * row is the union of its predecessors' rows plus the predecessors. */
+/* Happens-before as forward clocks. Edges only go forward in the schedule, so
+ * one pass in reverse schedule order closes the relation: a node's clock is
+ * the minimum, per stream, over its direct successors (the next node of its
+ * stream and its edges' targets) of the successor itself and its clock. */
 #include "memory/hb.h"
 
 #include <string.h>
@@ -12,13 +13,6 @@
  * bound keeps the planner usable for synthetic problems and tests. */
 #define REEL_HB_MAX_STREAM 4096
 
-static void reel_hb_or(uint64_t *dst, const uint64_t *src, int words, int bit)
-{
-    for (int w = 0; w < words; w++)
-        dst[w] |= src[w];
-    dst[bit >> 6] |= (uint64_t)1 << (bit & 63);
-}
-
 static reel_status reel_hb_check_edges(int n, int ne, const int *from, const int *to)
 {
     if (ne < 0 || (ne > 0 && (!from || !to)))
@@ -27,6 +21,37 @@ static reel_status reel_hb_check_edges(int n, int ne, const int *from, const int
         if (from[e] < 0 || to[e] >= n || from[e] >= to[e])
             return REEL_E_INVALID_ARG;
     return REEL_OK;
+}
+
+/* Renumbers the streams in order of first use; the count, or -1 when a
+ * stream is out of range. */
+static int reel_hb_streams(int n, const int *stream, int *sid)
+{
+    static const int none = -1;
+    int map[REEL_HB_MAX_STREAM], ns = 0;
+    for (int s = 0; s < REEL_HB_MAX_STREAM; s++)
+        map[s] = none;
+    for (int v = 0; v < n; v++) {
+        if (stream[v] < 0 || stream[v] >= REEL_HB_MAX_STREAM)
+            return -1;
+        if (map[stream[v]] == none)
+            map[stream[v]] = ns++;
+        sid[v] = map[stream[v]];
+    }
+    return ns;
+}
+
+/* Folds successor w into u's clock. */
+static void reel_hb_fold(reel_hb *hb, int u, int w)
+{
+    int S = hb->nstreams;
+    int *cu = hb->fut + (size_t)u * (size_t)S;
+    const int *cw = hb->fut + (size_t)w * (size_t)S;
+    for (int t = 0; t < S; t++)
+        if (cw[t] < cu[t])
+            cu[t] = cw[t];
+    if (w < cu[hb->sid[w]])
+        cu[hb->sid[w]] = w;
 }
 
 reel_status reel_hb_build(reel_hb *hb, int n, const int *stream,
@@ -41,48 +66,57 @@ reel_status reel_hb_build(reel_hb *hb, int n, const int *stream,
         st = reel_hb_check_edges(n, ne2, from2, to2);
     if (st != REEL_OK)
         return st;
-    int maxs = 0;
-    for (int v = 0; v < n; v++) {
-        if (stream[v] < 0 || stream[v] >= REEL_HB_MAX_STREAM)
-            return REEL_E_INVALID_ARG;
-        if (stream[v] > maxs)
-            maxs = stream[v];
-    }
     int *start = reel_hcalloc((size_t)n + 2, sizeof *start);
-    int *src = reel_hcalloc((size_t)(ne1 + ne2) + 1, sizeof *src);
-    int *last = reel_halloc(((size_t)maxs + 1) * sizeof *last);
+    int *dst = reel_hcalloc((size_t)ne1 + (size_t)ne2 + 1, sizeof *dst);
+    int *next = reel_halloc(((size_t)n + 1) * sizeof *next);
+    int *last = reel_halloc(((size_t)n + 1) * sizeof *last);
     hb->n = n;
-    hb->words = (n + 63) / 64;
-    hb->rows = reel_hcalloc((size_t)n * (size_t)hb->words + 1, sizeof *hb->rows);
-    if (!start || !src || !last || !hb->rows) {
+    hb->sid = reel_hcalloc((size_t)n + 1, sizeof *hb->sid);
+    if (!start || !dst || !next || !last || !hb->sid) {
         st = REEL_E_OOM;
         goto fail;
     }
-    /* Predecessors of each node, CSR. */
-    reel_csr_count(start, to1, ne1);
-    reel_csr_count(start, to2, ne2);
+    hb->nstreams = reel_hb_streams(n, stream, hb->sid);
+    if (hb->nstreams < 0) {
+        st = REEL_E_INVALID_ARG;
+        goto fail;
+    }
+    size_t cells = (size_t)n * (size_t)hb->nstreams;
+    hb->fut = reel_halloc((cells + 1) * sizeof *hb->fut);
+    if (!hb->fut) {
+        st = REEL_E_OOM;
+        goto fail;
+    }
+    for (size_t c = 0; c < cells; c++)
+        hb->fut[c] = n;
+    /* Successors of each node, CSR, and the next node of its stream. */
+    reel_csr_count(start, from1, ne1);
+    reel_csr_count(start, from2, ne2);
     reel_csr_offsets(start, n);
-    reel_csr_place(start, to1, from1, ne1, src);
-    reel_csr_place(start, to2, from2, ne2, src);
+    reel_csr_place(start, from1, to1, ne1, dst);
+    reel_csr_place(start, from2, to2, ne2, dst);
     reel_csr_restore(start, n);
-    for (int s = 0; s <= maxs; s++)
-        last[s] = -1;
-    for (int v = 0; v < n; v++) {
-        uint64_t *row = hb->rows + (size_t)v * (size_t)hb->words;
-        int prev = last[stream[v]];
-        if (prev >= 0)
-            reel_hb_or(row, reel_hb_row(hb, prev), hb->words, prev);
-        for (int k = start[v]; k < start[v + 1]; k++)
-            reel_hb_or(row, reel_hb_row(hb, src[k]), hb->words, src[k]);
-        last[stream[v]] = v;
+    for (int t = 0; t < hb->nstreams; t++)
+        last[t] = -1;
+    for (int v = n - 1; v >= 0; v--) {
+        next[v] = last[hb->sid[v]];
+        last[hb->sid[v]] = v;
+    }
+    for (int u = n - 1; u >= 0; u--) {
+        if (next[u] >= 0)
+            reel_hb_fold(hb, u, next[u]);
+        for (int k = start[u]; k < start[u + 1]; k++)
+            reel_hb_fold(hb, u, dst[k]);
     }
     reel_hfree(start);
-    reel_hfree(src);
+    reel_hfree(dst);
+    reel_hfree(next);
     reel_hfree(last);
     return REEL_OK;
 fail:
     reel_hfree(start);
-    reel_hfree(src);
+    reel_hfree(dst);
+    reel_hfree(next);
     reel_hfree(last);
     reel_hb_free(hb);
     return st;
@@ -92,7 +126,8 @@ void reel_hb_free(reel_hb *hb)
 {
     if (!hb)
         return;
-    reel_hfree(hb->rows);
-    hb->rows = NULL;
-    hb->n = hb->words = 0;
+    reel_hfree(hb->sid);
+    reel_hfree(hb->fut);
+    hb->sid = hb->fut = NULL;
+    hb->n = hb->nstreams = 0;
 }

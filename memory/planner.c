@@ -70,6 +70,7 @@ typedef struct reel_pl {
     int *work;              /* scratch worklist of buffers */
     reel_pl_run *run;       /* offsets and edges of the run in progress */
     size_t top;
+    size_t npairs;          /* pairs in the conflict graph */
 } reel_pl;
 
 /* ---- problem checks and per-buffer facts ---------------------------------- */
@@ -152,13 +153,12 @@ static int reel_pl_inplace(const reel_pl *pl, int src, int dst)
     return r == 0 && pl->p->allow_new_edges ? REL_INPLACE_SOFT : REL_HARD;
 }
 
-static int reel_pl_relation(const reel_pl *pl, int i, int j)
+/* The relation of a pair that is not ordered either way (in-place, soft or
+ * hard). */
+static int reel_pl_relation_unordered(const reel_pl *pl, int i, int j)
 {
     const reel_mem_problem *p = pl->p;
     const reel_pl_buf *bi = &pl->b[i], *bj = &pl->b[j];
-    if ((bi->last < bj->first && reel_mem_ordered(&pl->hb, &p->bufs[i], &p->bufs[j])) ||
-        (bj->last < bi->first && reel_mem_ordered(&pl->hb, &p->bufs[j], &p->bufs[i])))
-        return REL_FREE;
     int r = REL_HARD;
     if (p->bufs[j].inplace_src == i)
         r = reel_pl_inplace(pl, i, j);
@@ -172,6 +172,16 @@ static int reel_pl_relation(const reel_pl *pl, int i, int j)
     return REL_HARD;
 }
 
+static int reel_pl_relation(const reel_pl *pl, int i, int j)
+{
+    const reel_mem_problem *p = pl->p;
+    const reel_pl_buf *bi = &pl->b[i], *bj = &pl->b[j];
+    if ((bi->last < bj->first && reel_mem_ordered(&pl->hb, &p->bufs[i], &p->bufs[j])) ||
+        (bj->last < bi->first && reel_mem_ordered(&pl->hb, &p->bufs[j], &p->bufs[i])))
+        return REL_FREE;
+    return reel_pl_relation_unordered(pl, i, j);
+}
+
 /* ---- the conflict graph --------------------------------------------------- */
 
 typedef struct reel_pl_pair {
@@ -179,12 +189,28 @@ typedef struct reel_pl_pair {
     unsigned char rel;
 } reel_pl_pair;
 
-static reel_status reel_pl_pairs(reel_pl *pl, reel_pl_pair **out, size_t *count)
+typedef struct reel_pl_pairs_out {
+    reel_pl_pair *v;
+    size_t n, cap;
+} reel_pl_pairs_out;
+
+static reel_status reel_pl_push(reel_pl_pairs_out *o, int i, int j, int rel)
 {
-    size_t n = 0, cap = 1024;
-    reel_pl_pair *v = reel_halloc(cap * sizeof *v);
-    if (!v)
-        return REEL_E_OOM;
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? 2 * o->cap : 1024;
+        reel_pl_pair *nv = reel_hrealloc(o->v, cap * sizeof *nv);
+        if (!nv)
+            return REEL_E_OOM;
+        o->v = nv;
+        o->cap = cap;
+    }
+    o->v[o->n++] = (reel_pl_pair){ i, j, (unsigned char)rel };
+    return REEL_OK;
+}
+
+/* The reference: every pair of placed buffers, in (i, j) order. */
+static reel_status reel_pl_pairs_all(const reel_pl *pl, reel_pl_pairs_out *o)
+{
     for (int i = 0; i < pl->p->nbufs; i++) {
         if (!pl->b[i].size)
             continue;
@@ -192,22 +218,191 @@ static reel_status reel_pl_pairs(reel_pl *pl, reel_pl_pair **out, size_t *count)
             if (!pl->b[j].size)
                 continue;
             int r = reel_pl_relation(pl, i, j);
-            if (r == REL_FREE)
-                continue;
-            if (n == cap) {
-                reel_pl_pair *nv = reel_hrealloc(v, 2 * cap * sizeof *v);
-                if (!nv) {
-                    reel_hfree(v);
-                    return REEL_E_OOM;
-                }
-                v = nv;
-                cap *= 2;
-            }
-            v[n++] = (reel_pl_pair){ i, j, (unsigned char)r };
+            if (r != REL_FREE)
+                REEL_TRY(reel_pl_push(o, i, j, r));
         }
     }
-    *out = v;
-    *count = n;
+    return REEL_OK;
+}
+
+static int reel_pl_pair_cmp(const void *pa, const void *pb)
+{
+    const reel_pl_pair *a = pa, *b = pb;
+    if (a->i != b->i)
+        return a->i < b->i ? -1 : 1;
+    return a->j < b->j ? -1 : a->j > b->j ? 1 : 0;
+}
+
+/* Placed buffers sorted by key (counting sort over 0..n, stable in index
+ * order); returns how many. */
+static int reel_pl_sort_by(const reel_pl *pl, const int *key, int n, int *cnt, int *out)
+{
+    int nb = pl->p->nbufs, m = 0;
+    memset(cnt, 0, ((size_t)n + 2) * sizeof *cnt);
+    for (int i = 0; i < nb; i++)
+        if (pl->b[i].size && key[i] <= n) {
+            cnt[key[i] + 1]++;
+            m++;
+        }
+    reel_csr_offsets(cnt, n + 1);
+    for (int i = 0; i < nb; i++)
+        if (pl->b[i].size && key[i] <= n)
+            out[cnt[key[i]]++] = i;
+    return m;
+}
+
+/* Pairs whose schedule spans [first, last] intersect: never ordered, since
+ * happens-before implies schedule order. A sweep in order of first access
+ * over the buffers still live: each one scanned is either a pair or drops
+ * out, so the work is the output plus the buffers. */
+static reel_status reel_pl_pairs_overlap(const reel_pl *pl, const int *byfirst, int m, int *live,
+                                         reel_pl_pairs_out *o)
+{
+    int nlive = 0;
+    for (int k = 0; k < m; k++) {
+        int j = byfirst[k], keep = 0;
+        for (int q = 0; q < nlive; q++) {
+            int i = live[q];
+            if (pl->b[i].last < pl->b[j].first)
+                continue;
+            live[keep++] = i;
+            REEL_TRY(reel_pl_push(o, i < j ? i : j, i < j ? j : i, 0));
+        }
+        nlive = keep;
+        live[nlive++] = j;
+    }
+    return REEL_OK;
+}
+
+/* Per-buffer summaries over the forward clocks, [nbufs][S] each:
+ * after[a][t]: the first node of stream t that every access of a happens
+ * before (max over the accesses of their clocks); amin[b][t]: b's first
+ * access on stream t (n if none). Every access of a happens before every
+ * access of b exactly when amin[b][t] >= after[a][t] for every t. */
+static void reel_pl_summaries(const reel_pl *pl, int *after, int *amin)
+{
+    const reel_hb *hb = &pl->hb;
+    int S = hb->nstreams, n = hb->n;
+    for (int a = 0; a < pl->p->nbufs; a++) {
+        const reel_mem_buf *b = &pl->p->bufs[a];
+        int *af = after + (size_t)a * (size_t)S, *am = amin + (size_t)a * (size_t)S;
+        for (int t = 0; t < S; t++) {
+            af[t] = 0;
+            am[t] = n;
+        }
+        for (int k = 0; k < b->nacc; k++) {
+            int u = b->acc[k];
+            for (int t = 0; t < S; t++)
+                if (reel_hb_next(hb, u, t) > af[t])
+                    af[t] = reel_hb_next(hb, u, t);
+            if (u < am[hb->sid[u]])
+                am[hb->sid[u]] = u;
+        }
+    }
+}
+
+/* Pairs a before b in the schedule (last(a) < first(b)) that happens-before
+ * does not order: b has an access on some stream t before after[a][t]. Per
+ * stream, buffers by their first access on it; for a, the ones in
+ * (last(a), after[a][t]) are all unordered pairs or overlaps (found by the
+ * sweep), so the scan costs the output times the streams. A pair found on
+ * several streams is kept on the first. */
+static reel_status reel_pl_pairs_unordered(const reel_pl *pl, const int *after, const int *amin, int *cnt,
+                                           int *key, int *bys, int *bys0, reel_pl_pairs_out *o)
+{
+    int nb = pl->p->nbufs, S = pl->hb.nstreams, n = pl->hb.n;
+    for (int t = 0; t < S; t++) {
+        for (int i = 0; i < nb; i++)
+            key[i] = amin[(size_t)i * (size_t)S + (size_t)t];
+        int *list = bys + (size_t)t * (size_t)nb;
+        bys0[t] = reel_pl_sort_by(pl, key, n - 1, cnt, list);
+    }
+    for (int a = 0; a < nb; a++) {
+        const reel_pl_buf *ba = &pl->b[a];
+        const int *af = after + (size_t)a * (size_t)S;
+        if (!ba->size)
+            continue;
+        for (int t = 0; t < S; t++) {
+            const int *list = bys + (size_t)t * (size_t)nb;
+            int lo = 0, hi = bys0[t];
+            while (lo < hi) {       /* the first with amin[.][t] > last(a) */
+                int mid = lo + (hi - lo) / 2;
+                if (amin[(size_t)list[mid] * (size_t)S + (size_t)t] > ba->last)
+                    hi = mid;
+                else
+                    lo = mid + 1;
+            }
+            for (int k = lo; k < bys0[t]; k++) {
+                int b = list[k];
+                const int *bm = amin + (size_t)b * (size_t)S;
+                if (bm[t] >= af[t])
+                    break;
+                if (pl->b[b].first <= ba->last)
+                    continue;       /* spans intersect: the sweep has it */
+                bool earlier = false;
+                for (int u = 0; u < t && !earlier; u++)
+                    earlier = bm[u] < af[u];
+                if (!earlier)
+                    REEL_TRY(reel_pl_push(o, a < b ? a : b, a < b ? b : a, 0));
+            }
+        }
+    }
+    return REEL_OK;
+}
+
+/* Every pair of placed buffers that is not ordered either way, in (i, j)
+ * order with its relation, without looking at the pairs that are: the spans
+ * that intersect, then those apart in the schedule but not ordered. */
+static reel_status reel_pl_pairs_fast(const reel_pl *pl, reel_pl_pairs_out *o)
+{
+    int nb = pl->p->nbufs, S = pl->hb.nstreams, n = pl->hb.n;
+    size_t cells = (size_t)nb * (size_t)S + 1;
+    reel_status st = REEL_E_OOM;
+    int *cnt = reel_halloc(((size_t)n + 3) * sizeof *cnt);
+    int *key = reel_halloc(((size_t)nb + 1) * sizeof *key);
+    int *order = reel_halloc(((size_t)nb + 1) * sizeof *order);
+    int *live = reel_halloc(((size_t)nb + 1) * sizeof *live);
+    int *after = reel_halloc(cells * sizeof *after);
+    int *amin = reel_halloc(cells * sizeof *amin);
+    int *bys = reel_halloc(cells * sizeof *bys);
+    int *bys0 = reel_halloc(((size_t)S + 1) * sizeof *bys0);
+    if (!cnt || !key || !order || !live || !after || !amin || !bys || !bys0)
+        goto done;
+    for (int i = 0; i < nb; i++)
+        key[i] = pl->b[i].first;
+    int m = reel_pl_sort_by(pl, key, n - 1, cnt, order);
+    st = reel_pl_pairs_overlap(pl, order, m, live, o);
+    if (st != REEL_OK)
+        goto done;
+    reel_pl_summaries(pl, after, amin);
+    st = reel_pl_pairs_unordered(pl, after, amin, cnt, key, bys, bys0, o);
+    if (st != REEL_OK)
+        goto done;
+    qsort(o->v, o->n, sizeof *o->v, reel_pl_pair_cmp);
+    for (size_t k = 0; k < o->n; k++)
+        o->v[k].rel = (unsigned char)reel_pl_relation_unordered(pl, o->v[k].i, o->v[k].j);
+done:
+    reel_hfree(cnt);
+    reel_hfree(key);
+    reel_hfree(order);
+    reel_hfree(live);
+    reel_hfree(after);
+    reel_hfree(amin);
+    reel_hfree(bys);
+    reel_hfree(bys0);
+    return st;
+}
+
+static reel_status reel_pl_pairs(const reel_pl *pl, reel_pl_pair **out, size_t *count)
+{
+    reel_pl_pairs_out o = { 0 };
+    reel_status st = pl->p->exhaustive ? reel_pl_pairs_all(pl, &o) : reel_pl_pairs_fast(pl, &o);
+    if (st != REEL_OK) {
+        reel_hfree(o.v);
+        return st;
+    }
+    *out = o.v;
+    *count = o.n;
     return REEL_OK;
 }
 
@@ -216,6 +411,7 @@ static reel_status reel_pl_graph(reel_pl *pl)
     reel_pl_pair *pairs = NULL;
     size_t np = 0;
     REEL_TRY(reel_pl_pairs(pl, &pairs, &np));
+    pl->npairs = np;
     int nb = pl->p->nbufs;
     int *cur = reel_hcalloc((size_t)nb + 2, sizeof *cur);
     pl->nb = reel_halloc((2 * np + 1) * sizeof *pl->nb);
@@ -699,6 +895,7 @@ done:
     return peak;
 }
 
+/* The reference node bound: at each node, every buffer scanned. */
 static size_t reel_pl_node_demand(const reel_mem_problem *p, const reel_hb *hb, int v, bool *taken)
 {
     size_t sum = 0;
@@ -723,6 +920,82 @@ static size_t reel_pl_node_demand(const reel_mem_problem *p, const reel_hb *hb, 
     return sum;
 }
 
+static size_t reel_pl_node_bound_all(const reel_mem_problem *p, const reel_hb *hb)
+{
+    bool *taken = reel_hcalloc((size_t)p->nbufs + 1, sizeof *taken);
+    size_t peak = 0;
+    for (int v = 0; taken && v < p->nnodes; v++) {
+        size_t d = reel_pl_node_demand(p, hb, v, taken);
+        peak = d > peak ? d : peak;
+    }
+    reel_hfree(taken);
+    return peak;
+}
+
+/* The same sums in one pass: the bytes live at node v as a running sum
+ * (added at the first access, removed after the last), then the in-place
+ * pairs of the buffers produced at v, in index order as the reference takes
+ * them. 0 when out of memory, as the reference. */
+static size_t reel_pl_node_bound_fast(const reel_mem_problem *p, const reel_hb *hb)
+{
+    int n = p->nnodes, nb = p->nbufs;
+    size_t *add = reel_hcalloc((size_t)n + 1, sizeof *add);
+    size_t *sub = reel_hcalloc((size_t)n + 1, sizeof *sub);
+    int *start = reel_hcalloc((size_t)n + 2, sizeof *start);
+    int *prod = reel_halloc(((size_t)nb + 1) * sizeof *prod);
+    int *idx = reel_halloc(((size_t)nb + 1) * sizeof *idx);
+    int *byprod = reel_halloc(((size_t)nb + 1) * sizeof *byprod);
+    bool *taken = reel_hcalloc((size_t)nb + 1, sizeof *taken);
+    size_t live = 0, peak = 0;
+    if (!add || !sub || !start || !prod || !idx || !byprod || !taken)
+        goto done;
+    for (int i = 0; i < nb; i++) {
+        const reel_mem_buf *b = &p->bufs[i];
+        size_t sz = reel_mem_align_size(b->size, p->alignment);
+        add[b->acc[0]] += sz;
+        sub[reel_pl_last(b)] += sz;
+        prod[i] = b->acc[0];
+        idx[i] = i;
+    }
+    reel_csr_count(start, prod, nb);
+    reel_csr_offsets(start, n);
+    reel_csr_place(start, prod, idx, nb, byprod);
+    reel_csr_restore(start, n);
+    for (int v = 0; v < n; v++) {
+        live += add[v];
+        size_t sum = live;
+        for (int k = start[v]; k < start[v + 1]; k++) {
+            const reel_mem_buf *d = &p->bufs[byprod[k]];
+            int s = d->inplace_src;
+            if (s < 0 || taken[s])
+                continue;
+            int ok = reel_mem_inplace_ok(hb, &p->bufs[s], d);
+            if (ok == 1 || (ok == 0 && p->allow_new_edges)) {
+                size_t a = reel_mem_align_size(d->size, p->alignment);
+                size_t c = reel_mem_align_size(p->bufs[s].size, p->alignment);
+                sum -= a < c ? a : c;
+                taken[s] = true;
+            }
+        }
+        peak = sum > peak ? sum : peak;
+        live -= sub[v];
+    }
+done:
+    reel_hfree(add);
+    reel_hfree(sub);
+    reel_hfree(start);
+    reel_hfree(prod);
+    reel_hfree(idx);
+    reel_hfree(byprod);
+    reel_hfree(taken);
+    return peak;
+}
+
+static size_t reel_pl_node_bound(const reel_mem_problem *p, const reel_hb *hb)
+{
+    return p->exhaustive ? reel_pl_node_bound_all(p, hb) : reel_pl_node_bound_fast(p, hb);
+}
+
 size_t reel_mem_node_bound(const reel_mem_problem *p)
 {
     if (!p || reel_pl_check(p) != REEL_OK)
@@ -730,13 +1003,7 @@ size_t reel_mem_node_bound(const reel_mem_problem *p)
     reel_hb hb;
     if (reel_hb_build(&hb, p->nnodes, p->stream, p->nedges, p->edge_from, p->edge_to, 0, NULL, NULL))
         return 0;
-    bool *taken = reel_hcalloc((size_t)p->nbufs + 1, sizeof *taken);
-    size_t peak = 0;
-    for (int v = 0; taken && v < p->nnodes; v++) {
-        size_t d = reel_pl_node_demand(p, &hb, v, taken);
-        peak = d > peak ? d : peak;
-    }
-    reel_hfree(taken);
+    size_t peak = reel_pl_node_bound(p, &hb);
     reel_hb_free(&hb);
     return peak;
 }
@@ -788,10 +1055,13 @@ reel_status reel_mem_plan_compute(const reel_mem_problem *p, reel_mem_plan *out)
     REEL_TRY(reel_pl_check(p));
     reel_pl pl;
     reel_pl_run best = { 0 };
-    size_t lb = reel_mem_lower_bound(p), nbound = reel_mem_node_bound(p);
+    size_t lb = reel_mem_lower_bound(p), nbound = 0;
     reel_status st = reel_pl_init(&pl, p);
-    if (st == REEL_OK)
+    if (st == REEL_OK) {
+        nbound = reel_pl_node_bound(p, &pl.hb);
         st = reel_pl_search(&pl, lb > nbound ? lb : nbound, &best);
+    }
+    size_t npairs = pl.npairs;
     reel_pl_fini(&pl);
     if (st != REEL_OK)
         return st;
@@ -799,10 +1069,53 @@ reel_status reel_mem_plan_compute(const reel_mem_problem *p, reel_mem_plan *out)
     out->offsets = best.off;
     out->arena = best.arena;
     out->lower_bound = lb;
+    out->node_bound = nbound;
+    out->nconflicts = npairs;
     out->nnew_edges = best.ne;
     out->new_from = best.from;
     out->new_to = best.to;
     return REEL_OK;
+}
+
+reel_status reel_mem_conflicts(const reel_mem_problem *p, int **pi, int **pj, unsigned char **rel, size_t *n)
+{
+    if (!p || !pi || !pj || !rel || !n)
+        return REEL_E_INVALID_ARG;
+    *pi = *pj = NULL;
+    *rel = NULL;
+    *n = 0;
+    REEL_TRY(reel_pl_check(p));
+    reel_pl pl;
+    reel_status st = reel_pl_init(&pl, p);
+    if (st == REEL_OK) {
+        /* the CSR lists every pair twice: keep each from its smaller end */
+        size_t np = pl.npairs, k = 0;
+        *pi = reel_halloc((np + 1) * sizeof **pi);
+        *pj = reel_halloc((np + 1) * sizeof **pj);
+        *rel = reel_halloc(np + 1);
+        if (!*pi || !*pj || !*rel)
+            st = REEL_E_OOM;
+        for (int i = 0; st == REEL_OK && i < p->nbufs; i++)
+            for (int q = 0; q < pl.b[i].nnb; q++) {
+                const reel_pl_nb *nb = &pl.nb[pl.b[i].nb0 + q];
+                if (nb->other <= i)
+                    continue;
+                (*pi)[k] = i;
+                (*pj)[k] = nb->other;
+                (*rel)[k++] = nb->rel;
+            }
+        *n = k;
+    }
+    reel_pl_fini(&pl);
+    if (st != REEL_OK) {
+        reel_hfree(*pi);
+        reel_hfree(*pj);
+        reel_hfree(*rel);
+        *pi = *pj = NULL;
+        *rel = NULL;
+        *n = 0;
+    }
+    return st;
 }
 
 void reel_mem_plan_free(reel_mem_plan *plan)

@@ -29,6 +29,9 @@ typedef struct reel_mem_problem {
     const reel_mem_buf *bufs;
     size_t alignment;           /* offsets are multiples of this (power of two) */
     bool allow_new_edges;       /* may add cross-stream edges to enable reuse */
+    bool exhaustive;            /* the reference: every pair of buffers and, per
+                                   node, every buffer is looked at (quadratic;
+                                   tests check the plan is the same without) */
 } reel_mem_problem;
 
 typedef struct reel_mem_plan {
@@ -36,6 +39,9 @@ typedef struct reel_mem_plan {
     size_t arena;               /* bytes of the arena */
     size_t lower_bound;         /* peak over points between consecutive
                                    nodes of bytes produced before and needed after */
+    size_t node_bound;          /* reel_mem_node_bound of the problem */
+    size_t nconflicts;          /* pairs of buffers not ordered either way (the
+                                   conflict graph the placement works on) */
     int nnew_edges;             /* edges the executor must add: record an event
                                    after new_from, wait on it before new_to */
     int *new_from, *new_to;

@@ -17,4 +17,11 @@ int reel_mem_inplace_ok(const reel_hb *hb, const reel_mem_buf *src, const reel_m
  * rounded up to the alignment since every offset is a multiple of it. */
 size_t reel_mem_lower_bound(const reel_mem_problem *p);
 
+/* The planner's conflict graph: every pair (i < j) of buffers with bytes
+ * that are not ordered either way, in (i, j) order, with its relation
+ * (rel[k]: 1 the pair may share bytes through new edges, 2 never, 3 in
+ * place, 4 in place through new edges). p->exhaustive picks the all-pairs
+ * reference over the sweep. Arrays owned by the caller (reel_hfree). */
+reel_status reel_mem_conflicts(const reel_mem_problem *p, int **pi, int **pj, unsigned char **rel, size_t *n);
+
 #endif

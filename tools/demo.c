@@ -193,6 +193,31 @@ static reel_status fail(run *u, reel_status st, const char *what)
     return st;
 }
 
+/* The host backend runs every kernel on the CPU, and a step at a bucket
+ * pads to all of its rows: the compile's warm-up runs the largest bucket
+ * once, and every step that lands in it runs it again. Past this much work
+ * a step takes minutes, so the demo refuses the configuration up front with
+ * the figures instead of compiling in silence (docs/decisions.md). */
+#define DEMO_HOST_STEP_FLOP_MAX 2e11
+
+static bool host_work_refused(run *u)
+{
+    int pp = u->pp > 1 ? u->pp : 1;
+    model_config stage = u->m;
+    stage.layers = (u->m.layers + pp - 1) / pp; /* stages run side by side */
+    double per_token = model_flop_per_token(&stage), work = per_token * largest_bucket(u->o);
+    if (work <= DEMO_HOST_STEP_FLOP_MAX) return false;
+    u->r->status = REEL_E_INVALID_ARG;
+    snprintf(u->r->error, sizeof u->r->error,
+             "the largest bucket (%d tokens) makes the host backend's warm-up at compile, and every step in that "
+             "bucket, a CPU pass of %.2g flop through the matmuls (%.3g Mflop a token, minutes or more); the host "
+             "backend takes at most %.3g flop a step, a largest bucket of %lld tokens for this model: give smaller "
+             "--buckets, or run on a GPU (--backend cuda)",
+             largest_bucket(u->o), work, per_token / 1e6, DEMO_HOST_STEP_FLOP_MAX,
+             (long long)(DEMO_HOST_STEP_FLOP_MAX / per_token));
+    return true;
+}
+
 static reel_status fail_step(run *u, reel_status st)
 {
     const serve_batch *b = &u->s.b;
@@ -408,6 +433,7 @@ static reel_status setup(run *u)
         if (st != REEL_OK) return fail(u, st, "opening the checkpoint");
     }
     u->m = m;
+    if (u->r->backend == REEL_BACKEND_HOST && host_work_refused(u)) return REEL_E_INVALID_ARG;
     u->r->model = m;
     if (u->pp > 1) return pp_setup(u, &co);
     reel_graph *g = NULL;

@@ -368,13 +368,25 @@ int inspect_write_svg(reel_plan *p, FILE *f)
 
 typedef struct inspect_args {
     const char *dot, *svg;
-    bool json;
+    bool json, verbose;
+    double t0;                  /* when the context was created (--verbose) */
     int failed;                 /* a file could not be written */
     volatile sig_atomic_t stop; /* set once the plan is seen: no step runs */
     reel_backend_kind backend;  /* the context's, once created */
 } inspect_args;
 
-static void on_ctx(void *arg, reel_ctx *ctx) { ((inspect_args *)arg)->backend = reel_ctx_backend(ctx); }
+static void inspect_log(void *user, reel_log_level level, const char *msg)
+{
+    obs_print_log(((inspect_args *)user)->t0, level, msg);
+}
+
+static void on_ctx(void *arg, reel_ctx *ctx)
+{
+    inspect_args *a = arg;
+    a->backend = reel_ctx_backend(ctx);
+    a->t0 = obs_mono_s();
+    if (a->verbose) reel_set_log_hook(ctx, inspect_log, a, REEL_LOG_INFO);
+}
 
 static int write_file(const char *path, int (*fn)(reel_plan *, FILE *), reel_plan *p)
 {
@@ -423,6 +435,8 @@ void inspect_usage(FILE *f)
           "  --svg FILE   the memory plan as SVG: activations as boxes on a schedule x\n"
           "               arena-offset plane, one panel per bucket, the bounds as lines\n"
           "  --json       the plan as one JSON object instead of the tables\n"
+          "  -v, --verbose  the library's log on stderr: compile phases, each bucket's memory\n"
+          "               plan, the warm-up and each capture, with times\n"
           "Exit status: 0 done, 1 the library failed or a file could not be written, 2 usage.\n\n",
           f);
     demo_usage(f);
@@ -449,6 +463,8 @@ int cmd_inspect(int argc, char **argv)
             a.svg = argv[i] + 6;
         } else if (strcmp(argv[i], "--json") == 0) {
             a.json = true;
+        } else if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0) {
+            a.verbose = true;
         } else {
             rest[nr++] = argv[i];
         }

@@ -8,6 +8,13 @@
 
 int model_head_dim(const model_config *c) { return c->head_dim > 0 ? c->head_dim : c->hidden / c->heads; }
 
+double model_flop_per_token(const model_config *c)
+{
+    double h = c->hidden, kv = (double)c->kv_heads * model_head_dim(c), f = c->ffn;
+    double layer = h * h + 2.0 * h * kv + h * h + h * 2.0 * f + f * h;
+    return 2.0 * ((double)c->layers * layer + h * c->vocab);
+}
+
 int model_config_resolve(model_config *c, char *err, size_t err_len)
 {
     if (c->kv_heads == 0) c->kv_heads = c->heads;

@@ -59,6 +59,10 @@ typedef struct model_config {
  * on failure writes a message naming the option into err. */
 int model_config_resolve(model_config *c, char *err, size_t err_len);
 int model_head_dim(const model_config *c);
+/* Multiply-adds times two (flop) of one token through the model's matmuls:
+ * the q/k/v, o, gate_up and down projections of each layer, and the lm head.
+ * Attention over the context comes on top. For a resolved config. */
+double model_flop_per_token(const model_config *c);
 
 /* Declares the model into a new graph of ctx. On failure *out is NULL and
  * reel_ctx_last_error(ctx) says why. The caller owns the graph. */

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-static double mono_s(void)
+double obs_mono_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -40,6 +40,8 @@ int obs_take_args(int *argc, char **argv, obs_run *o, bool allow_files, const ch
         const char *v = NULL, *opt = argv[i];
         if (strcmp(opt, "--json") == 0) {
             o->json = true;
+        } else if (strcmp(opt, "--verbose") == 0 || strcmp(opt, "-v") == 0) {
+            o->verbose = true;
         } else if (allow_files && ((v = opt_value(*argc, argv, &i, "--trace", &bad)) || bad)) {
             o->trace_path = v;
         } else if (allow_files && ((v = opt_value(*argc, argv, &i, "--steps-csv", &bad)) || bad)) {
@@ -67,11 +69,26 @@ typedef struct obs_state {
 
 static obs_state the_state; /* one run per process: the command line's */
 
+void obs_print_log(double t0, reel_log_level level, const char *msg)
+{
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    const char *name = level >= REEL_LOG_DEBUG && level <= REEL_LOG_ERROR ? names[level] : "?";
+    fprintf(stderr, "reel: %8.3f s %s: %s\n", obs_mono_s() - t0, name, msg);
+}
+
+static void obs_log_hook(void *user, reel_log_level level, const char *msg)
+{
+    obs_state *s = user;
+    if (s->o->verbose && level >= REEL_LOG_INFO) obs_print_log(s->t_ctx, level, msg);
+    if (s->o->trace) trace_log_hook(s->o->trace, level, msg);
+}
+
 static void on_ctx(void *arg, reel_ctx *ctx)
 {
     obs_state *s = arg;
-    s->t_ctx = mono_s();
-    if (s->o->trace) reel_set_log_hook(ctx, trace_log_hook, s->o->trace, REEL_LOG_DEBUG);
+    s->t_ctx = obs_mono_s();
+    if (s->o->trace || s->o->verbose)
+        reel_set_log_hook(ctx, obs_log_hook, s, s->o->trace ? REEL_LOG_DEBUG : REEL_LOG_INFO);
 }
 
 static void on_plan(void *arg, reel_plan *p)
@@ -83,7 +100,7 @@ static void on_plan(void *arg, reel_plan *p)
         s->o->have_mem = true;
     }
     if (s->o->trace) {
-        trace_compile(s->o->trace, s->t_ctx, mono_s());
+        trace_compile(s->o->trace, s->t_ctx, obs_mono_s());
         trace_plan(s->o->trace, p);
     }
 }
@@ -101,7 +118,7 @@ static void on_step(void *arg, reel_plan *p, const demo_step_rec *r)
 
 int obs_begin(obs_run *o, demo_observer *ob)
 {
-    the_state = (obs_state){.o = o, .t_ctx = mono_s()};
+    the_state = (obs_state){.o = o, .t_ctx = obs_mono_s()};
     *ob = (demo_observer){on_ctx, on_plan, on_step, &the_state};
     if (o->csv_path) {
         o->csv = fopen(o->csv_path, "w");
@@ -240,7 +257,9 @@ void obs_summary_json(json_w *w, const char *cmd, const demo_opts *d, const demo
 static void options_usage(FILE *f, bool files)
 {
     fputs("observability:\n"
-          "  --json             the summary as one JSON object on stdout (instead of the text)\n",
+          "  --json             the summary as one JSON object on stdout (instead of the text)\n"
+          "  -v, --verbose      the library's log on stderr as it comes: compile phases, each\n"
+          "                     bucket's memory plan, the warm-up and each capture, with times\n",
           f);
     if (files)
         fputs("  --steps-csv FILE   one CSV line per step (tokens, sequences, replay or eager and why,\n"
@@ -324,7 +343,7 @@ int cmd_demo_observed(int argc, char **argv)
         return DEMO_EXIT_OK;
     }
     if (obs_take_args(&argc, argv, &o, true, "demo", stderr) < 0) return DEMO_EXIT_USAGE;
-    if (!o.json && !o.trace_path && !o.csv_path) return cmd_demo(argc, argv);
+    if (!o.json && !o.verbose && !o.trace_path && !o.csv_path) return cmd_demo(argc, argv);
     return run_observed("demo", argc, argv, &o, false);
 }
 
@@ -336,7 +355,7 @@ int cmd_check_observed(int argc, char **argv)
         return DEMO_EXIT_OK;
     }
     if (obs_take_args(&argc, argv, &o, false, "check", stderr) < 0) return DEMO_EXIT_USAGE;
-    if (!o.json) return cmd_check(argc, argv);
+    if (!o.json && !o.verbose) return cmd_check(argc, argv);
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--table") == 0 || strncmp(argv[i], "--table=", 8) == 0) {
             fprintf(stderr, "reel check: --json gives the buckets' figures; use `reel inspect --json` for "

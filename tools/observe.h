@@ -16,6 +16,7 @@
 typedef struct obs_run {
     const char *trace_path, *csv_path; /* NULL: none */
     bool json;
+    bool verbose;                      /* --verbose: the library's log lines (INFO and up) on stderr */
     FILE *csv, *trace_file;            /* opened before the run: a bad path fails at once */
     struct trace *trace;               /* trace.c */
     reel_plan_memory mem;              /* taken at compile, before any step */
@@ -23,9 +24,10 @@ typedef struct obs_run {
     char error[256];                   /* an observer's own failure (a file) */
 } obs_run;
 
-/* Takes --json, --trace FILE and --steps-csv FILE (also --opt=VALUE) out of
- * argv, compacting it; returns the new argc, or -1 after printing a usage
- * error to err. allow_files false: only --json is taken. */
+/* Takes --json, --verbose, --trace FILE and --steps-csv FILE (also
+ * --opt=VALUE) out of argv, compacting it; returns the new argc, or -1 after
+ * printing a usage error to err. allow_files false: only --json and
+ * --verbose are taken. */
 int obs_take_args(int *argc, char **argv, obs_run *o, bool allow_files, const char *cmd, FILE *err);
 /* Opens the files and fills ob (ob->arg = o); 0, or -1 with o->error. */
 int obs_begin(obs_run *o, demo_observer *ob);
@@ -40,6 +42,9 @@ void obs_summary_json(json_w *w, const char *cmd, const demo_opts *d, const demo
 struct trace *trace_create(void);
 void trace_destroy(struct trace *t);
 void trace_log_hook(void *user, reel_log_level level, const char *msg); /* user: the trace */
+/* --verbose: one line on stderr per log event, seconds since t0 (mono_s) first. */
+void obs_print_log(double t0, reel_log_level level, const char *msg);
+double obs_mono_s(void);
 void trace_compile(struct trace *t, double start_s, double end_s);
 void trace_plan(struct trace *t, reel_plan *p); /* starts op spans where the backend has them */
 void trace_step(struct trace *t, reel_plan *p, const demo_step_rec *s);

@@ -407,7 +407,10 @@ reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_plac
  * caller's struct has, so fields are only ever appended. */
 
 /* The library never prints. A log hook gets a few events worth a line:
- * each bucket captured (INFO) or failed (WARN) at compile, each eager step
+ * at compile, each phase as it ends (INFO: kernels chosen, parameters and
+ * states allocated, each bucket laid out with its arena; DEBUG: the memory
+ * planner's figures per bucket), the warm-up announced before it runs and
+ * when done, each bucket captured (INFO) or failed (WARN); each eager step
  * and its reason (DEBUG), each graph updated or re-instantiated by
  * reel_plan_bind_state (INFO). Called on the thread making the reel call,
  * never from a stream's worker; msg is valid during the call only. */

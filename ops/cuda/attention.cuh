@@ -182,6 +182,9 @@ cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn
                                bool skip_runs, bool inblock, bool pdl);
 bool attn_decode_mma_supports(reel_dtype dt, int64_t dh);
 int attn_decode_mma_group(void);
+/* Floats of the tensor-core decode's dynamic shared memory (the in-block
+ * combine stages a group's partials there). */
+int64_t attn_decode_mma_smem_floats(int64_t dh);
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
                                    bool skip_runs, bool inblock, bool pdl);
 bool attn_prefill_supports(reel_dtype dt, int64_t dh);

@@ -328,7 +328,8 @@ bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nc
         return false;
     int64_t G = attn_decode_mma_group(), nh = g.group < G ? g.group : G;
     int64_t groups = g.hkv * ((g.group + G - 1) / G);
-    return rows * groups <= attn_ws_slot_floats(g) && nh * g.dh * nchunks <= 16384;
+    return rows * groups <= attn_ws_slot_floats(g) &&
+           nh * g.dh * nchunks + nh * nchunks + G <= attn_decode_mma_smem_floats(g.dh);
 }
 
 template <typename T>

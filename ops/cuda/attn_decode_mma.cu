@@ -61,38 +61,41 @@ __device__ __noinline__ void dm_arrive_and_combine(const float *ws, uint32_t *cn
     __threadfence();
     const int64_t stride = attn_ws_slot_floats(g);
     const float *base = ws + t * nchunks * stride;
-    float *s_w = sm, *s_l = sm + nh * nact; /* [nh][nact] weights, [nh] sums (0: zeros) */
+    /* Every partial of the group into shared memory first, all loads in
+     * flight at once (attn_decode_inblock checked that they fit). */
+    const int np = nh * nact, nx = nh * DH;
+    float *s_w = sm, *s_l = sm + np, *s_o = sm + np + DM_ROWS; /* [nh][nact], [nh], [nact][nh * DH] */
+    for (int i = threadIdx.x; i < np; i += DM_THREADS)
+        s_w[i] = __ldcg(base + (i % nact) * stride + g.qrow + h0 + i / nact);
+    for (int i = threadIdx.x; i < nact * nx; i += DM_THREADS)
+        s_o[i] = __ldcg(base + (i / nx) * stride + h0 * DH + i % nx);
+    __syncthreads();
     if ((int)threadIdx.x < nh) {
-        const int r = threadIdx.x;
+        float *w = s_w + threadIdx.x * nact;
         float M = -INFINITY;
         bool bad = false;
         for (int c = 0; c < nact; c++) {
-            float x = __ldcg(base + c * stride + g.qrow + h0 + r);
-            if (__float_as_uint(x) == REEL_ATTN_BAD_LSE)
+            if (__float_as_uint(w[c]) == REEL_ATTN_BAD_LSE)
                 bad = true;
             else
-                M = fmaxf(M, x);
+                M = fmaxf(M, w[c]);
         }
         float L = 0.0f;
         for (int c = 0; c < nact; c++) {
-            float x = __ldcg(base + c * stride + g.qrow + h0 + r);
-            float w = bad || x == -INFINITY ? 0.0f : exp2f(x - M);
-            s_w[r * nact + c] = w;
-            L += w;
+            w[c] = bad || w[c] == -INFINITY ? 0.0f : exp2f(w[c] - M);
+            L += w[c];
         }
-        s_l[r] = bad ? 0.0f : L;
+        s_l[threadIdx.x] = bad ? 0.0f : L;
     }
     __syncthreads();
-    for (int x = threadIdx.x; x < nh * DH; x += DM_THREADS) {
-        const int r = x / DH, d = x % DH;
+    for (int x = threadIdx.x; x < nx; x += DM_THREADS) {
+        const int r = x / DH;
         const float L = s_l[r];
         float o = 0.0f;
         if (L != 0.0f) {
-            const float *ob = base + (h0 + r) * DH + d;
             const float *w = s_w + r * nact;
-#pragma unroll 4
             for (int c = 0; c < nact; c++)
-                o = fmaf(w[c], __ldcg(ob + c * stride), o);
+                o = fmaf(w[c], s_o[c * nx + x], o);
             o /= L;
         }
         orow[x] = from_f<T>(o);
@@ -329,6 +332,11 @@ bool attn_decode_mma_supports(reel_dtype dt, int64_t dh)
 int attn_decode_mma_group(void)
 {
     return DM_ROWS;
+}
+
+int64_t attn_decode_mma_smem_floats(int64_t dh)
+{
+    return (int64_t)(dh == 64 ? dm_smem<__half, 64>() : dm_smem<__half, 128>()) / (int64_t)sizeof(float);
 }
 
 /* The shared-memory opt-in past 48 KB, once per kernel, at its first launch

@@ -226,3 +226,33 @@ Test(builder, accepts_a_null_graph_without_crashing)
     cr_assert_null(g2);
     reel_graph_destroy(NULL);
 }
+
+Test(builder, keeps_leaf_names_unique_over_thousands_of_leaves_and_renames)
+{
+    char name[32];
+    reel_tensor w[3000];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(name, sizeof name, "w%d", i);
+        w[i] = reel_param(g, name, REEL_F32, 1, D(4));
+        cr_assert_neq(w[i].id, 0, "%s: %s", name, reel_ctx_last_error(ctx));
+    }
+    cr_assert_eq(reel_set_name(g, w[10], "renamed"), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(reel_set_name(g, w[10], "renamed"), REEL_OK, "a leaf may keep its own name");
+    reel_tensor again = reel_param(g, "w10", REEL_F32, 1, D(4)); /* the old name is free */
+    cr_assert_neq(again.id, 0, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(reel_graph_status(g), REEL_OK);
+    reel_tensor dup = reel_state(g, "renamed", REEL_F32, 1, D(4));
+    cr_assert_eq(dup.id, 0);
+    cr_assert(strstr(reel_ctx_last_error(ctx), "'renamed': the name is taken by parameter 'renamed'") != NULL, "%s",
+              reel_ctx_last_error(ctx));
+}
+
+Test(builder, refuses_renaming_a_leaf_to_a_name_another_leaf_has)
+{
+    reel_tensor a = reel_param(g, "a", REEL_F32, 1, D(4));
+    reel_input(g, "b", REEL_F32, 1, D(T));
+    cr_assert_eq(reel_set_name(g, a, "c"), REEL_OK);
+    cr_assert_eq(reel_set_name(g, a, "a"), REEL_OK, "back to its first name");
+    cr_assert_eq(reel_set_name(g, a, "b"), REEL_E_INVALID_ARG);
+    cr_assert(strstr(reel_ctx_last_error(ctx), "taken by input 'b'") != NULL, "%s", reel_ctx_last_error(ctx));
+}

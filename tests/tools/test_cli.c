@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/tools/small.h"
@@ -321,6 +322,42 @@ Test(cli, version_costs_almost_nothing_even_in_a_cuda_build)
     cr_assert_eq(wait4(pid, &w, 0, &ru), pid);
     cr_expect(WIFEXITED(w) && WEXITSTATUS(w) == 0);
     cr_expect_lt(ru.ru_maxrss, 48L * 1024, "reel --version peaked at %ld KiB", ru.ru_maxrss);
+}
+
+Test(cli, a_host_bucket_of_a_million_tokens_is_refused_at_once_with_the_figures)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = reel_run("demo --buckets 1048576 --backend host --steps 1", out, sizeof out);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    cr_expect_eq(rc, 2, "exit %d:\n%s", rc, out);
+    cr_expect_lt(s, 20.0, "took %.1f s (it compiled for minutes before)", s);
+    cr_expect(strstr(out, "largest bucket (1048576 tokens)") != NULL, "%s", out);
+    cr_expect(strstr(out, "--buckets") != NULL && strstr(out, "--backend cuda") != NULL, "%s", out);
+    rc = reel_run("inspect --buckets 1048576 --backend host", out, sizeof out);
+    cr_expect_neq(rc, 0, "inspect compiled it:\n%s", out);
+    cr_expect(strstr(out, "largest bucket (1048576 tokens)") != NULL, "%s", out);
+}
+
+Test(cli, verbose_prints_the_compile_phases_and_quiet_runs_print_none)
+{
+    int rc = reel_run("demo " SMALL_ARGS " --quiet --steps 2 --verbose", out, sizeof out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+    const char *want[] = {"info: compile: bucket 0 (1 tokens) laid out", "info: capture: warm-up, one eager run",
+                          "info: capture: bucket 4 (16 tokens) captured", "steps"};
+    const char *at = out;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *f = strstr(at, want[i]);
+        cr_expect(f != NULL, "no '%s' (in order) in:\n%s", want[i], out);
+        if (f) at = f;
+    }
+    rc = reel_run("demo " SMALL_ARGS " --quiet --steps 2", out, sizeof out);
+    cr_assert_eq(rc, 0);
+    cr_expect(strstr(out, "info:") == NULL, "the library printed without --verbose:\n%s", out);
+    rc = reel_run("inspect " SMALL_ARGS " -v", out, sizeof out);
+    cr_assert_eq(rc, 0, "exit %d:\n%s", rc, out);
+    cr_expect(strstr(out, "info: compile: bucket 4 (16 tokens) laid out") != NULL, "%s", out);
 }
 
 Test(cli, a_strict_refusal_of_one_sequence_says_sequence)
