@@ -8,12 +8,13 @@ ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 20
 DEMO_ARGS ?=
+SOAK_ARGS ?=
 MESON_ARGS ?=
-ASAN_MESON_ARGS := -Db_sanitize=address,undefined -Dallocator=system -Dcuda=disabled
+ASAN_MESON_ARGS := -Db_sanitize=address,undefined -Dallocator=system -Dcuda=disabled -Dfault_injection=true
 # nvcc lives here on CUDA machines; meson's auto-detected CUDA support needs it on PATH.
 export PATH := $(if $(wildcard /usr/local/cuda/bin),/usr/local/cuda/bin:)$(PATH)
 
-.PHONY: all deps build build-asan demo test test-normal test-asan test-fuzz clean
+.PHONY: all deps build build-asan demo test test-normal test-asan test-fuzz test-fault soak clean
 
 all: build
 
@@ -40,6 +41,9 @@ build:
 
 build-asan:
 	$(call quiet_build,$(ASAN_BUILD),$(ASAN_MESON_ARGS) $(MESON_ARGS))
+	@grep -q 'REEL_FAULT_INJECTION 1' $(ASAN_BUILD)/reel_config.h || \
+	{ meson configure $(ASAN_BUILD) -Dfault_injection=true && ninja -C $(ASAN_BUILD); } >> $(ASAN_BUILD)/make.log 2>&1 \
+	|| { tail -n 40 $(ASAN_BUILD)/make.log >&2; exit 1; }
 
 demo: build
 	@$(BUILD)/tools/reel demo $(DEMO_ARGS)
@@ -62,6 +66,17 @@ test-asan: build-asan
 # skipped with a message where clang's fuzzer runtime is missing.
 test-fuzz:
 	@tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# The fault-injection walk alone (tests/fault; the ASan build has the option).
+test-fault: build-asan
+	@meson test -C $(ASAN_BUILD) --suite fault --print-errorlogs
+
+# Nightly, not CI: the demo serving loop for 100,000 steps on the host
+# backend with fallbacks mixed in; fails if resident memory grows after the
+# warm-up or a step falls back unexpectedly (bench/soak.c, docs/reliability.md).
+# On a GPU: make soak SOAK_ARGS="--backend cuda --model demo --steps 1000000".
+soak: build
+	@$(BUILD)/bench/bench_soak $(SOAK_ARGS)
 
 # Runs all three even when one fails, then prints one line over the suites.
 test:

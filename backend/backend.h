@@ -87,7 +87,16 @@ struct reel_backend {
     reel_err *err;          /* errors are reported here (the context's buffer) */
     reel_device_caps caps;
     void *impl;
+    /* The backend's own table when vt is a wrapper over it (a fault
+     * injection build: backend/fault.h), else NULL. */
+    const reel_backend_vt *base_vt;
 };
+
+/* The backend's own table, under any wrapper. */
+static inline const reel_backend_vt *reel_backend_own_vt(const reel_backend *be)
+{
+    return be->base_vt ? be->base_vt : be->vt;
+}
 
 /* Backend constructors. reel_cuda_backend_create returns REEL_E_UNSUPPORTED
  * when reel was built without CUDA or no device is visible. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/comm.h"
+#include "backend/fault.h"
 #include "backend/ctx.h"
 #include "core/opts.h"
 #include "reel_config.h"
@@ -105,9 +106,13 @@ reel_status reel_comm_create(reel_ctx *ctx, const reel_comm_id *id, int rank, in
                            "comm create: rank %d: the id is for %s communicators, the context is '%s'", rank,
                            id->bytes[4] == REEL_COMM_ID_NCCL ? "NCCL" : "host", reel_backend_name(ctx->kind));
     const unsigned char *payload = id->bytes + REEL_COMM_ID_HEAD;
-    if (want == REEL_COMM_ID_NCCL)
-        return reel_nccl_comm_create(ctx, payload, rank, nranks, timeout_ms, out);
-    return reel_host_comm_join(ctx, payload, rank, nranks, timeout_ms, out);
+    reel_status st = want == REEL_COMM_ID_NCCL ? reel_nccl_comm_create(ctx, payload, rank, nranks, timeout_ms, out)
+                                               : reel_host_comm_join(ctx, payload, rank, nranks, timeout_ms, out);
+#if REEL_FAULT_INJECTION
+    if (st == REEL_OK)
+        reel_fault_wrap_comm(*out);
+#endif
+    return st;
 }
 
 reel_status reel_comm_create_group(reel_ctx *const *ctxs, int n, const reel_comm_opts *opts, reel_comm **comms)
@@ -126,9 +131,13 @@ reel_status reel_comm_create_group(reel_ctx *const *ctxs, int n, const reel_comm
             return reel_seterr(&ctxs[r]->err, REEL_E_INVALID_ARG,
                                "comm create_group: rank %d's context is '%s', rank 0's '%s'", r,
                                reel_backend_name(ctxs[r]->kind), reel_backend_name(ctxs[0]->kind));
-    if (ctxs[0]->kind == REEL_BACKEND_CUDA)
-        return reel_nccl_comm_group(ctxs, n, timeout_ms, comms);
-    return reel_host_comm_group(ctxs, n, timeout_ms, comms);
+    reel_status st = ctxs[0]->kind == REEL_BACKEND_CUDA ? reel_nccl_comm_group(ctxs, n, timeout_ms, comms)
+                                                        : reel_host_comm_group(ctxs, n, timeout_ms, comms);
+#if REEL_FAULT_INJECTION
+    for (int r = 0; st == REEL_OK && r < n; r++)
+        reel_fault_wrap_comm(comms[r]);
+#endif
+    return st;
 }
 
 reel_status reel_comm_destroy(reel_comm *c)

@@ -66,6 +66,7 @@ struct reel_comm {
     int timeout_ms;        /* 0: none */
     int plans;             /* plans holding a reference (atomic) */
     void *impl;
+    const reel_comm_vt *base_vt; /* its own table when vt wraps it (backend/fault.h), else NULL */
 };
 
 /* Plans hold a reference: reel_comm_destroy refuses while any is held. */

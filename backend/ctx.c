@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/fault.h"
 #include "core/halloc.h"
 #include "core/opts.h"
 
@@ -100,6 +101,9 @@ reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out)
         reel_hfree(ctx);
         return reel_seterr(NULL, st, "%s", msg[0] ? msg : "context: the backend could not be created");
     }
+#if REEL_FAULT_INJECTION
+    reel_fault_wrap_backend(ctx->be);
+#endif
     *out = ctx;
     return REEL_OK;
 }

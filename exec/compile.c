@@ -228,9 +228,20 @@ static reel_status build_buckets(reel_plan *p)
         p->st.bucket_node_bound[b] = p->bucket[b].node_bound;
     }
     p->stat_bytes = p->bucket[0].stat_bytes;
-    REEL_TRY(vt->dev_alloc(p->be, p->arena_bytes ? p->arena_bytes : REEL_PLAN_ALIGN, (void **)&p->arena));
-    REEL_TRY(vt->dev_alloc(p->be, p->stat_bytes, (void **)&p->stat_dev));
-    REEL_TRY(reel_pinned_alloc(p->pinned, p->stat_bytes, (void **)&p->stat_host));
+    /* The backend's reason after what the bytes were for, like parameters and states. */
+    size_t arena = p->arena_bytes ? p->arena_bytes : REEL_PLAN_ALIGN;
+    reel_status st = vt->dev_alloc(p->be, arena, (void **)&p->arena);
+    if (st != REEL_OK)
+        return reel_err_prefix(p->err, st, "compile: cannot allocate %zu bytes for the activation arena (%d buckets, largest %d tokens)",
+                               arena, p->nbuckets, top);
+    st = vt->dev_alloc(p->be, p->stat_bytes, (void **)&p->stat_dev);
+    if (st != REEL_OK)
+        return reel_err_prefix(p->err, st, "compile: cannot allocate %zu bytes for the step region (step metadata, max_seqs %d, max_context %d)",
+                               p->stat_bytes, p->opts.max_seqs, p->opts.max_context);
+    st = reel_pinned_alloc(p->pinned, p->stat_bytes, (void **)&p->stat_host);
+    if (st != REEL_OK)
+        return reel_err_prefix(p->err, st, "compile: cannot allocate %zu bytes of pinned staging for the step region",
+                               p->stat_bytes);
     for (int b = 0; b < p->nbuckets; b++) {
         REEL_TRY(reel_layout_bind(p, &p->bucket[b], p->arena, p->stat_dev, p->stat_host));
         REEL_TRY(reel_plan_ensure_events(p, &p->bucket[b]));

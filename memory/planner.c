@@ -378,7 +378,8 @@ static reel_status reel_pl_pairs_fast(const reel_pl *pl, reel_pl_pairs_out *o)
     st = reel_pl_pairs_unordered(pl, after, amin, cnt, key, bys, bys0, o);
     if (st != REEL_OK)
         goto done;
-    qsort(o->v, o->n, sizeof *o->v, reel_pl_pair_cmp);
+    if (o->n > 1)
+        qsort(o->v, o->n, sizeof *o->v, reel_pl_pair_cmp);
     for (size_t k = 0; k < o->n; k++)
         o->v[k].rel = (unsigned char)reel_pl_relation_unordered(pl, o->v[k].i, o->v[k].j);
 done:

@@ -72,7 +72,10 @@ reel_status reel_ws_create(reel_backend *be, const reel_ws_opts *opts, reel_ws *
 
 static void reel_ws_block_destroy(reel_ws *ws, reel_ws_block *b)
 {
+    /* A fence whose wait failed still goes back to the pool (destroyed with
+     * it): settle stops at the first failure and keeps the rest. */
     (void)reel_ws_settle(ws, b);
+    reel_ws_fences_drop(ws, b, NULL);
     ws->be->vt->dev_free(ws->be, b->ptr);
     ws->st.device -= b->size;
     reel_hfree(b->uses);
@@ -319,6 +322,32 @@ static bool reel_ws_any_capturing(reel_ws *ws, const reel_ws_block *b)
     return c;
 }
 
+/* A free whose fences could not all be recorded: a fence missing for one
+ * stream would let the block be handed to another while that stream still
+ * uses it. Waiting for the owner and every user instead leaves it idle, so
+ * it is cached with no fence at all (the free succeeds); if a wait fails
+ * too, the block goes back to the live list, out of reach until destroy,
+ * and the free fails with the first error. */
+static reel_status reel_ws_free_unfenced(reel_ws *ws, reel_ws_block *b, reel_status st)
+{
+    reel_status w = ws->be->vt->stream_sync(ws->be, b->owner);
+    if (w == REEL_OK && ws->o.checker)
+        w = reel_checker_host_sync(ws->o.checker, reel_ws_key(ws, b->owner));
+    for (int i = 0; w == REEL_OK && i < b->nuses; i++) {
+        w = ws->be->vt->stream_sync(ws->be, b->uses[i]);
+        if (w == REEL_OK && ws->o.checker)
+            w = reel_checker_host_sync(ws->o.checker, reel_ws_key(ws, b->uses[i]));
+    }
+    reel_ws_fences_drop(ws, b, NULL);
+    if (w != REEL_OK) {
+        reel_ws_push(&ws->live, b);
+        ws->st.in_use += b->size;
+        return st;
+    }
+    reel_ws_to_cache(ws, b);
+    return REEL_OK;
+}
+
 reel_status reel_ws_free(reel_ws *ws, reel_ws_block *b)
 {
     if (!ws || !b || b->state != WS_LIVE)
@@ -343,6 +372,8 @@ reel_status reel_ws_free(reel_ws *ws, reel_ws_block *b)
         return REEL_OK;
     }
     reel_status st = reel_ws_fence_all(ws, b);
+    if (st != REEL_OK)
+        return reel_ws_free_unfenced(ws, b, st);
     if (ws->o.policy == REEL_WS_DEFER_FREE && b->nuses > 0) {
         b->state = WS_DEFERRED;
         reel_ws_push(&ws->deferred, b);

@@ -316,9 +316,6 @@ void demo_catch_interrupt(volatile sig_atomic_t *flag)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;
-    /* A second interrupt ends the process: the first only stops between
-     * steps, which a long compile does not reach for a while. */
-    sa.sa_flags = SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);

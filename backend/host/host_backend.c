@@ -149,7 +149,7 @@ static const reel_backend_vt host_vt = {
 
 reel_status reel_host_launch(reel_backend *be, reel_stream *s, reel_host_fn fn, const void *args, size_t size)
 {
-    if (!be || be->vt != &host_vt)
+    if (!be || reel_backend_own_vt(be) != &host_vt)
         return reel_seterr(be ? be->err : NULL, REEL_E_INVALID_ARG, "reel_host_launch: not a host backend");
     if (!s || !fn || (!args && size))
         return reel_seterr(be->err, REEL_E_INVALID_ARG, "reel_host_launch: %s is NULL",
@@ -168,7 +168,7 @@ reel_status reel_host_launch(reel_backend *be, reel_stream *s, reel_host_fn fn, 
 
 void reel_host_set_jitter(reel_backend *be, unsigned max_us, uint64_t seed)
 {
-    if (!be || be->vt != &host_vt)
+    if (!be || reel_backend_own_vt(be) != &host_vt)
         return;
     host_be *hb = host_of(be);
     pthread_mutex_lock(&hb->mu);
@@ -181,7 +181,7 @@ void reel_host_set_jitter(reel_backend *be, unsigned max_us, uint64_t seed)
 
 uint64_t reel_host_items_run(reel_backend *be)
 {
-    if (!be || be->vt != &host_vt)
+    if (!be || reel_backend_own_vt(be) != &host_vt)
         return 0;
     host_be *hb = host_of(be);
     pthread_mutex_lock(&hb->mu);

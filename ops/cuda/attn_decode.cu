@@ -328,7 +328,10 @@ int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt
 
 bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nchunks)
 {
-    if (!attn_decode_mma_supports(dt, g.dh) || nchunks <= 1 || nchunks > 64)
+    /* Measured on an H200 (docs/benchmarks.md): a win at 2 chunks (batch 1,
+     * context 128: 9.7 -> 7.5 us a layer), a loss at 32 (context 2048: the
+     * last block's merge of 32 partials costs more than the combine launch). */
+    if (!attn_decode_mma_supports(dt, g.dh) || nchunks <= 1 || nchunks > 8)
         return false;
     int64_t G = attn_decode_mma_group(), nh = g.group < G ? g.group : G;
     int64_t groups = g.hkv * ((g.group + G - 1) / G);

@@ -146,3 +146,51 @@ Test(messages, a_context_that_cannot_be_created_says_why_in_the_threads_last_err
         cr_assert(strstr(reel_ctx_last_error(NULL), "cuda"), "%s", reel_ctx_last_error(NULL));
     }
 }
+
+/* Compile's own allocations name what the bytes were for after the
+ * "compile: cannot allocate N bytes for" prefix, like parameters and
+ * states (found by fuzz_graph: the message was the backend's alone). Rows
+ * of 2^24 floats at a bucket of 2^16 tokens ask for 4 TiB, more than any
+ * machine: first for the activation arena (the sum lives there), then,
+ * with an output of one int per row (argmax), for the step region that
+ * stages the input. */
+static reel_compile_opts huge_bucket(void)
+{
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = 1;
+    o.buckets[0] = 1 << 16;
+    return o;
+}
+
+Test(messages, compile_refuses_an_arena_it_cannot_allocate_naming_the_arena, .init = setup, .fini = teardown)
+{
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    int64_t d[] = {REEL_DIM_TOKENS, 1 << 24};
+    reel_tensor a = reel_input(g, "a", REEL_F32, 2, d);
+    cr_assert_eq(reel_output(g, "y", reel_softmax(g, reel_add(g, a, a))), REEL_OK);
+    reel_compile_opts o = huge_bucket();
+    reel_plan *p = NULL;
+    SAYS(ctx, reel_compile(g, &o, &p), REEL_E_OOM, "compile: cannot allocate");
+    cr_assert(strstr(reel_ctx_last_error(ctx), "for the activation arena"), "%s", reel_ctx_last_error(ctx));
+    cr_assert(strstr(reel_ctx_last_error(ctx), "host dev_alloc"), "the backend's reason is kept: %s",
+              reel_ctx_last_error(ctx));
+    cr_assert_null(p);
+    reel_graph_destroy(g);
+}
+
+Test(messages, compile_refuses_a_step_region_it_cannot_allocate_naming_the_step_region, .init = setup,
+     .fini = teardown)
+{
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    int64_t d[] = {REEL_DIM_TOKENS, 1 << 24};
+    reel_tensor a = reel_input(g, "a", REEL_F32, 2, d);
+    cr_assert_eq(reel_output(g, "i", reel_argmax(g, a)), REEL_OK);
+    reel_compile_opts o = huge_bucket();
+    reel_plan *p = NULL;
+    SAYS(ctx, reel_compile(g, &o, &p), REEL_E_OOM, "compile: cannot allocate");
+    cr_assert(strstr(reel_ctx_last_error(ctx), "for the step region"), "%s", reel_ctx_last_error(ctx));
+    cr_assert_null(p);
+    reel_graph_destroy(g);
+}

@@ -5,10 +5,14 @@ For each configuration it builds a small randomly initialised
 LlamaForCausalLM (or Qwen2ForCausalLM, for q/k/v biases) with transformers,
 saves it with save_pretrained(safe_serialization=True), runs
 `reel demo --model DIR --prompt ... --generate 32 --logits FILE`, and checks
-- the 32 greedy tokens equal transformers' (its own greedy loop, no cache);
-- every row's logits (the prompt's and each fed token's) agree within the
-  dtype's tolerance: max |reel - hf| <= rtol * max |hf| (bf16 0.04, f16 0.02,
-  f32 1e-3, TF32 off in torch).
+- every row's logits (the prompt's and each fed token's) agree with
+  transformers' on the same tokens (teacher-forced on reel's sequence) within
+  the dtype's tolerance: max |reel - hf| <= rtol * max |hf| (bf16 0.04, f16
+  0.02, f32 1e-3, TF32 off in torch);
+- each of the 32 greedy tokens is transformers' argmax on that history, or
+  one of its top two where those two are closer than the tolerance (a tie at
+  this precision); how long the two free-running greedy loops agree is
+  printed.
 Nothing is downloaded. Exits 1 and says what differed on any failure, 77
 (skip) when torch, transformers or a GPU is missing.
 
@@ -116,22 +120,42 @@ def check(name, kind, dtype, extra, args, seed):
     reel_tokens, out = run_reel(args.reel, args.backend, d, logits_path)
     rows = len(PROMPT) + STEPS - 1
     rl = read_logits(logits_path, rows, SHAPE["vocab_size"])
-    scale = float(hf_logits.abs().max())
-    err = float((rl - hf_logits).abs().max())
+    if len(reel_tokens) != STEPS:
+        fail("%s: reel generated %d tokens, expected %d" % (name, len(reel_tokens), STEPS))
+    # Logits on the same history: transformers teacher-forced on reel's tokens
+    # (after a tie the two greedy runs feed different tokens, and their later
+    # rows are not comparable).
+    with torch.no_grad():
+        ids = torch.tensor([PROMPT + reel_tokens[:-1]], device="cuda")
+        hf_on_reel = model(ids).logits[0].float()
+    scale = float(hf_on_reel.abs().max())
+    diff = (rl - hf_on_reel).abs()
+    err = float(diff.max())
     rel = err / scale
-    worst_row = int((rl - hf_logits).abs().max(dim=1).values.argmax())
+    worst_row = int(diff.max(dim=1).values.argmax())
     print("%-18s logits max |reel - hf| %.4g (%.3g of max |logit| %.3g, worst row %d), tolerance %.3g" %
           (name, err, rel, scale, worst_row, RTOL[dtype]), flush=True)
-    if reel_tokens != hf_tokens:
-        k = next(i for i in range(STEPS) if i >= len(reel_tokens) or reel_tokens[i] != hf_tokens[i])
-        row = hf_logits[len(PROMPT) - 1 + k]
-        top2 = torch.topk(row, 2).values
-        fail("%s: greedy token %d differs: reel %s, transformers %d (transformers' top-2 margin %.4g)\n"
-             "  reel: %s\n  hf:   %s" % (name, k, reel_tokens[k] if k < len(reel_tokens) else "none",
-                                         hf_tokens[k], float(top2[0] - top2[1]), reel_tokens, hf_tokens))
     if not rel <= RTOL[dtype]:
         fail("%s: logits differ by %.3g of their scale (tolerance %.3g)" % (name, rel, RTOL[dtype]))
-    print("%-18s %d greedy tokens equal" % (name, STEPS), flush=True)
+    # Greedy tokens: reel's pick is transformers' argmax on the same history,
+    # except where transformers' own top two are closer than the tolerance
+    # (a tie at this precision: either pick is greedy).
+    ties = 0
+    for k in range(STEPS):
+        row = hf_on_reel[len(PROMPT) - 1 + k]
+        top2 = torch.topk(row, 2)
+        best = int(top2.indices[0])
+        margin = float(top2.values[0] - top2.values[1])
+        if reel_tokens[k] == best:
+            continue
+        if margin <= 2 * RTOL[dtype] * scale and float(row[reel_tokens[k]]) >= float(top2.values[1]):
+            ties += 1
+            continue
+        fail("%s: greedy token %d differs: reel %d, transformers %d on the same history (top-2 margin %.4g)\n"
+             "  reel: %s\n  hf free-running: %s" % (name, k, reel_tokens[k], best, margin, reel_tokens, hf_tokens))
+    same = next((i for i in range(STEPS) if reel_tokens[i] != hf_tokens[i]), STEPS)
+    print("%-18s %d greedy tokens agree (%d at a tie within tolerance); free-running runs equal for %d tokens" %
+          (name, STEPS, ties, same), flush=True)
 
 
 def main():

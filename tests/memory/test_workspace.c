@@ -344,3 +344,37 @@ Test(workspace, gives_the_checker_nothing_to_report_under_either_safe_policy)
     }
     VT(ctx)->event_destroy(ctx->be, ev);
 }
+
+static reel_status fail_record(reel_backend *be, reel_event *e, reel_stream *s)
+{
+    (void)e;
+    (void)s;
+    return reel_seterr(be->err, REEL_E_BACKEND, "event_record: refused by the test");
+}
+
+/* A fence that cannot be recorded must not leave the block in the cache
+ * unfenced while another stream still uses it (found by the fault walk,
+ * tests/fault): the free waits for the block's streams instead. Before the
+ * fix the free returned the record's error at once, B still running, and
+ * the block went to the cache with no fence for B. */
+Test(workspace, a_free_whose_fence_cannot_be_recorded_waits_for_the_blocks_streams)
+{
+    make(REEL_WS_DEFER_FREE, false);
+    reel_ws_block *b = alloc(A, 4096);
+    void *p = reel_ws_block_ptr(b);
+    atomic_store(&ran, 0);
+    slow_args sa = {&ran, 50};
+    launch(B, k_slow, &sa, sizeof sa);      /* B still uses the block for 50 ms */
+    OK(ctx, reel_ws_record_use(ws, b, B));
+    counting_vt.event_record = fail_record;
+    reel_status st = reel_ws_free(ws, b);
+    counting_vt.event_record = host_vt->event_record;
+    cr_assert_eq(st, REEL_OK, "%s: %s", reel_status_str(st), reel_ctx_last_error(ctx));
+    cr_assert_eq(atomic_load(&ran), 1, "the free returned while B still used the block");
+    reel_ws_stats ws_st;
+    reel_ws_get_stats(ws, &ws_st);
+    cr_assert_eq(ws_st.deferred, 0, "waited for, the block needs no deferral");
+    reel_ws_block *c = alloc(B, 4096);      /* idle now: any stream may take it */
+    cr_assert_eq(reel_ws_block_ptr(c), p);
+    OK(ctx, reel_ws_free(ws, c));
+}
