@@ -173,6 +173,13 @@ typedef struct reel_span_buf {
     reel_op_span *v;
     size_t n, cap;
     bool lost;                  /* memory ran out: spans were dropped */
+    /* Device spans (a backend with timers and no span hook: CUDA): a timer
+     * before and after each node of an eager step, resolved after it. */
+    bool dev;                   /* this plan times its eager ops itself */
+    bool live;                  /* an eager step is issuing: mark its nodes */
+    struct reel_event **ev;     /* [2 * nnodes]: before, after node i */
+    unsigned char *marked;      /* [nnodes]: both of node i's timers recorded */
+    int nev;                    /* timers created (2 * nnodes once allocated) */
 } reel_span_buf;
 
 #define REEL_SPAN_MAX ((size_t)1 << 22) /* spans kept between two takes */
@@ -195,11 +202,25 @@ static void on_kernel(void *user, int tag, reel_stream *s, double t0, double t1)
     pthread_mutex_unlock(&b->mu);
 }
 
+/* A device span of node i on plan stream k. */
+static void on_dev_span(reel_plan *p, int i, int k, double t0, double t1)
+{
+    reel_span_buf *b = p->spans;
+    pthread_mutex_lock(&b->mu);
+    if (b->n < REEL_SPAN_MAX && reel_grow((void **)&b->v, &b->cap, b->n + 1, sizeof *b->v))
+        b->v[b->n++] = (reel_op_span){.node = i, .stream = k, .start_us = t0, .end_us = t1};
+    else
+        b->lost = true;
+    pthread_mutex_unlock(&b->mu);
+}
+
 reel_status reel_plan_trace_ops(reel_plan *p, int on)
 {
     if (!p)
         return reel_seterr(NULL, REEL_E_INVALID_ARG, "trace_ops: the plan is NULL");
-    if (!p->be->vt->set_trace)
+    const reel_backend_vt *vt = p->be->vt;
+    bool timers = vt->timer_create && vt->timer_elapsed_us;
+    if (!(vt->set_trace && !p->dbg.dev_spans) && !timers)
         return reel_seterr(p->err, REEL_E_UNSUPPORTED, "trace_ops: backend '%s' records no op spans",
                            reel_backend_name(p->be->kind));
     if (on && !p->spans) {
@@ -208,9 +229,105 @@ reel_status reel_plan_trace_ops(reel_plan *p, int on)
             return reel_seterr(p->err, REEL_E_OOM, "trace_ops: out of memory");
         pthread_mutex_init(&p->spans->mu, NULL);
     }
-    if (p->spans)
-        p->be->vt->set_trace(p->be, on ? on_kernel : NULL, on ? p : NULL);
+    if (!p->spans)
+        return REEL_OK;
+    if (vt->set_trace && !p->dbg.dev_spans)
+        vt->set_trace(p->be, on ? on_kernel : NULL, on ? p : NULL);
+    else
+        p->spans->dev = on != 0;
     return REEL_OK;
+}
+
+/* ---- device op spans ------------------------------------------------------
+ * On a backend without a span hook (CUDA) an eager step times each op with
+ * a pair of device timers on the op's stream; a replayed step's kernels run
+ * inside one graph launch and are not timed one by one. The GPU times are
+ * placed on the host clock so that the step's last op ends when the step
+ * returned (its download waited for it). A timer that cannot be made or
+ * recorded drops the spans (take_op_spans then says so), never the step. */
+
+static bool dev_spans_ready(reel_plan *p)
+{
+    reel_span_buf *b = p->spans;
+    if (b->ev)
+        return true;
+    b->ev = reel_hcalloc((size_t)p->nnodes * 2 + 1, sizeof *b->ev);
+    b->marked = reel_hcalloc((size_t)p->nnodes + 1, 1);
+    if (!b->ev || !b->marked)
+        return false;
+    for (; b->nev < 2 * p->nnodes; b->nev++)
+        if (p->be->vt->timer_create(p->be, &b->ev[b->nev]) != REEL_OK)
+            return false;
+    return true;
+}
+
+void reel_plan_dev_spans_begin(reel_plan *p)
+{
+    reel_span_buf *b = p->spans;
+    if (!b || !b->dev || b->lost)
+        return;
+    if (!dev_spans_ready(p)) {
+        b->lost = true;
+        return;
+    }
+    memset(b->marked, 0, (size_t)p->nnodes);
+    b->live = true;
+}
+
+void reel_plan_dev_span_mark(reel_plan *p, const reel_layout *L, int i, bool after)
+{
+    reel_span_buf *b = p->spans;
+    if (!b || !b->live)
+        return;
+    if (p->be->vt->event_record(p->be, b->ev[2 * i + (after ? 1 : 0)], L->launches[i].stream) != REEL_OK) {
+        b->live = false;
+        b->lost = true;
+        return;
+    }
+    if (after)
+        b->marked[i] = 1;
+}
+
+void reel_plan_dev_spans_end(reel_plan *p, bool ok)
+{
+    reel_span_buf *b = p->spans;
+    if (!b || !b->live)
+        return;
+    b->live = false;
+    if (!ok)
+        return;
+    double done_us = reel_now_ms() * 1e3;
+    int first = -1;
+    for (int i = 0; i < p->nnodes && first < 0; i++)
+        if (b->marked[i])
+            first = i;
+    if (first < 0)
+        return;
+    /* Every span relative to the first op's start, on the device's clock. */
+    double *rel = reel_hcalloc((size_t)p->nnodes * 2 + 1, sizeof *rel);
+    if (!rel) {
+        b->lost = true;
+        return;
+    }
+    double last = 0.0;
+    for (int i = first; i < p->nnodes; i++) {
+        if (!b->marked[i])
+            continue;
+        if (p->be->vt->event_sync(p->be, b->ev[2 * i + 1]) != REEL_OK ||
+            p->be->vt->timer_elapsed_us(p->be, b->ev[2 * first], b->ev[2 * i], &rel[2 * i]) != REEL_OK ||
+            p->be->vt->timer_elapsed_us(p->be, b->ev[2 * first], b->ev[2 * i + 1], &rel[2 * i + 1]) != REEL_OK) {
+            b->lost = true;
+            reel_hfree(rel);
+            return;
+        }
+        if (rel[2 * i + 1] > last)
+            last = rel[2 * i + 1];
+    }
+    double origin = done_us - last;
+    for (int i = first; i < p->nnodes; i++)
+        if (b->marked[i])
+            on_dev_span(p, i, p->nodes[i].stream, origin + rel[2 * i], origin + rel[2 * i + 1]);
+    reel_hfree(rel);
 }
 
 reel_status reel_plan_take_op_spans(reel_plan *p, reel_op_span *buf, int cap, int *n)
@@ -248,6 +365,10 @@ void reel_plan_trace_free(reel_plan *p)
      * drained, so none is running). */
     if (p->be->vt->set_trace)
         p->be->vt->set_trace(p->be, NULL, NULL);
+    for (int k = 0; k < p->spans->nev; k++)
+        p->be->vt->event_destroy(p->be, p->spans->ev[k]);
+    reel_hfree(p->spans->ev);
+    reel_hfree(p->spans->marked);
     pthread_mutex_destroy(&p->spans->mu);
     reel_hfree(p->spans->v);
     reel_hfree(p->spans);

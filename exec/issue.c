@@ -59,8 +59,10 @@ static reel_status launch_node(reel_plan *p, const reel_layout *L, int i)
         REEL_TRY(c->vt->group_begin(c));
     if (p->be->vt->set_tag) /* op spans name the node (introspect.c), replays included */
         p->be->vt->set_tag(p->be, i + 1);
+    reel_plan_dev_span_mark(p, L, i, false);
     reel_status rc = p->dbg.fail_launch_of == i + 1 ? reel_seterr(p->err, REEL_E_BACKEND, "injected launch failure")
                                                     : p->impl[i]->launch(p->be, &L->launches[i]);
+    reel_plan_dev_span_mark(p, L, i, true);
     if (p->be->vt->set_tag)
         p->be->vt->set_tag(p->be, 0);
     if (c && is_p2p(p, i) && (rc != REEL_OK || !p2p_chained(p, L, i + 1))) {

@@ -53,6 +53,8 @@ typedef struct reel_plan_debug {
     int64_t fail_out_rows;       /* output buffers of this many rows or more cannot be
                                     allocated (pinned memory ran out); 0: none */
     bool no_fuse;                /* compile without the fusion passes (exec/fuse.h) */
+    bool dev_spans;              /* op spans by device timers even where the backend has a
+                                    span hook (tests the CUDA path on the host backend) */
     bool planner_exhaustive;     /* the memory planner's all-pairs reference
                                     (reel_mem_problem.exhaustive): the same plan, slower */
 } reel_plan_debug;
@@ -319,6 +321,12 @@ reel_status reel_plan_index_tensors(reel_plan *p);
 
 /* introspect.c: node info, the plan's memory, op spans. */
 void reel_plan_trace_free(reel_plan *p);
+/* Device op spans of an eager step (backends without a span hook): begin
+ * before the step's ops are issued, a mark before and after each node's
+ * launch, end after the step (ok: it succeeded and its work is done). */
+void reel_plan_dev_spans_begin(reel_plan *p);
+void reel_plan_dev_span_mark(reel_plan *p, const reel_layout *L, int i, bool after);
+void reel_plan_dev_spans_end(reel_plan *p, bool ok);
 
 /* check.c: the hazard checker's side of a step. */
 reel_status reel_plan_check_open(reel_plan *p);

@@ -240,7 +240,11 @@ static reel_status run_step(reel_plan *p, const reel_layout *L, int b, bool repl
             REEL_TRY(reel_plan_issue_to(p, L, checked, 1));
         REEL_TRY(be->vt->graph_launch(be, p->graph[b], p->streams[0]));
     } else {
-        REEL_TRY(feed ? reel_plan_issue_to(p, L, checked, 2) : reel_plan_issue(p, L));
+        reel_plan_dev_spans_begin(p);
+        reel_status ist = feed ? reel_plan_issue_to(p, L, checked, 2) : reel_plan_issue(p, L);
+        if (ist != REEL_OK)
+            reel_plan_dev_spans_end(p, false);
+        REEL_TRY(ist);
     }
     /* The collectives' own wait (a timeout, a peer that failed) before the
      * download waits on the stream. */
@@ -281,6 +285,7 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s)
     REEL_TRY(choose_layout(p, s, &need, &why, &b, &L));
     size_t up = reel_staging_fill(p, L, s);
     reel_status st = run_step(p, L, b, why == REEL_FALLBACK_NONE, up, s->num_tokens);
+    reel_plan_dev_spans_end(p, st == REEL_OK);
     if (st == REEL_OK && p->timer[0])
         st = p->be->vt->timer_elapsed_us(p->be, p->timer[0], p->timer[1], &p->last_device_us);
     if (st != REEL_OK)

@@ -7,8 +7,8 @@
  *   tid 1   the library's log events (captures per bucket, graph updates and
  *           re-instantiations, eager steps), as zero-length events;
  *   tid 10+s  stream s: every kernel with its start and end, from the op
- *           spans of reel_plan_take_op_spans (host backend; the CUDA backend
- *           has none, so a GPU trace has the loop's host times only).
+ *           spans of reel_plan_take_op_spans (host backend: every step; CUDA:
+ *           the eager steps' ops, timed with CUDA events).
  * Events are written sorted by track and start, so ts never decreases on a
  * track. */
 #include <inttypes.h>
@@ -210,8 +210,10 @@ int trace_write(struct trace *t, FILE *f, const demo_result *r)
     fprintf(f, "{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"tool\":\"reel demo\",\"backend\":\"%s\","
                "\"op_spans\":\"%s\",\"dropped_events\":%s},\n\"traceEvents\":[",
             be ? be : "?",
-            t->op_spans ? "per kernel, on its stream's worker thread (host backend)"
-                        : "none: this backend records no op spans; steps are host times around reel_step",
+            !t->op_spans ? "none: this backend records no op spans; steps are host times around reel_step"
+            : r->backend == REEL_BACKEND_HOST ? "per kernel, on its stream's worker thread (host backend)"
+                                              : "eager steps' ops, by device timers around each launch; "
+                                                "replays are one graph launch, not timed per op",
             t->dropped ? "true" : "false");
     bool first = true;
     fprintf(f, "\n{\"ph\":\"M\",\"pid\":1,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"reel (%s)\"}}",

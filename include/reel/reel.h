@@ -496,7 +496,10 @@ typedef struct reel_op_span {
     int stream;
     double start_us, end_us;              /* CLOCK_MONOTONIC */
 } reel_op_span;
-/* Starts (on != 0) or stops recording op spans of the following steps. */
+/* Starts (on != 0) or stops recording op spans of the following steps. On
+ * the host backend every op of every step (replays included); on CUDA the
+ * ops of eager steps, timed with CUDA events (a replay's kernels run inside
+ * one graph launch and are not timed one by one). */
 reel_status reel_plan_trace_ops(reel_plan *p, int on);
 /* Moves up to cap recorded spans into buf (oldest first) and sets *n; call
  * after a step (its kernels are done when reel_step returns). */

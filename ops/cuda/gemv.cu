@@ -67,8 +67,9 @@ enum {
  * M <= 4 (6.2-6.3 us against 6.7-7.2 us); at M = 8 cuBLASLt's kernel takes
  * 4.1 us, and from 6 MB of weights up cuBLASLt streams at 1.3-4.0 TB/s
  * against the kernel's 1.1-3.5 TB/s ([K, N] is slower still). */
-static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << 20; /* elements of w */
-static const int64_t GV_IMPL_MAX_M = 4;
+static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << 22; /* elements of w, with K <= GV_IMPL_MAX_K */
+static const int64_t GV_IMPL_MAX_K = 1024;
+static const int64_t GV_IMPL_MAX_M = 16;
 
 /* Weights are read once: keep them out of L1. volatile: never hoisted above
  * the dependency wait of pdl_start. */
@@ -320,6 +321,16 @@ static int gv_wmax(bool wt) { return GV_RED_FLOATS / (128 * (wt ? GV_NK_TILES : 
 static reel_gemv_cfg gv_pick(int64_t n, int64_t k, bool wt, int sms)
 {
     reel_gemv_cfg c;
+    /* [N, K] weights of up to 32 MiB: no cluster split and the most warps a
+     * block takes was the fastest configuration of the sweep at every such
+     * shape (bench/gemv.cu on an H200, docs/benchmarks.md: 1024 x 1024 3.57
+     * us against 6.17 for the rule below). */
+    if (wt && n * k <= ((int64_t)1 << 24)) {
+        c.unroll = 3;
+        c.splits = 1;
+        c.warps = gv_wmax(wt);
+        return c;
+    }
     int64_t cols = wt ? 8 * GV_NK_TILES : 64, kc = wt ? 32 : 16;
     int64_t tiles = (n + cols - 1) / cols, chunks = (k + kc - 1) / kc;
     int64_t target = (int64_t)(sms > 0 ? sms : 1) * 16;
@@ -411,7 +422,7 @@ static bool use_gemv(REEL_CU_USE_ARGS)
         return false;
     bool wt = a->matmul.w_transposed;
     int64_t k = last_dim(&in[0]), n = wt ? in[1].dims[0] : in[1].dims[1];
-    if (!wt || !gv_shape_ok(wt, n, k) || n * k > GV_IMPL_MAX_WEIGHTS)
+    if (!wt || !gv_shape_ok(wt, n, k) || n * k > GV_IMPL_MAX_WEIGHTS || k > GV_IMPL_MAX_K)
         return false;
     int64_t m = lead(&in[0], in[0].dims[0]) * row_numel(&in[0]) / k;
     return in[0].tokens || m <= GV_IMPL_MAX_M;
@@ -439,5 +450,24 @@ extern "C" cudaError_t reel_cuda_gemv_run(reel_dtype dt, bool w_transposed, cons
     return cudaErrorInvalidValue;
 }
 
-REEL_CU_IMPL(reel_cu_matmul_gemv_impl, "cuda.matmul.gemv", REEL_OP_MATMUL, 30, true, false, reel_cu::use_gemv,
-             reel_cu::gemv_launch);
+namespace reel_cu {
+/* Blocks of the launch gemv_launch makes (one wave or less for the shapes
+ * it takes: programmatic launch by default, exec/schedule.c). */
+static int64_t gemv_grid(const reel_launch *l, const reel_device_caps *caps)
+{
+    bool wt = l->attrs->matmul.w_transposed;
+    int64_t k = last_dim(&l->in_shape[0]), n = wt ? l->in_shape[1].dims[0] : l->in_shape[1].dims[1];
+    reel_gemv_cfg c = gv_pick(n, k, wt, caps->sm_count);
+    int64_t cols = wt ? 8 * GV_NK_TILES : 64;
+    return (n + cols - 1) / cols * c.splits;
+}
+
+static reel_op_impl gemv_impl(void)
+{
+    reel_op_impl i = make_impl("cuda.matmul.gemv", REEL_OP_MATMUL, 30, true, false, use_gemv, gemv_launch);
+    i.grid_blocks = gemv_grid;
+    return i;
+}
+} /* namespace reel_cu */
+
+extern "C" const reel_op_impl reel_cu_matmul_gemv_impl = reel_cu::gemv_impl();

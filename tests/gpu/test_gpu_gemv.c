@@ -261,7 +261,9 @@ Test(gpu_gemv, the_registry_picks_it_only_where_it_measured_faster, .init = setu
         expect_pick(dts[d], 1, 1024, 1024, true, "cuda.matmul.gemv");
         expect_pick(dts[d], 64, 1024, 1024, true, "cuda.matmul.gemv"); /* a plan's largest bucket */
         expect_pick(dts[d], 1, 2048, 512, true, "cuda.matmul.gemv");
-        expect_pick(dts[d], 1, 1024, 4096, true, "cuda.matmul.cublaslt");  /* 8 MB */
+        expect_pick(dts[d], 1, 1024, 4096, true, "cuda.matmul.gemv");      /* 8 MB, K 1024 */
+        expect_pick(dts[d], 1, 1024, 8192, true, "cuda.matmul.cublaslt");  /* 16 MB */
+        expect_pick(dts[d], 1, 4096, 1024, true, "cuda.matmul.cublaslt");  /* K 4096 */
         expect_pick(dts[d], 1, 1024, 1024, false, "cuda.matmul.cublaslt"); /* [K, N] */
         expect_pick(dts[d], 1, 1032, 1000, true, "cuda.matmul.gemv");
         expect_pick(dts[d], 1, 1025, 1000, true, "cuda.matmul.cublaslt"); /* K off 8 */
@@ -270,18 +272,18 @@ Test(gpu_gemv, the_registry_picks_it_only_where_it_measured_faster, .init = setu
     expect_pick(REEL_F32, 1, 1024, 1024, true, "cuda.matmul.sgemm");
 }
 
-/* At most 4 rows: the kernel's bits (and the host's answer); more: the bits
+/* At most 16 rows: the kernel's bits (and the host's answer); more: the bits
  * of cuBLASLt's impl. */
-Test(gpu_gemv, the_impl_runs_the_kernel_up_to_4_rows_and_cublaslt_above, .init = setup, .fini = teardown)
+Test(gpu_gemv, the_impl_runs_the_kernel_up_to_16_rows_and_cublaslt_above, .init = setup, .fini = teardown)
 {
     const reel_op_impl *gv = gt_cuda_impl("cuda.matmul.gemv"), *lt = gt_cuda_impl("cuda.matmul.cublaslt");
     const int64_t rows[8] = {1, 2, 3, 4, 5, 16, 17, 64};
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < 8; i++) {
             gt_op op = mm_op(dts[d], rows[i], 1024, 1024, true);
-            void *a = run_bits(gv, &op), *b = run_bits(rows[i] <= 4 ? &kernel : lt, &op);
+            void *a = run_bits(gv, &op), *b = run_bits(rows[i] <= 16 ? &kernel : lt, &op);
             cr_assert(memcmp(a, b, reel_shape_bytes(&op.out[0], op.rows)) == 0, "%s M=%lld: not the %s's bits",
-                      reel_dtype_name(dts[d]), (long long)rows[i], rows[i] <= 4 ? "kernel" : "cuBLASLt");
+                      reel_dtype_name(dts[d]), (long long)rows[i], rows[i] <= 16 ? "kernel" : "cuBLASLt");
             free(a), free(b);
             gt_check_impl(hctx, cctx, &op, "cuda.matmul.gemv", seed, "gemv impl");
             gt_op_free_data(&op);
