@@ -67,8 +67,8 @@ enum {
  * M <= 4 (6.2-6.3 us against 6.7-7.2 us); at M = 8 cuBLASLt's kernel takes
  * 4.1 us, and from 6 MB of weights up cuBLASLt streams at 1.3-4.0 TB/s
  * against the kernel's 1.1-3.5 TB/s ([K, N] is slower still). */
-static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << 22; /* elements of w, with K <= GV_IMPL_MAX_K */
-static const int64_t GV_IMPL_MAX_K = 1024;
+static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << 20; /* elements of w, any K */
+static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << 22; /* elements of w with K <= 1024 */
 static const int64_t GV_IMPL_MAX_M = 16;
 
 /* Weights are read once: keep them out of L1. volatile: never hoisted above
@@ -422,7 +422,8 @@ static bool use_gemv(REEL_CU_USE_ARGS)
         return false;
     bool wt = a->matmul.w_transposed;
     int64_t k = last_dim(&in[0]), n = wt ? in[1].dims[0] : in[1].dims[1];
-    if (!wt || !gv_shape_ok(wt, n, k) || n * k > GV_IMPL_MAX_WEIGHTS || k > GV_IMPL_MAX_K)
+    if (!wt || !gv_shape_ok(wt, n, k) ||
+        n * k > (k <= 1024 ? GV_IMPL_MAX_WEIGHTS_K1024 : GV_IMPL_MAX_WEIGHTS))
         return false;
     int64_t m = lead(&in[0], in[0].dims[0]) * row_numel(&in[0]) / k;
     return in[0].tokens || m <= GV_IMPL_MAX_M;
