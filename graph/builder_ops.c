@@ -132,7 +132,7 @@ reel_tensor reel_embedding(reel_graph *g, reel_tensor table, reel_tensor ids)
 
 reel_tensor reel_matmul(reel_graph *g, reel_tensor x, reel_tensor w, bool w_transposed)
 {
-    reel_op_attrs a = { .matmul = { w_transposed } };
+    reel_op_attrs a = { .matmul = { .w_transposed = w_transposed } };
     return node1(g, REEL_OP_MATMUL, x.id, w.id, &a);
 }
 
@@ -191,7 +191,7 @@ reel_tensor reel_graph_paged_attention(reel_graph *g, const uint32_t *in, const 
         reel_graph_fail(g, REEL_E_INVALID_ARG, "op 'paged_attention' (node %d): params are NULL", g->nnodes);
         return out;
     }
-    reel_op_attrs a = { .attn = { *p } };
+    reel_op_attrs a = { .attn = { .p = *p } };
     if (lay)
         a.attn.lay = *lay;
     /* The second output is the op's split-KV workspace, not the caller's;
