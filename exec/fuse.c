@@ -26,23 +26,58 @@ typedef struct fuse_ctx {
     reel_plan *p;
     bool *gone;   /* [nnodes] node folded into another */
     int64_t rows; /* largest bucket: what can_use sees */
+    /* Each tensor's readers (node, once per input naming it), in node order:
+     * rebuilt before each rewrite loop, read skipping folded nodes. Within a
+     * loop a rewrite only folds nodes, or gives a node inputs that loop never
+     * asks about (a bias, a norm weight), so the index stays exact. */
+    int *rstart;  /* [ntensors + 1] */
+    int *rnode;   /* [reads] */
 } fuse_ctx;
 
-/* Readers of tensor t (node inputs; a graph output counts as one more). */
-static int uses(const reel_plan *p, const bool *gone, uint32_t t, int *only)
+static reel_status index_readers(fuse_ctx *f)
+{
+    reel_plan *p = f->p;
+    reel_hfree(f->rnode);
+    f->rnode = NULL;
+    memset(f->rstart, 0, sizeof *f->rstart * ((size_t)p->ntensors + 1));
+    int total = 0;
+    for (int i = 0; i < p->nnodes; i++)
+        for (int k = 0; !f->gone[i] && k < p->nodes[i].nin; k++)
+            if (p->nodes[i].in[k]) {
+                f->rstart[p->nodes[i].in[k] + 1]++;
+                total++;
+            }
+    for (int t = 0; t < p->ntensors; t++)
+        f->rstart[t + 1] += f->rstart[t];
+    f->rnode = reel_hcalloc((size_t)total + 1, sizeof *f->rnode);
+    int *fill = reel_hcalloc((size_t)p->ntensors + 1, sizeof *fill);
+    if (!f->rnode || !fill) {
+        reel_hfree(fill);
+        return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory fusing");
+    }
+    for (int i = 0; i < p->nnodes; i++)
+        for (int k = 0; !f->gone[i] && k < p->nodes[i].nin; k++) {
+            uint32_t t = p->nodes[i].in[k];
+            if (t)
+                f->rnode[f->rstart[t] + fill[t]++] = i;
+        }
+    reel_hfree(fill);
+    return REEL_OK;
+}
+
+/* Readers of tensor t (node inputs; a graph output counts as one more);
+ * *only: the last of them. */
+static int uses(const fuse_ctx *f, uint32_t t, int *only)
 {
     int n = 0;
-    for (int i = 0; i < p->nnodes; i++) {
-        if (gone[i])
+    for (int r = f->rstart[t]; r < f->rstart[t + 1]; r++) {
+        if (f->gone[f->rnode[r]])
             continue;
-        for (int k = 0; k < p->nodes[i].nin; k++)
-            if (p->nodes[i].in[k] == t) {
-                n++;
-                if (only)
-                    *only = i;
-            }
+        n++;
+        if (only)
+            *only = f->rnode[r];
     }
-    return n + (p->tensors[t].output_slot >= 0 ? 1 : 0);
+    return n + (f->p->tensors[t].output_slot >= 0 ? 1 : 0);
 }
 
 static bool is_output(const reel_plan *p, uint32_t t)
@@ -101,7 +136,7 @@ static int sole_matmul(const fuse_ctx *f, uint32_t t, int reader)
     if (m < 0 || p->nodes[m].op != REEL_OP_MATMUL || p->nodes[m].attrs.matmul.epi != REEL_MM_EPI_NONE ||
         p->nodes[m].attrs.matmul.nseg != 0 || p->nodes[m].stream != p->nodes[reader].stream)
         return -1;
-    if (is_output(p, t) || uses(p, f->gone, t, &only) != 1 || only != reader)
+    if (is_output(p, t) || uses(f, t, &only) != 1 || only != reader)
         return -1;
     return m;
 }
@@ -202,16 +237,13 @@ static void fuse_views(fuse_ctx *f, int m)
     if (is_output(p, x))
         return;
     int view[REEL_MM_MAX_SEG], nv = 0;
-    for (int i = 0; i < p->nnodes; i++) {
+    for (int r = f->rstart[x]; r < f->rstart[x + 1]; r++) {
+        int i = f->rnode[r];
         if (f->gone[i])
             continue;
-        for (int k = 0; k < p->nodes[i].nin; k++) {
-            if (p->nodes[i].in[k] != x)
-                continue;
-            if (p->nodes[i].op != REEL_OP_VIEW_COLS || nv == REEL_MM_MAX_SEG)
-                return;
-            view[nv++] = i;
-        }
+        if (p->nodes[i].op != REEL_OP_VIEW_COLS || nv == REEL_MM_MAX_SEG)
+            return;
+        view[nv++] = i;
     }
     if (nv == 0)
         return;
@@ -293,21 +325,20 @@ reel_status reel_plan_fuse(reel_plan *p)
         return REEL_OK;
     fuse_ctx f = {.p = p, .rows = p->buckets[p->nbuckets - 1]};
     f.gone = reel_hcalloc((size_t)p->nnodes + 1, sizeof *f.gone);
-    if (!f.gone)
-        return reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory fusing");
-    for (int i = 0; i < p->nnodes; i++)
-        if (!f.gone[i])
-            fuse_bias(&f, i);
-    for (int i = 0; i < p->nnodes; i++)
-        if (!f.gone[i])
-            fuse_silu(&f, i);
-    for (int i = 0; i < p->nnodes; i++)
-        if (!f.gone[i])
-            fuse_add_rmsnorm(&f, i);
-    for (int i = 0; i < p->nnodes; i++)
-        if (!f.gone[i])
-            fuse_views(&f, i);
-    reel_status st = compact(&f);
+    f.rstart = reel_hcalloc((size_t)p->ntensors + 1, sizeof *f.rstart);
+    reel_status st = f.gone && f.rstart ? REEL_OK
+                                        : reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory fusing");
+    void (*const pass[4])(fuse_ctx *, int) = {fuse_bias, fuse_silu, fuse_add_rmsnorm, fuse_views};
+    for (int k = 0; k < 4 && st == REEL_OK; k++) {
+        st = index_readers(&f);
+        for (int i = 0; st == REEL_OK && i < p->nnodes; i++)
+            if (!f.gone[i])
+                pass[k](&f, i);
+    }
+    if (st == REEL_OK)
+        st = compact(&f);
     reel_hfree(f.gone);
+    reel_hfree(f.rstart);
+    reel_hfree(f.rnode);
     return st;
 }
