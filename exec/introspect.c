@@ -249,16 +249,16 @@ reel_status reel_plan_trace_ops(reel_plan *p, int on)
 static bool dev_spans_ready(reel_plan *p)
 {
     reel_span_buf *b = p->spans;
-    if (b->ev)
-        return true;
-    b->ev = reel_hcalloc((size_t)p->nnodes * 2 + 1, sizeof *b->ev);
-    b->marked = reel_hcalloc((size_t)p->nnodes + 1, 1);
+    if (!b->ev)
+        b->ev = reel_hcalloc((size_t)p->nnodes * 2 + 1, sizeof *b->ev);
+    if (!b->marked)
+        b->marked = reel_hcalloc((size_t)p->nnodes + 1, 1);
     if (!b->ev || !b->marked)
         return false;
-    for (; b->nev < 2 * p->nnodes; b->nev++)
-        if (p->be->vt->timer_create(p->be, &b->ev[b->nev]) != REEL_OK)
-            return false;
-    return true;
+    /* A timer that could not be made is tried again at the next step. */
+    while (b->nev < 2 * p->nnodes && p->be->vt->timer_create(p->be, &b->ev[b->nev]) == REEL_OK)
+        b->nev++;
+    return b->nev == 2 * p->nnodes;
 }
 
 void reel_plan_dev_spans_begin(reel_plan *p)
