@@ -515,7 +515,8 @@ static reel_status reel_pl_order(reel_pl *pl, int ord, int *order, int *n_out)
     for (int i = 0; i < nb; i++)
         if (pl->b[i].size)
             reel_pl_key_of(pl, ord, i, &keys[n++]);
-    qsort(keys, (size_t)n, sizeof *keys, reel_pl_key_cmp);
+    if (n > 1)
+        qsort(keys, (size_t)n, sizeof *keys, reel_pl_key_cmp);
     for (int k = 0; k < n; k++)
         order[k] = keys[k].idx;
     *n_out = n;
@@ -553,7 +554,8 @@ static size_t reel_pl_best_fit(reel_pl *pl, int x, bool soft_ok)
         if (pl->placed[nb->other] && reel_pl_blocks(pl, nb->rel, soft_ok))
             pl->ivs[n++] = (reel_pl_iv){ off[nb->other], off[nb->other] + pl->b[nb->other].size };
     }
-    qsort(pl->ivs, (size_t)n, sizeof *pl->ivs, reel_pl_iv_cmp);
+    if (n > 1)
+        qsort(pl->ivs, (size_t)n, sizeof *pl->ivs, reel_pl_iv_cmp);
     size_t end = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
     for (int k = 0; k < n; k++) {
         size_t gap = pl->ivs[k].lo > end ? pl->ivs[k].lo - end : 0;

@@ -205,7 +205,8 @@ static void thread_name(FILE *f, int tid, const char *name, bool *first)
 
 int trace_write(struct trace *t, FILE *f, const demo_result *r)
 {
-    qsort(t->ev, t->n, sizeof *t->ev, by_track);
+    if (t->n > 1)
+        qsort(t->ev, t->n, sizeof *t->ev, by_track);
     const char *be = reel_backend_name(r->backend);
     fprintf(f, "{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"tool\":\"reel demo\",\"backend\":\"%s\","
                "\"op_spans\":\"%s\",\"dropped_events\":%s},\n\"traceEvents\":[",

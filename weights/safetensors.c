@@ -245,7 +245,8 @@ static reel_status check_coverage(reel_safetensors *ck, int f, int first)
         return reel_seterr(ck->err, REEL_E_OOM, "safetensors: out of host memory");
     for (int i = 0; i < n; i++)
         by[i] = &ck->e[first + i];
-    qsort(by, (size_t)n, sizeof *by, cmp_offset);
+    if (n > 1)
+        qsort(by, (size_t)n, sizeof *by, cmp_offset);
     reel_status st = REEL_OK;
     size_t at = 0;
     const char *prev = NULL;
@@ -368,7 +369,8 @@ static int cmp_name(const void *a, const void *b)
 /* Sorts the table by name and refuses a name held twice. */
 static reel_status finish_table(reel_safetensors *ck)
 {
-    qsort(ck->e, (size_t)ck->n, sizeof *ck->e, cmp_name);
+    if (ck->n > 1)
+        qsort(ck->e, (size_t)ck->n, sizeof *ck->e, cmp_name);
     for (int i = 1; i < ck->n; i++)
         if (strcmp(ck->e[i - 1].name, ck->e[i].name) == 0)
             return reel_seterr(ck->err, REEL_E_INVALID_ARG, "tensor '%s' is in both %s and %s", ck->e[i].name,
