@@ -184,6 +184,17 @@ typedef struct reel_span_buf {
 
 #define REEL_SPAN_MAX ((size_t)1 << 22) /* spans kept between two takes */
 
+/* Appends one span (any thread); a span that does not fit is counted lost. */
+static void push_span(reel_span_buf *b, int node, int stream, double t0, double t1)
+{
+    pthread_mutex_lock(&b->mu);
+    if (b->n < REEL_SPAN_MAX && reel_grow((void **)&b->v, &b->cap, b->n + 1, sizeof *b->v))
+        b->v[b->n++] = (reel_op_span){.node = node, .stream = stream, .start_us = t0, .end_us = t1};
+    else
+        b->lost = true;
+    pthread_mutex_unlock(&b->mu);
+}
+
 static void on_kernel(void *user, int tag, reel_stream *s, double t0, double t1)
 {
     reel_plan *p = user;
@@ -194,24 +205,7 @@ static void on_kernel(void *user, int tag, reel_stream *s, double t0, double t1)
             stream = k;
     if (stream < 0 || tag < 1 || tag > p->nnodes)
         return; /* another plan's kernel on a shared backend */
-    pthread_mutex_lock(&b->mu);
-    if (b->n < REEL_SPAN_MAX && reel_grow((void **)&b->v, &b->cap, b->n + 1, sizeof *b->v))
-        b->v[b->n++] = (reel_op_span){.node = tag - 1, .stream = stream, .start_us = t0, .end_us = t1};
-    else
-        b->lost = true;
-    pthread_mutex_unlock(&b->mu);
-}
-
-/* A device span of node i on plan stream k. */
-static void on_dev_span(reel_plan *p, int i, int k, double t0, double t1)
-{
-    reel_span_buf *b = p->spans;
-    pthread_mutex_lock(&b->mu);
-    if (b->n < REEL_SPAN_MAX && reel_grow((void **)&b->v, &b->cap, b->n + 1, sizeof *b->v))
-        b->v[b->n++] = (reel_op_span){.node = i, .stream = k, .start_us = t0, .end_us = t1};
-    else
-        b->lost = true;
-    pthread_mutex_unlock(&b->mu);
+    push_span(b, tag - 1, stream, t0, t1);
 }
 
 reel_status reel_plan_trace_ops(reel_plan *p, int on)
@@ -326,7 +320,7 @@ void reel_plan_dev_spans_end(reel_plan *p, bool ok)
     double origin = done_us - last;
     for (int i = first; i < p->nnodes; i++)
         if (b->marked[i])
-            on_dev_span(p, i, p->nodes[i].stream, origin + rel[2 * i], origin + rel[2 * i + 1]);
+            push_span(b, i, p->nodes[i].stream, origin + rel[2 * i], origin + rel[2 * i + 1]);
     reel_hfree(rel);
 }
 

@@ -98,7 +98,9 @@ Test(op_spans, a_replayed_step_records_none, .init = setup, .fini = teardown)
     reel_plan *p = chain(true);
     cr_assert_eq(reel_plan_trace_ops(p, 1), REEL_OK, "%s", reel_ctx_last_error(ctx));
     step(p, 8);
-    cr_assert_eq(reel_plan_stats_get(p, &(reel_plan_stats){0}), REEL_OK);
+    reel_plan_stats st;
+    cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
+    cr_assert_eq(st.replays, 1, "the step was not replayed");
     int n = -1;
     reel_op_span sp[16];
     cr_assert_eq(reel_plan_take_op_spans(p, sp, 16, &n), REEL_OK, "%s", reel_ctx_last_error(ctx));
