@@ -349,12 +349,12 @@ static reel_tensor layer(reel_graph *g, const cfg *c, weights *w, int i, reel_te
     reel_attn_params ap = {c->heads, c->kv_heads, Dh, c->block_size, 0.0f};
 #define P(suffix) (snprintf(n, sizeof n, "l%d." suffix, i), param(g, w, n))
     reel_tensor x = reel_rmsnorm(g, h, P("attn_norm"), c->eps);
-    /* The checkpoint's separate projections, as the demo model has them: on
-     * CUDA a projection fused by views is one GEMM per view (docs/fusion.md)
-     * and loses the skinny-matmul kernel, which has no segmented store yet;
-     * param_qkv builds the fused form (REEL_BENCH_QKV=1). */
+    /* One q/k/v projection split by views, as the Hugging Face models run
+     * (tools/model.c): the checkpoint's three weights one after another
+     * (param_qkv), one kernel on the GPU. REEL_BENCH_QKV=0: three separate
+     * projections, to measure what the fusion gives. */
     reel_tensor q, k, v;
-    if (getenv("REEL_BENCH_QKV") && atoi(getenv("REEL_BENCH_QKV")) == 1) {
+    if (!getenv("REEL_BENCH_QKV") || atoi(getenv("REEL_BENCH_QKV")) != 0) {
         const int64_t Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
         reel_tensor qkv = reel_matmul(g, x, param_qkv(g, w, i), true);
         q = reel_view_cols(g, qkv, 0, Q);

@@ -185,18 +185,23 @@ reel_status hf_write_weights(reel_plan *p, const model_config *m, const reel_saf
     if (stage == 0 || (head && m->tied)) st = put(p, ck, "model.embed_tokens.weight");
     char a[128], b[128], c[128];
     for (int i = first; i < last && st == REEL_OK; i++) {
-        static const char *const one[] = {"input_layernorm.weight", "self_attn.q_proj.weight",
-                                          "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                                          "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-                                          "mlp.down_proj.weight"};
+        static const char *const one[] = {"input_layernorm.weight", "self_attn.o_proj.weight",
+                                          "post_attention_layernorm.weight", "mlp.down_proj.weight"};
         for (size_t j = 0; j < sizeof one / sizeof one[0] && st == REEL_OK; j++) {
             snprintf(a, sizeof a, "model.layers.%d.%s", i, one[j]);
             st = put(p, ck, a);
         }
-        static const char *const qkv[] = {"q_proj", "k_proj", "v_proj"};
-        for (int j = 0; j < 3 && m->qkv_bias && st == REEL_OK; j++) {
-            snprintf(a, sizeof a, "model.layers.%d.self_attn.%s.bias", i, qkv[j]);
-            st = put(p, ck, a);
+        /* q_proj, k_proj and v_proj (weights, and biases where the model
+         * has them) one after the other in the fused qkv_proj parameter. */
+        static const char *const kinds[2] = {"weight", "bias"};
+        for (int kd = 0; kd < (m->qkv_bias ? 2 : 1) && st == REEL_OK; kd++) {
+            char q[128], k[128], v[128];
+            snprintf(a, sizeof a, "model.layers.%d.self_attn.qkv_proj.%s", i, kinds[kd]);
+            snprintf(q, sizeof q, "model.layers.%d.self_attn.q_proj.%s", i, kinds[kd]);
+            snprintf(k, sizeof k, "model.layers.%d.self_attn.k_proj.%s", i, kinds[kd]);
+            snprintf(v, sizeof v, "model.layers.%d.self_attn.v_proj.%s", i, kinds[kd]);
+            const char *qkv[3] = {q, k, v};
+            st = reel_safetensors_write_param(ck, p, a, 3, qkv);
         }
         if (m->o_bias && st == REEL_OK) {
             snprintf(a, sizeof a, "model.layers.%d.self_attn.o_proj.bias", i);

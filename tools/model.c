@@ -87,9 +87,13 @@ static reel_tensor hf_layer(reel_graph *g, const model_config *c, int i, reel_te
      (bias) ? reel_add(g, tmp, HW(suffix ".bias", (out), 0, 1)) : tmp)
     reel_tensor tmp;
     reel_tensor x = reel_rmsnorm(g, h, HW("input_layernorm.weight", D, 0, 1), c->eps);
-    reel_tensor q = PROJ(x, "self_attn.q_proj", Q, D, c->qkv_bias);
-    reel_tensor k = PROJ(x, "self_attn.k_proj", KV, D, c->qkv_bias);
-    reel_tensor v = PROJ(x, "self_attn.v_proj", KV, D, c->qkv_bias);
+    /* q, k and v as one projection (the checkpoint's three weights, and
+     * biases, written into one parameter: hf_write_weights) split by views:
+     * one kernel on the GPU, and no copies (docs/fusion.md). */
+    reel_tensor qkv = PROJ(x, "self_attn.qkv_proj", Q + 2 * KV, D, c->qkv_bias);
+    reel_tensor q = reel_view_cols(g, qkv, 0, Q);
+    reel_tensor k = reel_view_cols(g, qkv, Q, KV);
+    reel_tensor v = reel_view_cols(g, qkv, Q + KV, KV);
     q = reel_rope(g, q, pos, (int)Dh, (int)Dh, c->rope_theta);
     k = reel_rope(g, k, pos, (int)Dh, (int)Dh, c->rope_theta);
     int64_t cache_dims[4] = {c->num_blocks, c->block_size, c->kv_heads, Dh};

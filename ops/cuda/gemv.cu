@@ -67,9 +67,74 @@ enum {
  * M <= 4 (6.2-6.3 us against 6.7-7.2 us); at M = 8 cuBLASLt's kernel takes
  * 4.1 us, and from 6 MB of weights up cuBLASLt streams at 1.3-4.0 TB/s
  * against the kernel's 1.1-3.5 TB/s ([K, N] is slower still). */
-static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << 20; /* elements of w, any K */
-static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << 22; /* elements of w with K <= 1024 */
+static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << 22; /* elements of w, any K */
+static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << 24; /* elements of w with K <= 1024 */
 static const int64_t GV_IMPL_MAX_M = 16;
+
+/* What the kernel does with a sum before it stores it (the matmul's fused
+ * epilogue and segments, ops/op.h), rounding where the unfused ops do: the
+ * product is rounded to the storage type first, then
+ * - BIAS: b[n] added, rounded again (matmul, then add of a row);
+ * - SILU_MUL: w is [gate; up] ([2F, K]), and block b's tiles 0-1 are gate
+ *   rows 16b .. 16b + 16, tiles 2-3 the up rows F + 16b .. : output column
+ *   n of [M, F] is silu(gate) * up of the two rounded products, as
+ *   silu_and_mul computes it (elementwise.cu);
+ * - segments (nseg > 0): output columns [cs[s], cs[s + 1]) are a row-major
+ *   [M, cs[s + 1] - cs[s]] block at element M * cs[s]. */
+struct gv_epi {
+    int kind; /* REEL_MM_EPI_* */
+    const void *bias;
+    int nseg;
+    int cs[REEL_MM_MAX_SEG + 1];
+};
+
+__device__ __forceinline__ float silu_mul_f(float a, float b) { return a / (1.0f + expf(-a)) * b; }
+
+template <typename T> __device__ __forceinline__ float rnd(float v) { return to_f(from_f<T>(v)); }
+
+/* Where output (m, n) of an [M, N] result goes. */
+__device__ __forceinline__ int64_t gv_at(const gv_epi &e, int M, int N, int m, int n)
+{
+    if (e.nseg == 0)
+        return (int64_t)m * N + n;
+    int s = 0;
+    while (s + 1 < e.nseg && n >= e.cs[s + 1])
+        s++;
+    return (int64_t)M * e.cs[s] + (int64_t)m * (e.cs[s + 1] - e.cs[s]) + (n - e.cs[s]);
+}
+
+/* Row `row` of w for tile j of the block that starts at output column n0
+ * (N: w's rows; SILU_MUL pairs gate tile j with up tile j + 2). */
+__device__ __forceinline__ int gv_row(int kind, int N, int n0, int j, int g)
+{
+    if (kind == REEL_MM_EPI_SILU_MUL)
+        return j < 2 ? n0 + 8 * j + g : N / 2 + n0 + 8 * (j - 2) + g;
+    return n0 + 8 * j + g;
+}
+
+__device__ __forceinline__ bool gv_row_ok(int kind, int N, int n0, int j, int g)
+{
+    if (kind == REEL_MM_EPI_SILU_MUL)
+        return n0 + 8 * (j & 1) + g < N / 2;
+    return n0 + 8 * j + g < N;
+}
+
+/* Before its dependency wait, a programmatic launch asks L2 for the block's
+ * share of the weights (rows 8j + g of its tiles, k in [kb, ke)), which no
+ * kernel of the step writes: the stream over w overlaps the tail of the
+ * kernel before, and the loads after the wait hit L2. */
+template <typename T>
+__device__ __forceinline__ void gv_prefetch(const T *w, int kind, int N, int K, int n0, int kb, int ke)
+{
+    const int lines = (int)(((int64_t)(ke - kb) * sizeof(T) + 127) / 128);
+    for (int i = threadIdx.x; i < 32 * lines; i += blockDim.x) {
+        int r = i / lines, l = i - r * lines, j = r >> 3, g = r & 7;
+        if (!gv_row_ok(kind, N, n0, j, g))
+            continue;
+        const char *a = (const char *)(w + (int64_t)gv_row(kind, N, n0, j, g) * K + kb) + 128 * l;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    }
+}
 
 /* Weights are read once: keep them out of L1. volatile: never hoisted above
  * the dependency wait of pdl_start. */
@@ -111,7 +176,7 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
  * * 4 + c: the fragment's c-th accumulator, row m = g (+8 for c >= 2),
  * column 2t + (c & 1) of the tile; col_of maps (tile, column) to n. */
 template <typename T, bool WT, int R>
-__device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0)
+__device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, const gv_epi &ep)
 {
     extern __shared__ float red[]; /* warps x 128 R floats (gv_run sizes it) */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -142,23 +207,37 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0)
 #else
     __syncthreads();
 #endif
-    for (int q = threadIdx.x; q < per; q += blockDim.x) {
-        if (q % ranks != rank)
-            continue;
-        int e = q >> 5, ln = q & 31, j = e >> 2, c = e & 3;
-        int m = (ln >> 2) + (c >= 2 ? 8 : 0), col = 2 * (ln & 3) + (c & 1);
-        int n = WT ? n0 + 8 * j + col : n0 + 8 * col + j;
-        if (m >= M || n >= N)
-            continue;
+    /* The block's sum of partial q: ranks 0, 1, ... in order, whichever
+     * rank sums. */
+    auto total = [&](int q) {
         float s = red[q];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        if (ranks > 1) { /* ranks 0, 1, ... in order, whichever rank sums */
+        if (ranks > 1) {
             s = cl.map_shared_rank(red, 0)[q];
             for (int r = 1; r < ranks; r++)
                 s += cl.map_shared_rank(red, r)[q];
         }
 #endif
-        y[(int64_t)m * N + n] = from_f<T>(s);
+        return s;
+    };
+    const bool silu = ep.kind == REEL_MM_EPI_SILU_MUL;
+    const int nout = silu ? N / 2 : N;
+    for (int q = threadIdx.x; q < per; q += blockDim.x) {
+        if (q % ranks != rank)
+            continue;
+        int e = q >> 5, ln = q & 31, j = e >> 2, c = e & 3;
+        if (silu && j >= 2)
+            continue; /* up tiles: read with their gate tile */
+        int m = (ln >> 2) + (c >= 2 ? 8 : 0), col = 2 * (ln & 3) + (c & 1);
+        int n = WT ? n0 + 8 * j + col : n0 + 8 * col + j;
+        if (m >= M || n >= nout)
+            continue;
+        float v = rnd<T>(total(q));
+        if (silu)
+            v = silu_mul_f(v, rnd<T>(total(q + 2 * 4 * 32)));
+        else if (ep.kind == REEL_MM_EPI_BIAS)
+            v += to_f(((const T *)ep.bias)[n]);
+        y[gv_at(ep, M, nout, m, n)] = from_f<T>(v);
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (ranks > 1)
@@ -201,23 +280,24 @@ struct nk_stage {
 
 template <typename T, int P>
 __global__ void __launch_bounds__(GV_MAX_THREADS)
-    gemv_nk_kernel(const T *x, const T *w, T *y, int M, int N, int K, bool pdl)
+    gemv_nk_kernel(const T *x, const T *w, T *y, int M, int N, int K, bool pdl, gv_epi ep)
 {
-    pdl_start(pdl);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     constexpr int R = GV_NK_TILES;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int n0 = blockIdx.x * 8 * R;
+    const int n0 = blockIdx.x * (ep.kind == REEL_MM_EPI_SILU_MUL ? 16 : 8 * R);
     const int C = (K + 31) / 32, S = gridDim.y, sp = blockIdx.y;
-    const int c_end = (int)((int64_t)(sp + 1) * C / S);
+    const int c_begin = (int)((int64_t)sp * C / S), c_end = (int)((int64_t)(sp + 1) * C / S);
+    if (pdl)
+        gv_prefetch(w, ep.kind, N, K, n0, c_begin * 32, c_end * 32 < K ? c_end * 32 : K);
+    pdl_start(pdl);
     const T *wr[R];
     bool wok[R];
 #pragma unroll
     for (int j = 0; j < R; j++) {
-        int n = n0 + 8 * j + g;
-        wok[j] = n < N;
-        wr[j] = w + (int64_t)(wok[j] ? n : 0) * K + 8 * t;
+        wok[j] = gv_row_ok(ep.kind, N, n0, j, g);
+        wr[j] = w + (int64_t)(wok[j] ? gv_row(ep.kind, N, n0, j, g) : 0) * K + 8 * t;
     }
     const bool x0 = g < M, x1 = g + 8 < M;
     const T *xr0 = x + (int64_t)(x0 ? g : 0) * K + 8 * t, *xr1 = x + (int64_t)(x1 ? g + 8 : 0) * K + 8 * t;
@@ -228,7 +308,7 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
     const uint4 z = make_uint4(0, 0, 0, 0);
     nk_stage st[P];
     gv_pipeline<P>(
-        (int)((int64_t)sp * C / S) + warp, nw, c_end, st,
+        c_begin + warp, nw, c_end, st,
         [&](nk_stage &s, int c) {
             int k = c * 32;
             bool in = k + 8 * t < K;
@@ -246,7 +326,9 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
                     mma16816<T>(acc[j], word(s.xa, 2 * h), word(s.xb, 2 * h), word(s.xa, 2 * h + 1),
                                 word(s.xb, 2 * h + 1), word(s.w[j], 2 * h), word(s.w[j], 2 * h + 1));
         });
-    gv_finish<T, true, R>(acc, y, M, N, n0);
+    gv_finish<T, true, R>(acc, y, M, N, n0, ep);
+#else
+    pdl_start(pdl);
 #endif
 }
 
@@ -269,7 +351,7 @@ struct kn_stage {
 
 template <typename T, int P>
 __global__ void __launch_bounds__(GV_MAX_THREADS)
-    gemv_kn_kernel(const T *x, const T *w, T *y, int M, int N, int K, bool pdl)
+    gemv_kn_kernel(const T *x, const T *w, T *y, int M, int N, int K, bool pdl, gv_epi ep)
 {
     pdl_start(pdl);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -307,57 +389,89 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
                 mma16816<T>(acc[j], s.xa.x, s.xb.x, s.xa.y, s.xb.y, pair(s.w[0], s.w[1], j),
                             pair(s.w[2], s.w[3], j));
         });
-    gv_finish<T, false, R>(acc, y, M, N, n0);
+    gv_finish<T, false, R>(acc, y, M, N, n0, ep);
 #endif
 }
 
 static int gv_wmax(bool wt) { return GV_RED_FLOATS / (128 * (wt ? GV_NK_TILES : GV_KN_TILES)); }
+
+/* Output columns a block of the [N, K] kernel owns: 32, or 16 gate and 16
+ * up rows for SILU_MUL. */
+static int64_t gv_blocks(int64_t n, bool wt, int epi)
+{
+    if (!wt)
+        return (n + 63) / 64;
+    return epi == REEL_MM_EPI_SILU_MUL ? (n / 2 + 15) / 16 : (n + 8 * GV_NK_TILES - 1) / (8 * GV_NK_TILES);
+}
 
 /* One wave of about 16 warps per multiprocessor, each streaming as many
  * chunks as the shape gives it: K is split over a cluster while the grid
  * has fewer blocks than the device has multiprocessors (and each split
  * keeps 2 chunks per warp), then each block gets the warps that bring the
  * grid to that size, at least one chunk each. */
-static reel_gemv_cfg gv_pick(int64_t n, int64_t k, bool wt, int sms)
+static reel_gemv_cfg gv_pick_epi(int64_t n, int64_t k, bool wt, int sms, int epi)
 {
     reel_gemv_cfg c;
+    const int64_t wave = (int64_t)(sms > 0 ? sms : 1) * 16; /* warps */
     /* [N, K] weights of up to 32 MiB: no cluster split and the most warps a
      * block takes was the fastest configuration of the sweep at every such
      * shape (bench/gemv.cu on an H200, docs/benchmarks.md: 1024 x 1024 3.57
-     * us against 6.17 for the rule below). */
+     * us against 6.17 for the rule below). A grid of more blocks than
+     * multiprocessors (gate and up fused, 16 columns a block) takes fewer
+     * warps a block, down to 4, so it still fits in one wave. */
     if (wt && n * k <= ((int64_t)1 << 24)) {
         c.unroll = 3;
         c.splits = 1;
         c.warps = gv_wmax(wt);
+        while (c.warps > 4 && gv_blocks(n, wt, epi) * c.warps > wave)
+            c.warps /= 2;
         return c;
     }
-    int64_t cols = wt ? 8 * GV_NK_TILES : 64, kc = wt ? 32 : 16;
-    int64_t tiles = (n + cols - 1) / cols, chunks = (k + kc - 1) / kc;
-    int64_t target = (int64_t)(sms > 0 ? sms : 1) * 16;
+    int64_t kc = wt ? 32 : 16;
+    int64_t tiles = gv_blocks(n, wt, epi), chunks = (k + kc - 1) / kc;
     int wmax = gv_wmax(wt);
     c.unroll = 3;
     c.splits = 1;
     while (c.splits < 8 && tiles * c.splits < sms && chunks / (2 * c.splits) >= 2)
         c.splits *= 2;
     c.warps = 1;
-    while (c.warps < wmax && tiles * c.splits * c.warps * 2 <= target && chunks / (c.splits * c.warps * 2) >= 1)
+    while (c.warps < wmax && tiles * c.splits * c.warps * 2 <= wave && chunks / (c.splits * c.warps * 2) >= 1)
         c.warps *= 2;
     return c;
 }
 
+static reel_gemv_cfg gv_pick(int64_t n, int64_t k, bool wt, int sms)
+{
+    return gv_pick_epi(n, k, wt, sms, REEL_MM_EPI_NONE);
+}
+
+template <typename T> using gv_kernel_t = void (*)(const T *, const T *, T *, int, int, int, bool, gv_epi);
+
+static bool gv_cfg_ok(bool wt, reel_gemv_cfg c)
+{
+    return c.warps >= 1 && c.warps <= gv_wmax(wt) && (c.splits == 1 || c.splits == 2 || c.splits == 4 || c.splits == 8) &&
+           c.unroll >= 2 && c.unroll <= 4;
+}
+
+template <typename T> static gv_kernel_t<T> gv_kernel(bool wt, int unroll)
+{
+    if (wt)
+        return unroll == 4 ? gemv_nk_kernel<T, 4> : unroll == 3 ? gemv_nk_kernel<T, 3> : gemv_nk_kernel<T, 2>;
+    return unroll == 4 ? gemv_kn_kernel<T, 4> : unroll == 3 ? gemv_kn_kernel<T, 3> : gemv_kn_kernel<T, 2>;
+}
+
+static size_t gv_smem(bool wt, reel_gemv_cfg c)
+{
+    return (size_t)c.warps * 128 * (wt ? GV_NK_TILES : GV_KN_TILES) * sizeof(float);
+}
+
 template <typename T>
 static cudaError_t gv_run(bool wt, const T *x, const T *w, T *y, int m, int n, int k, reel_gemv_cfg c,
-                          cudaStream_t st, bool pdl)
+                          cudaStream_t st, bool pdl, const gv_epi &ep)
 {
-    int64_t cols = wt ? 8 * GV_NK_TILES : 64;
-    if (c.warps < 1 || c.warps > gv_wmax(wt) || (c.splits != 1 && c.splits != 2 && c.splits != 4 && c.splits != 8) ||
-        c.unroll < 2 || c.unroll > 4)
+    if (!gv_cfg_ok(wt, c) || (!wt && ep.kind == REEL_MM_EPI_SILU_MUL))
         return cudaErrorInvalidValue;
-    void (*kern)(const T *, const T *, T *, int, int, int, bool);
-    if (wt)
-        kern = c.unroll == 4 ? gemv_nk_kernel<T, 4> : c.unroll == 3 ? gemv_nk_kernel<T, 3> : gemv_nk_kernel<T, 2>;
-    else
-        kern = c.unroll == 4 ? gemv_kn_kernel<T, 4> : c.unroll == 3 ? gemv_kn_kernel<T, 3> : gemv_kn_kernel<T, 2>;
+    gv_kernel_t<T> kern = gv_kernel<T>(wt, c.unroll);
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[2];
     int na = 0;
@@ -373,13 +487,13 @@ static cudaError_t gv_run(bool wt, const T *x, const T *w, T *y, int m, int n, i
         attr[na].val.programmaticStreamSerializationAllowed = 1;
         na++;
     }
-    cfg.gridDim = dim3((unsigned)((n + cols - 1) / cols), (unsigned)c.splits, 1);
+    cfg.gridDim = dim3((unsigned)gv_blocks(n, wt, ep.kind), (unsigned)c.splits, 1);
     cfg.blockDim = dim3(32u * (unsigned)c.warps, 1, 1);
-    cfg.dynamicSmemBytes = (size_t)c.warps * 128 * (wt ? GV_NK_TILES : GV_KN_TILES) * sizeof(float);
+    cfg.dynamicSmemBytes = gv_smem(wt, c);
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = (unsigned)na;
-    return cudaLaunchKernelEx(&cfg, kern, x, w, y, m, n, k, pdl);
+    return cudaLaunchKernelEx(&cfg, kern, x, w, y, m, n, k, pdl, ep);
 }
 
 static bool gv_shape_ok(bool wt, int64_t n, int64_t k)
@@ -387,42 +501,113 @@ static bool gv_shape_ok(bool wt, int64_t n, int64_t k)
     return n > 0 && k > 0 && k % 8 == 0 && (wt || n % 8 == 0);
 }
 
+/* The node as cuBLASLt and the elementwise kernels run it: the launches
+ * with more rows than the kernel takes, or unaligned pointers. The plain
+ * product (segments included) is cuBLASLt's; BIAS adds the row in place
+ * after it; SILU_MUL stages the product in the node's scratch output and
+ * runs silu_and_mul from there: the unfused ops, the same rounding. */
+static reel_status gemv_fallback(reel_backend *be, const reel_launch *l)
+{
+    int epi = l->attrs->matmul.epi;
+    if (epi == REEL_MM_EPI_NONE)
+        return reel_cu_matmul_lt_impl.launch(be, l);
+    reel_op_attrs plain = *l->attrs;
+    plain.matmul.epi = REEL_MM_EPI_NONE;
+    reel_launch mm = *l;
+    mm.attrs = &plain;
+    mm.pdl = false;
+    reel_launch ew = *l;
+    ew.pdl = false;
+    if (epi == REEL_MM_EPI_SILU_MUL) {
+        mm.out[0] = l->out[1];
+        mm.out_shape = &l->out_shape[1];
+        REEL_TRY(reel_cu_matmul_lt_impl.launch(be, &mm));
+        ew.op = REEL_OP_SILU_AND_MUL;
+        ew.in[0] = l->out[1];
+        ew.in_shape = &l->out_shape[1];
+        return reel_cu_silu_and_mul_impl.launch(be, &ew);
+    }
+    REEL_TRY(reel_cu_matmul_lt_impl.launch(be, &mm));
+    /* The row added to each segment's block in place: segment s is
+     * [rows, seg[s]] at element rows * c_s, its bias the row's c_s .. */
+    const int nseg = l->attrs->matmul.nseg > 0 ? l->attrs->matmul.nseg : 1;
+    const size_t es = reel_dtype_size(l->out_shape[0].dtype);
+    const int64_t k = last_dim(&l->in_shape[0]), m = lead(&l->in_shape[0], l->rows) * row_numel(&l->in_shape[0]) / k;
+    int64_t c0 = 0;
+    for (int s = 0; s < nseg; s++) {
+        int64_t ns = l->attrs->matmul.nseg > 0 ? l->attrs->matmul.seg[s] : last_dim(&l->out_shape[0]);
+        reel_shape add_in[2] = {l->out_shape[0], l->in_shape[2]}, add_out = l->out_shape[0];
+        add_in[0].dims[1] = add_out.dims[1] = ns;
+        add_in[1].dims[0] = ns;
+        ew.op = REEL_OP_ADD;
+        add_in[0].dims[0] = add_out.dims[0] = m;
+        ew.rows = m;
+        ew.in[0] = ew.out[0] = (char *)l->out[0] + (size_t)(m * c0) * es;
+        ew.in[1] = (char *)l->in[2] + (size_t)c0 * es;
+        ew.in_shape = add_in;
+        ew.out_shape = &add_out;
+        REEL_TRY(reel_cu_add_impl.launch(be, &ew));
+        c0 += ns;
+    }
+    return REEL_OK;
+}
+
 static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
 {
     const reel_shape *xs = &l->in_shape[0], *ws = &l->in_shape[1];
-    bool wt = l->attrs->matmul.w_transposed;
+    const reel_op_attrs *a = l->attrs;
+    bool wt = a->matmul.w_transposed;
     int64_t k = last_dim(xs), n = wt ? ws->dims[0] : ws->dims[1];
     int64_t m = k > 0 ? lead(xs, l->rows) * row_numel(xs) / k : 0;
     if (m <= 0 || n <= 0)
         return REEL_OK;
     if (m > GV_IMPL_MAX_M || !aligned16(l->in[0]) || !aligned16(l->in[1]) || !aligned16(l->out[0]))
-        return reel_cu_matmul_lt_impl.launch(be, l);
-    reel_gemv_cfg c = gv_pick(n, k, wt, be->caps.sm_count);
+        return gemv_fallback(be, l);
+    gv_epi ep = {};
+    ep.kind = a->matmul.epi;
+    ep.bias = ep.kind == REEL_MM_EPI_BIAS ? l->in[2] : NULL;
+    ep.nseg = a->matmul.nseg;
+    for (int s = 0; s < ep.nseg; s++)
+        ep.cs[s + 1] = ep.cs[s] + (int)a->matmul.seg[s];
+    reel_gemv_cfg c = gv_pick_epi(n, k, wt, be->caps.sm_count, ep.kind);
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
     cudaError_t e = cudaSuccess;
     if (l->in_shape[0].dtype == REEL_F16)
         e = gv_run(wt, (const __half *)l->in[0], (const __half *)l->in[1], (__half *)l->out[0], (int)m, (int)n,
-                   (int)k, c, st, l->pdl);
+                   (int)k, c, st, l->pdl, ep);
     else
         e = gv_run(wt, (const __nv_bfloat16 *)l->in[0], (const __nv_bfloat16 *)l->in[1],
-                   (__nv_bfloat16 *)l->out[0], (int)m, (int)n, (int)k, c, st, l->pdl);
+                   (__nv_bfloat16 *)l->out[0], (int)m, (int)n, (int)k, c, st, l->pdl, ep);
     return REEL_CU_LAUNCHED_E(be, "cuda.matmul.gemv", e);
 }
 
-/* Every node cuBLASLt takes (so the fallback is always there) with [N, K]
- * weights of at most GV_IMPL_MAX_WEIGHTS elements whose K is a multiple of
- * 8, on a device with thread-block clusters; a fixed (untokened) x only at
- * GV_IMPL_MAX_M rows or fewer. The kernel itself takes both layouts, any
- * N, K a multiple of 8 (and N, for [K, N]) and M up to 16 (the direct
- * entry below, which the tests and bench/gemv.cu use). */
+/* The nodes of [N, K] weights the impl takes, by what bench/gemv.cu and the
+ * decode step measured (docs/benchmarks.md): at most GV_IMPL_MAX_WEIGHTS_K1024
+ * elements where K <= 1024 (the q/k/v/o projections and gate and up of the
+ * decode model), GV_IMPL_MAX_WEIGHTS beyond (down), K a multiple of 8, on a
+ * device with thread-block clusters; plain, BIAS or SILU_MUL, with segments
+ * or without; a fixed (untokened) x only at GV_IMPL_MAX_M rows or fewer. The
+ * kernel itself takes both layouts, any N, K a multiple of 8 (and N, for
+ * [K, N]) and M up to 16 (the direct entry below, which the tests and
+ * bench/gemv.cu use). */
 static bool use_gemv(REEL_CU_USE_ARGS)
 {
-    /* Segmented outputs (fused views) go through cuBLAS (matmul.cu). */
-    if (!reel_cu_matmul_lt_impl.can_use(in, nin, out, a, caps) || caps->cc_major < 9 || a->matmul.nseg != 0)
+    if (caps->cc_major < 9 || nin < 2 || in[0].dtype != in[1].dtype)
+        return false;
+    const int epi = a->matmul.epi;
+    reel_op_attrs plain = *a;
+    plain.matmul.epi = REEL_MM_EPI_NONE;
+    /* cuBLASLt runs the launches the kernel does not: it must take the
+     * product, and the elementwise kernels the epilogue. */
+    if (!reel_cu_matmul_lt_impl.can_use(in, nin, out, &plain, caps))
+        return false;
+    if (epi == REEL_MM_EPI_BIAS && (nin < 3 || in[2].dtype != in[0].dtype))
+        return false;
+    if (epi != REEL_MM_EPI_NONE && epi != REEL_MM_EPI_BIAS && epi != REEL_MM_EPI_SILU_MUL)
         return false;
     bool wt = a->matmul.w_transposed;
     int64_t k = last_dim(&in[0]), n = wt ? in[1].dims[0] : in[1].dims[1];
-    if (!wt || !gv_shape_ok(wt, n, k) ||
+    if (!wt || !gv_shape_ok(wt, n, k) || (epi == REEL_MM_EPI_SILU_MUL && n % 2 != 0) ||
         n * k > (k <= 1024 ? GV_IMPL_MAX_WEIGHTS_K1024 : GV_IMPL_MAX_WEIGHTS))
         return false;
     int64_t m = lead(&in[0], in[0].dims[0]) * row_numel(&in[0]) / k;
@@ -444,23 +629,32 @@ extern "C" cudaError_t reel_cuda_gemv_run(reel_dtype dt, bool w_transposed, cons
         return cudaErrorInvalidValue;
     if (dt == REEL_F16)
         return reel_cu::gv_run(w_transposed, (const __half *)x, (const __half *)w, (__half *)y, m, n, k, cfg, st,
-                               pdl);
+                               pdl, reel_cu::gv_epi{});
     if (dt == REEL_BF16)
         return reel_cu::gv_run(w_transposed, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w,
-                               (__nv_bfloat16 *)y, m, n, k, cfg, st, pdl);
+                               (__nv_bfloat16 *)y, m, n, k, cfg, st, pdl, reel_cu::gv_epi{});
     return cudaErrorInvalidValue;
 }
 
 namespace reel_cu {
-/* Blocks of the launch gemv_launch makes (one wave or less for the shapes
+/* Multiprocessors the launch gemv_launch makes fills: its blocks over the
+ * blocks one multiprocessor holds at once (one wave or less for the shapes
  * it takes: programmatic launch by default, exec/schedule.c). */
 static int64_t gemv_grid(const reel_launch *l, const reel_device_caps *caps)
 {
     bool wt = l->attrs->matmul.w_transposed;
+    int epi = l->attrs->matmul.epi;
     int64_t k = last_dim(&l->in_shape[0]), n = wt ? l->in_shape[1].dims[0] : l->in_shape[1].dims[1];
-    reel_gemv_cfg c = gv_pick(n, k, wt, caps->sm_count);
-    int64_t cols = wt ? 8 * GV_NK_TILES : 64;
-    return (n + cols - 1) / cols * c.splits;
+    reel_gemv_cfg c = gv_pick_epi(n, k, wt, caps->sm_count, epi);
+    int64_t blocks = gv_blocks(n, wt, epi) * c.splits;
+    int per_sm = 1;
+    if (gv_cfg_ok(wt, c) &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gv_kernel<__nv_bfloat16>(wt, c.unroll), 32 * c.warps,
+                                                      gv_smem(wt, c)) != cudaSuccess)
+        per_sm = 1;
+    if (per_sm < 1)
+        per_sm = 1;
+    return (blocks + per_sm - 1) / per_sm;
 }
 
 static reel_op_impl gemv_impl(void)

@@ -1,8 +1,10 @@
-/* Fused kernels on the GPU against the unfused plan (no_fuse): add_rmsnorm
- * bit for bit (bf16 and f16, 1..16 rows and a larger count), and views
- * aliasing a segmented matmul (one cuBLAS GEMM per view) within the bf16/f16
- * tolerance of the unfused projections (cuBLASLt may pick another
- * algorithm), at M = 1..16 and M = 200. */
+/* Fused kernels on the GPU against the unfused plan (no_fuse), bf16 and
+ * f16: add_rmsnorm bit for bit (1..16 rows and a larger count); views
+ * aliasing a segmented matmul within the bf16/f16 tolerance of the unfused
+ * projections at M = 1..16 and 200 for both weight layouts (cuBLASLt, one
+ * GEMM per view, may pick another algorithm), and bit for bit on the
+ * skinny-matmul kernel's segmented store; the silu_and_mul and bias
+ * epilogues bit for bit on the kernel and on its cuBLASLt fallback. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -182,4 +184,122 @@ Test(gpu_fuse, views_of_a_segmented_matmul_match_the_unfused_projections, .init 
                 reel_graph_destroy(g);
                 free(wd), free(xd);
             }
+}
+
+/* [N, K] weights at M <= 16: the fused views are the skinny-matmul kernel's
+ * segmented store, whose configuration depends on (N, K) only, so each
+ * view holds the unfused product's bits. */
+Test(gpu_fuse, segmented_gemv_views_hold_the_unfused_bits, .init = setup, .fini = teardown)
+{
+    static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
+    static const int rows[] = {1, 3, 16};
+    for (int di = 0; di < 2; di++)
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            reel_dtype dt = dts[di];
+            int m = rows[ri];
+            const int64_t N = QW + 2 * KW;
+            reel_graph *g;
+            cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+            int64_t d[2] = {REEL_DIM_TOKENS, D}, wdims[2] = {N, D};
+            reel_tensor x = reel_input(g, "x", dt, 2, d);
+            reel_tensor w = reel_param(g, "w", dt, 2, wdims);
+            uint16_t *wd = rnd((size_t)(D * N), 7, dt), *xd = rnd((size_t)m * D, 8, dt);
+            reel_param_bind(g, w, wd);
+            const int64_t col[3] = {0, QW, QW + KW}, width[3] = {QW, KW, KW};
+            static const char *const names[3] = {"q", "k", "v"};
+            reel_tensor qkv = reel_matmul(g, x, w, true);
+            for (int s = 0; s < 3; s++)
+                reel_output(g, names[s], reel_view_cols(g, qkv, col[s], width[s]));
+            reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
+            cr_assert_eq(count_op(pf, "view_cols"), 0, "the views were not fused");
+            for (int s = 0; s < 3; s++) {
+                size_t n = (size_t)m * (size_t)width[s];
+                uint16_t *f = malloc(n * 2);
+                memcpy(f, step(pf, xd, m, names[s]), n * 2);
+                cr_assert(memcmp(f, step(pu, xd, m, names[s]), n * 2) == 0, "%s %s rows %d: bits differ",
+                          names[s], reel_dtype_name(dt), m);
+                free(f);
+            }
+            reel_plan_destroy(pf);
+            reel_plan_destroy(pu);
+            reel_graph_destroy(g);
+            free(wd), free(xd);
+        }
+}
+
+/* x [T, D] times [gate; up] ([2F, D]) then silu_and_mul: one node on the
+ * GPU, the skinny-matmul kernel's epilogue up to 16 rows (cuBLASLt into the
+ * scratch output then the silu_and_mul kernel above), with the unfused
+ * pair's bits at every row count; F = 200 leaves a block of 16 columns
+ * half out of range. */
+Test(gpu_fuse, matmul_silu_and_mul_equals_the_unfused_pair_bit_for_bit, .init = setup, .fini = teardown)
+{
+    static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
+    static const int rows[] = {1, 2, 5, 16, 17, 200};
+    static const int64_t ffn[2] = {512, 200};
+    for (int di = 0; di < 2; di++)
+        for (int fi = 0; fi < 2; fi++)
+            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+                reel_dtype dt = dts[di];
+                int m = rows[ri];
+                const int64_t F = ffn[fi];
+                reel_graph *g;
+                cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+                int64_t d[2] = {REEL_DIM_TOKENS, D}, wdims[2] = {2 * F, D};
+                reel_tensor x = reel_input(g, "x", dt, 2, d);
+                reel_tensor w = reel_param(g, "w", dt, 2, wdims);
+                uint16_t *wd = rnd((size_t)(2 * F * D), 9, dt), *xd = rnd((size_t)m * D, 10, dt);
+                reel_param_bind(g, w, wd);
+                reel_output(g, "f", reel_silu_and_mul(g, reel_matmul(g, x, w, true)));
+                reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
+                cr_assert_eq(count_op(pf, "silu_and_mul"), 0, "silu_and_mul was not fused");
+                cr_assert_eq(count_op(pu, "silu_and_mul"), 1);
+                size_t n = (size_t)m * (size_t)F;
+                uint16_t *f = malloc(n * 2);
+                memcpy(f, step(pf, xd, m, "f"), n * 2);
+                const uint16_t *u = step(pu, xd, m, "f");
+                for (size_t i = 0; i < n; i++)
+                    cr_assert_eq(f[i], u[i], "%s F %lld rows %d [%zu]: %g vs %g", reel_dtype_name(dt), (long long)F,
+                                 m, i, (double)half_to_f(f[i], dt), (double)half_to_f(u[i], dt));
+                free(f);
+                reel_plan_destroy(pf);
+                reel_plan_destroy(pu);
+                reel_graph_destroy(g);
+                free(wd), free(xd);
+            }
+}
+
+/* A projection and the add of its bias row (Qwen2's q/k/v): one node, the
+ * unfused pair's bits, on the kernel and on the fallback. */
+Test(gpu_fuse, matmul_bias_equals_the_unfused_pair_bit_for_bit, .init = setup, .fini = teardown)
+{
+    static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
+    static const int rows[] = {1, 7, 16, 200};
+    for (int di = 0; di < 2; di++)
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            reel_dtype dt = dts[di];
+            int m = rows[ri];
+            const int64_t N = QW;
+            reel_graph *g;
+            cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+            int64_t d[2] = {REEL_DIM_TOKENS, D}, wdims[2] = {N, D}, bd = N;
+            reel_tensor x = reel_input(g, "x", dt, 2, d);
+            reel_tensor w = reel_param(g, "w", dt, 2, wdims);
+            reel_tensor b = reel_param(g, "b", dt, 1, &bd);
+            uint16_t *wd = rnd((size_t)(N * D), 11, dt), *xd = rnd((size_t)m * D, 12, dt), *bdat = rnd(N, 13, dt);
+            reel_param_bind(g, w, wd);
+            reel_param_bind(g, b, bdat);
+            reel_output(g, "y", reel_add(g, reel_matmul(g, x, w, true), b));
+            reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
+            cr_assert_eq(count_op(pf, "add"), 0, "the bias was not fused");
+            size_t n = (size_t)m * (size_t)N;
+            uint16_t *f = malloc(n * 2);
+            memcpy(f, step(pf, xd, m, "y"), n * 2);
+            cr_assert(memcmp(f, step(pu, xd, m, "y"), n * 2) == 0, "%s rows %d: bits differ", reel_dtype_name(dt), m);
+            free(f);
+            reel_plan_destroy(pf);
+            reel_plan_destroy(pu);
+            reel_graph_destroy(g);
+            free(wd), free(xd), free(bdat);
+        }
 }
