@@ -40,15 +40,19 @@ if [ "${REEL_STEP_NCU:-0}" = 1 ]; then
         "$B/bench/bench_decode" --batches 1 --contexts "${REEL_STEP_NCU_CONTEXT:-128}" --steps 2 --warmup 1 \
         --dir /tmp/reel-step-ncu >"$OUT/ncu.csv" 2>"$OUT/ncu.log"
     echo "ncu: exit $?"
-    python3 - "$OUT/ncu.csv" <<'PY'
+    python3 - "$OUT/ncu.csv" "${REEL_STEP_NCU_LAST:-75}" <<'PY'
 import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-h = rows[0]; rows = [r for r in rows[2:] if r[0].isdigit()]
-ki, ti = h.index("Kernel Name"), h.index("gpu__time_duration.sum")
+lines = open(sys.argv[1]).read().splitlines()
+start = [i for i, l in enumerate(lines) if l.startswith('"ID"')][0]
+rows = list(csv.reader(lines[start:]))
+h = rows[0]; rows = [r for r in rows[1:] if r and r[0].isdigit()]
+ki, ti, gi, bi = (h.index(x) for x in ("Kernel Name", "gpu__time_duration.sum", "Grid Size", "Block Size"))
 tot = collections.OrderedDict()
-for r in rows[-120:]:
-    k = r[ki][:70]; tot.setdefault(k, []).append(float(r[ti]) / 1000.0)
-print("last 120 kernels: name | calls | us each (median) | us total")
+last = rows[-int(sys.argv[2]):]
+for r in last:
+    k = r[ki].split("(")[0][:60] + " " + r[gi] + "x" + r[bi]
+    tot.setdefault(k, []).append(float(r[ti].replace(",", "")) / 1000.0)
+print(f"last {len(last)} kernels (ncu flushes the caches before each): name grid x block | calls | us median | us total")
 for k, v in sorted(tot.items(), key=lambda kv: -sum(kv[1])):
     v2 = sorted(v); print(f"{k} | {len(v)} | {v2[len(v2)//2]:.2f} | {sum(v):.1f}")
 print(f"total {sum(sum(v) for v in tot.values()):.1f} us")

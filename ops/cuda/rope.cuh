@@ -13,12 +13,20 @@
 
 namespace reel_cu {
 
+/* The cosine and sine of pair w's angle at pos: they depend on (pos, w)
+ * only, so a kernel rotating many heads of one token computes them once. */
+__device__ __forceinline__ void rope_cs(int32_t w, int32_t half, double theta, int32_t pos, float *c, float *s)
+{
+    double ang = (double)pos * pow(theta, -2.0 * (double)w / (double)(2 * half));
+    *c = (float)cos(ang);
+    *s = (float)sin(ang);
+}
+
+/* Item w of a head with pair w's cosine c and sine s (unused past half). */
 template <typename T, typename I>
-__device__ __forceinline__ void rope_item(const T *x, T *out, I w, I half, double theta, int32_t pos)
+__device__ __forceinline__ void rope_apply(const T *x, T *out, I w, I half, float c, float s)
 {
     if (w < half) {
-        double ang = (double)pos * pow(theta, -2.0 * (double)w / (double)(2 * half));
-        float c = (float)cos(ang), s = (float)sin(ang);
         float x1 = to_f(x[w]), x2 = to_f(x[half + w]);
         out[w] = from_f<T>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
         out[half + w] = from_f<T>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
@@ -26,6 +34,15 @@ __device__ __forceinline__ void rope_item(const T *x, T *out, I w, I half, doubl
         I d = 2 * half + (w - half);
         out[d] = x[d];
     }
+}
+
+template <typename T, typename I>
+__device__ __forceinline__ void rope_item(const T *x, T *out, I w, I half, double theta, int32_t pos)
+{
+    float c = 0.0f, s = 0.0f;
+    if (w < half)
+        rope_cs((int32_t)w, (int32_t)half, theta, pos, &c, &s);
+    rope_apply<T, I>(x, out, w, half, c, s);
 }
 
 } /* namespace reel_cu */
