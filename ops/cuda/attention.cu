@@ -68,14 +68,26 @@ __global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_
 template <typename T>
 __global__ void attn_write_kv_rope_kernel(const T *q, const T *k, const T *v, T *qr, T *kr, T *kc, T *vc,
                                           const int32_t *pos, reel_meta_view m, int64_t nslots, attn_geom g,
-                                          int32_t half, double theta, uint32_t *cnt, int32_t ny)
+                                          int32_t half, double theta, uint32_t *cnt, int32_t ny, bool pdl)
 {
     extern __shared__ float rcs[]; /* [2 half]: cosines, then sines */
     int64_t t = blockIdx.x;
+    /* Thread j < half: the cosine of pair j, j < 2 half: the sine of pair
+     * j - half (rope_cs's values, half the dependent double-precision work
+     * a thread); the frequency reads no input, so a programmatic launch
+     * computes it before it waits for the kernel before. */
+    const int32_t j0 = threadIdx.x;
+    const double f0 = j0 < 2 * half ? rope_freq(j0 < half ? j0 : j0 - half, half, theta) : 0.0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (pdl)
+        cudaGridDependencySynchronize();
+#endif
     attn_write_begin(cnt, ny, t);
     int32_t p = pos[t], per = (int32_t)g.dh - half;
-    for (int32_t w = threadIdx.x; w < half; w += blockDim.x)
-        rope_cs(w, half, theta, p, &rcs[w], &rcs[half + w]);
+    for (int32_t j = j0; j < 2 * half; j += blockDim.x) {
+        double ang = (double)p * (j == j0 ? f0 : rope_freq(j < half ? j : j - half, half, theta));
+        rcs[j] = j < half ? (float)cos(ang) : (float)sin(ang);
+    }
     __syncthreads();
     for (int32_t i = threadIdx.x; i < (int32_t)g.h * per; i += blockDim.x) {
         int64_t at = t * g.qrow + (i / per) * g.dh;
@@ -220,18 +232,21 @@ attn_geom attn_geom_of(const reel_launch *l)
 
 template <typename T>
 static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g, uint32_t *cnt = nullptr,
-                     int32_t ny = 0)
+                     int32_t ny = 0, bool pdl = false)
 {
     if (attn_kv_layout(l)) { /* DCP or CP: attn_kv_layout.cu */
         attn_write_kv_layout(l, st, g, cnt, ny);
         return;
     }
     if (l->attrs->attn.rope_rot_dim > 0) {
+        /* A thread per cosine or sine up to 1024 (2 half <= head_dim). */
         int32_t half = l->attrs->attn.rope_rot_dim / 2;
-        attn_write_kv_rope_kernel<T><<<(unsigned)l->rows, 256, 2 * (size_t)half * sizeof(float), st>>>(
-            (const T *)l->in[0], (const T *)l->in[1], (const T *)l->in[2], (T *)l->out[2], (T *)l->out[3],
-            (T *)l->in[3], (T *)l->in[4], (const int32_t *)l->in[5], *l->meta, g.nblocks * g.bs, g, half,
-            (double)l->attrs->attn.rope_theta, cnt, ny);
+        int threads = row_threads(2 * half, 1024);
+        launch(attn_write_kv_rope_kernel<T>, dim3((unsigned)l->rows), dim3((unsigned)(threads < 256 ? 256 : threads)),
+               2 * (size_t)half * sizeof(float), st, pdl, (const T *)l->in[0], (const T *)l->in[1],
+               (const T *)l->in[2], (T *)l->out[2], (T *)l->out[3], (T *)l->in[3], (T *)l->in[4],
+               (const int32_t *)l->in[5], *l->meta, g.nblocks * g.bs, g, half, (double)l->attrs->attn.rope_theta, cnt,
+               ny);
         return;
     }
     bool vec = g.kvrow % pack<T>::n == 0 && aligned16(l->in[1]) && aligned16(l->in[2]) && aligned16(l->in[3]) &&
@@ -301,7 +316,11 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     const bool pdl = be->caps.pdl && l->rows <= 16;
     const int64_t G = attn_decode_mma_group();
     const int32_t ny = (int32_t)(g.hkv * ((g.group + G - 1) / G));
-    REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g, inblock ? attn_ws_counters((float *)l->out[1], g) : nullptr, ny));
+    /* The first kernel, the KV write, waits for the kernel before it where
+     * the plan launches the op programmatically (only the rope-fused write
+     * starts early; the others launch in stream order). */
+    REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g, inblock ? attn_ws_counters((float *)l->out[1], g) : nullptr, ny,
+                                     l->pdl));
     bool prefill = l->rows > 1 && attn_prefill_supports(dt, g.dh);
     cudaError_t e = cudaSuccess;
     if (prefill)
@@ -356,7 +375,21 @@ static bool use_attn(REEL_CU_USE_ARGS)
 
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_paged_attention_impl, "cuda.paged_attention", REEL_OP_PAGED_ATTENTION, 20, false, false,
-             reel_cu::use_attn, reel_cu::attn_launch);
+/* Programmatic launch by grid size: the KV write's, one block a token
+ * (exec/schedule.c). */
+static int64_t attn_grid(const reel_launch *l, const reel_device_caps *caps)
+{
+    (void)caps;
+    return l->rows;
+}
+
+static reel_op_impl attn_impl(void)
+{
+    reel_op_impl i = reel_cu::make_impl("cuda.paged_attention", REEL_OP_PAGED_ATTENTION, 20, true, false,
+                                        reel_cu::use_attn, reel_cu::attn_launch);
+    i.grid_blocks = attn_grid;
+    return i;
+}
+extern "C" const reel_op_impl reel_cu_paged_attention_impl = attn_impl();
 REEL_CU_IMPL(reel_cu_paged_attention_ref_impl, "cuda.paged_attention.ref", REEL_OP_PAGED_ATTENTION, 10, false,
              false, reel_cu::use_attn_ref, reel_cu::attn_ref_launch);

@@ -15,9 +15,14 @@ namespace reel_cu {
 
 /* The cosine and sine of pair w's angle at pos: they depend on (pos, w)
  * only, so a kernel rotating many heads of one token computes them once. */
+__device__ __forceinline__ double rope_freq(int32_t w, int32_t half, double theta)
+{
+    return pow(theta, -2.0 * (double)w / (double)(2 * half));
+}
+
 __device__ __forceinline__ void rope_cs(int32_t w, int32_t half, double theta, int32_t pos, float *c, float *s)
 {
-    double ang = (double)pos * pow(theta, -2.0 * (double)w / (double)(2 * half));
+    double ang = (double)pos * rope_freq(w, half, theta);
     *c = (float)cos(ang);
     *s = (float)sin(ang);
 }
