@@ -360,9 +360,13 @@ def capture_buckets(fns, statics, inputs0, pool_handle):
     """Captures one graph per batch (largest first, as reel does), all in one
     memory pool, each after three warm-up calls on a side stream (where
     torch.compile compiles). Returns ({B: (graph, outputs)}, seconds in all,
-    seconds in the capture blocks alone, pool bytes: what the caching
-    allocator reserved across the captures)."""
+    seconds in the capture blocks alone, pool bytes: the segments the caching
+    allocator holds for the pool after the captures, from its snapshot; where
+    the snapshot does not name pools, what it reserved across the captures,
+    with its cache emptied first so blocks freed earlier are not reused
+    unseen)."""
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()
     r0 = torch.cuda.memory_reserved()
     graphs, cap_s = {}, 0.0
     t0 = time.perf_counter()
@@ -383,7 +387,18 @@ def capture_buckets(fns, statics, inputs0, pool_handle):
         cap_s += time.perf_counter() - tc
         graphs[B] = (g, out)
     total = time.perf_counter() - t0
-    return graphs, total, cap_s, torch.cuda.memory_reserved() - r0
+    return graphs, total, cap_s, pool_bytes(pool_handle, torch.cuda.memory_reserved() - r0)
+
+
+def pool_bytes(pool_handle, fallback):
+    """Bytes of the caching allocator's segments that belong to the pool."""
+    try:
+        segs = torch.cuda.memory_snapshot()
+    except Exception:
+        return fallback
+    want = tuple(pool_handle)
+    mine = [sg["total_size"] for sg in segs if tuple(sg.get("segment_pool_id") or ()) == want]
+    return sum(mine) if mine else fallback
 
 
 def agree(a, b):

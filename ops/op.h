@@ -227,9 +227,10 @@ typedef struct reel_op_impl {
                     const reel_device_caps *caps);
     /* Issues the kernel(s) on l->stream. Errors go to be->err. */
     reel_status (*launch)(reel_backend *be, const reel_launch *l);
-    /* Optional: thread blocks of the launch's (largest) kernel, for the
-     * default PDL decision by grid size (exec/schedule.c); NULL: unknown,
-     * PDL only when asked for. */
+    /* Optional: thread blocks of the launch's (largest) kernel over the
+     * blocks one multiprocessor holds at once (1 where the impl does not
+     * know), for the default PDL decision by grid size (exec/schedule.c);
+     * NULL: unknown, PDL only when asked for. */
     int64_t (*grid_blocks)(const reel_launch *l, const reel_device_caps *caps);
 } reel_op_impl;
 
