@@ -68,24 +68,22 @@ __global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_
 template <typename T>
 __global__ void attn_write_kv_rope_kernel(const T *q, const T *k, const T *v, T *qr, T *kr, T *kc, T *vc,
                                           const int32_t *pos, reel_meta_view m, int64_t nslots, attn_geom g,
-                                          int32_t half, double theta, uint32_t *cnt, int32_t ny, bool pdl)
+                                          int32_t half, double theta, rope_freqs tab, uint32_t *cnt, int32_t ny,
+                                          bool pdl)
 {
     extern __shared__ float rcs[]; /* [2 half]: cosines, then sines */
     int64_t t = blockIdx.x;
-    /* Thread j < half: the cosine of pair j, j < 2 half: the sine of pair
-     * j - half (rope_cs's values, half the dependent double-precision work
-     * a thread); the frequency reads no input, so a programmatic launch
-     * computes it before it waits for the kernel before. */
-    const int32_t j0 = threadIdx.x;
-    const double f0 = j0 < 2 * half ? rope_freq(j0 < half ? j0 : j0 - half, half, theta) : 0.0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (pdl)
         cudaGridDependencySynchronize();
 #endif
     attn_write_begin(cnt, ny, t);
+    /* Thread j < half: the cosine of pair j, j < 2 half: the sine of pair
+     * j - half (rope_cs's values, half its dependent double-precision work
+     * a thread). */
     int32_t p = pos[t], per = (int32_t)g.dh - half;
-    for (int32_t j = j0; j < 2 * half; j += blockDim.x) {
-        double ang = (double)p * (j == j0 ? f0 : rope_freq(j < half ? j : j - half, half, theta));
+    for (int32_t j = threadIdx.x; j < 2 * half; j += blockDim.x) {
+        double ang = (double)p * rope_freq_at(tab, j < half ? j : j - half, half, theta);
         rcs[j] = j < half ? (float)cos(ang) : (float)sin(ang);
     }
     __syncthreads();
@@ -245,8 +243,8 @@ static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g, 
         launch(attn_write_kv_rope_kernel<T>, dim3((unsigned)l->rows), dim3((unsigned)(threads < 256 ? 256 : threads)),
                2 * (size_t)half * sizeof(float), st, pdl, (const T *)l->in[0], (const T *)l->in[1],
                (const T *)l->in[2], (T *)l->out[2], (T *)l->out[3], (T *)l->in[3], (T *)l->in[4],
-               (const int32_t *)l->in[5], *l->meta, g.nblocks * g.bs, g, half, (double)l->attrs->attn.rope_theta, cnt,
-               ny);
+               (const int32_t *)l->in[5], *l->meta, g.nblocks * g.bs, g, half, (double)l->attrs->attn.rope_theta,
+               rope_freqs_for((double)l->attrs->attn.rope_theta, half), cnt, ny);
         return;
     }
     bool vec = g.kvrow % pack<T>::n == 0 && aligned16(l->in[1]) && aligned16(l->in[2]) && aligned16(l->in[3]) &&

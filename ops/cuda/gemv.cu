@@ -67,8 +67,16 @@ enum {
  * M <= 4 (6.2-6.3 us against 6.7-7.2 us); at M = 8 cuBLASLt's kernel takes
  * 4.1 us, and from 6 MB of weights up cuBLASLt streams at 1.3-4.0 TB/s
  * against the kernel's 1.1-3.5 TB/s ([K, N] is slower still). */
-static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << 22; /* elements of w, any K */
-static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << 24; /* elements of w with K <= 1024 */
+#ifndef REEL_GEMV_WIDE /* 1: every [N, K] weight (bench/step_gpu.sh's A/B build) */
+#define REEL_GEMV_WIDE 0
+#endif
+static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << (REEL_GEMV_WIDE ? 40 : 22); /* elements of w, any K */
+static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << (REEL_GEMV_WIDE ? 40 : 24); /* with K <= 1024 */
+/* Bytes of weights a launch asks L2 for before its wait, at most: half the
+ * H200's 50 MB L2, so lines asked for early are not evicted before their
+ * loads (a larger weight has each row's first GV_PREFETCH_MAX / N bytes
+ * asked for). */
+static const int64_t GV_PREFETCH_MAX = (int64_t)24 << 20;
 static const int64_t GV_IMPL_MAX_M = 16;
 
 /* What the kernel does with a sum before it stores it (the matmul's fused
@@ -83,10 +91,19 @@ static const int64_t GV_IMPL_MAX_M = 16;
  *   [M, cs[s + 1] - cs[s]] block at element M * cs[s]. */
 struct gv_epi {
     int kind; /* REEL_MM_EPI_* */
+    int pf_lines; /* 128-byte lines of each weight row gv_prefetch asks for, at most */
     const void *bias;
     int nseg;
     int cs[REEL_MM_MAX_SEG + 1];
 };
+
+/* No epilogue, no segments; every line of the weights prefetched. */
+static inline gv_epi gv_plain()
+{
+    gv_epi e = {};
+    e.pf_lines = INT32_MAX;
+    return e;
+}
 
 __device__ __forceinline__ float silu_mul_f(float a, float b) { return a / (1.0f + expf(-a)) * b; }
 
@@ -124,9 +141,10 @@ __device__ __forceinline__ bool gv_row_ok(int kind, int N, int n0, int j, int g)
  * kernel of the step writes: the stream over w overlaps the tail of the
  * kernel before, and the loads after the wait hit L2. */
 template <typename T>
-__device__ __forceinline__ void gv_prefetch(const T *w, int kind, int N, int K, int n0, int kb, int ke)
+__device__ __forceinline__ void gv_prefetch(const T *w, int kind, int N, int K, int n0, int kb, int ke, int cap)
 {
-    const int lines = (int)(((int64_t)(ke - kb) * sizeof(T) + 127) / 128);
+    int lines = (int)(((int64_t)(ke - kb) * sizeof(T) + 127) / 128);
+    lines = lines < cap ? lines : cap;
     for (int i = threadIdx.x; i < 32 * lines; i += blockDim.x) {
         int r = i / lines, l = i - r * lines, j = r >> 3, g = r & 7;
         if (!gv_row_ok(kind, N, n0, j, g))
@@ -290,7 +308,7 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
     const int C = (K + 31) / 32, S = gridDim.y, sp = blockIdx.y;
     const int c_begin = (int)((int64_t)sp * C / S), c_end = (int)((int64_t)(sp + 1) * C / S);
     if (pdl)
-        gv_prefetch(w, ep.kind, N, K, n0, c_begin * 32, c_end * 32 < K ? c_end * 32 : K);
+        gv_prefetch(w, ep.kind, N, K, n0, c_begin * 32, c_end * 32 < K ? c_end * 32 : K, ep.pf_lines);
     pdl_start(pdl);
     const T *wr[R];
     bool wok[R];
@@ -570,6 +588,8 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
         return gemv_fallback(be, l);
     gv_epi ep = {};
     ep.kind = a->matmul.epi;
+    int64_t wbytes = n * k * (int64_t)sizeof(uint16_t);
+    ep.pf_lines = wbytes <= GV_PREFETCH_MAX ? INT32_MAX : (int)(GV_PREFETCH_MAX / n / 128);
     ep.bias = ep.kind == REEL_MM_EPI_BIAS ? l->in[2] : NULL;
     ep.nseg = a->matmul.nseg;
     for (int s = 0; s < ep.nseg; s++)
@@ -634,10 +654,10 @@ extern "C" cudaError_t reel_cuda_gemv_run(reel_dtype dt, bool w_transposed, cons
         return cudaErrorInvalidValue;
     if (dt == REEL_F16)
         return reel_cu::gv_run(w_transposed, (const __half *)x, (const __half *)w, (__half *)y, m, n, k, cfg, st,
-                               pdl, reel_cu::gv_epi{});
+                               pdl, reel_cu::gv_plain());
     if (dt == REEL_BF16)
         return reel_cu::gv_run(w_transposed, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w,
-                               (__nv_bfloat16 *)y, m, n, k, cfg, st, pdl, reel_cu::gv_epi{});
+                               (__nv_bfloat16 *)y, m, n, k, cfg, st, pdl, reel_cu::gv_plain());
     return cudaErrorInvalidValue;
 }
 
