@@ -59,56 +59,89 @@ __global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_
  * per token rotates the token's q into qr and its k into kr (every token,
  * whatever its slot: they are the rope ops' results), with the rope op's
  * formula (rope.cuh) at the token's entry of the rope's positions tensor,
- * then copies the rotated k and v into the token's cache slot. The angles
- * depend on the position and the pair only: their cosines and sines are
- * computed once per token (rcs, 2 half floats of shared memory), not once
- * per head (a block of 128 threads evaluating the double-precision pow,
- * sin and cos for each of 32 heads x 32 pairs took 17 us a token on an
- * H200). */
+ * and puts the rotated k and the v into the token's cache slot. Built for
+ * latency, one token being the common decode step:
+ * - the angles depend on the position and the pair only: their cosines and
+ *   sines are computed once per token (rcs, 2 half floats of shared
+ *   memory), a thread each, the frequency (a double pow, no input of the
+ *   step) before the programmatic wait; 32 heads x 32 pairs each computing
+ *   theirs took 17 us a token on an H200;
+ * - each thread loads its (up to) 4 items before it computes any, and
+ *   stores a rotated k to kr and to the cache at once, so nothing is read
+ *   back (one round of loads, not one per item: 8 us a token before). */
+enum { ROPE_KV_ITEMS = 4 };
+
 template <typename T>
-__global__ void attn_write_kv_rope_kernel(const T *q, const T *k, const T *v, T *qr, T *kr, T *kc, T *vc,
-                                          const int32_t *pos, reel_meta_view m, int64_t nslots, attn_geom g,
-                                          int32_t half, double theta, rope_freqs tab, uint32_t *cnt, int32_t ny,
-                                          bool pdl)
+__global__ void attn_write_kv_rope_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
+                                          T *__restrict__ qr, T *__restrict__ kr, T *__restrict__ kc,
+                                          T *__restrict__ vc, const int32_t *pos, reel_meta_view m, int64_t nslots,
+                                          attn_geom g, int32_t half, double theta, uint32_t *cnt, int32_t ny, bool pdl)
 {
     extern __shared__ float rcs[]; /* [2 half]: cosines, then sines */
     int64_t t = blockIdx.x;
+    const int32_t j0 = threadIdx.x;
+    const double f0 = j0 < 2 * half ? rope_freq(j0 < half ? j0 : j0 - half, half, theta) : 0.0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (pdl)
         cudaGridDependencySynchronize();
 #endif
     attn_write_begin(cnt, ny, t);
+    const int32_t p = pos[t], per = (int32_t)g.dh - half;
+    const int64_t slot = m.slot_mapping[t];
+    const bool put = slot >= 0 && slot < nslots;
+    if (!put && slot != -1 && threadIdx.x == 0)
+        report(&m, REEL_E_LIMIT);
     /* Thread j < half: the cosine of pair j, j < 2 half: the sine of pair
-     * j - half (rope_cs's values, half its dependent double-precision work
-     * a thread). */
-    int32_t p = pos[t], per = (int32_t)g.dh - half;
-    for (int32_t j = threadIdx.x; j < 2 * half; j += blockDim.x) {
-        double ang = (double)p * rope_freq_at(tab, j < half ? j : j - half, half, theta);
+     * j - half (rope_cs's values). */
+    for (int32_t j = j0; j < 2 * half; j += blockDim.x) {
+        double ang = (double)p * (j == j0 ? f0 : rope_freq(j < half ? j : j - half, half, theta));
         rcs[j] = j < half ? (float)cos(ang) : (float)sin(ang);
     }
+    if (put)
+        for (int64_t i = threadIdx.x; i < g.kvrow; i += blockDim.x)
+            vc[slot * g.kvrow + i] = v[t * g.kvrow + i];
     __syncthreads();
-    for (int32_t i = threadIdx.x; i < (int32_t)g.h * per; i += blockDim.x) {
-        int64_t at = t * g.qrow + (i / per) * g.dh;
-        int32_t w = i % per;
-        rope_apply<T, int32_t>(q + at, qr + at, w, half, w < half ? rcs[w] : 0.0f, w < half ? rcs[half + w] : 0.0f);
-    }
-    for (int32_t i = threadIdx.x; i < (int32_t)g.hkv * per; i += blockDim.x) {
-        int64_t at = t * g.kvrow + (i / per) * g.dh;
-        int32_t w = i % per;
-        rope_apply<T, int32_t>(k + at, kr + at, w, half, w < half ? rcs[w] : 0.0f, w < half ? rcs[half + w] : 0.0f);
-    }
-    int64_t slot = m.slot_mapping[t];
-    if (slot == -1)
-        return;
-    if (slot < 0 || slot >= nslots) {
-        if (threadIdx.x == 0)
-            report(&m, REEL_E_LIMIT);
-        return;
-    }
-    __syncthreads(); /* the block's rotated k, read back below by other threads */
-    for (int64_t i = threadIdx.x; i < g.kvrow; i += blockDim.x) {
-        kc[slot * g.kvrow + i] = kr[t * g.kvrow + i];
-        vc[slot * g.kvrow + i] = v[t * g.kvrow + i];
+    /* Items: the q heads' per = dh - half items each, then the k heads'. */
+    const int32_t nq = (int32_t)g.h * per, n = nq + (int32_t)g.hkv * per;
+    for (int32_t i0 = threadIdx.x; i0 < n; i0 += ROPE_KV_ITEMS * blockDim.x) {
+        float x1[ROPE_KV_ITEMS] = {}, x2[ROPE_KV_ITEMS] = {};
+        T raw[ROPE_KV_ITEMS] = {};
+#pragma unroll
+        for (int u = 0; u < ROPE_KV_ITEMS; u++) {
+            int32_t i = i0 + u * (int32_t)blockDim.x, iq = i < nq ? i : i - nq, w = iq % per;
+            const T *x = i < nq ? q + t * g.qrow + (iq / per) * g.dh : k + t * g.kvrow + (iq / per) * g.dh;
+            if (i < n && w < half) {
+                x1[u] = to_f(x[w]);
+                x2[u] = to_f(x[half + w]);
+            } else if (i < n) {
+                raw[u] = x[half + w]; /* pass-through dim 2 half + (w - half) */
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < ROPE_KV_ITEMS; u++) {
+            int32_t i = i0 + u * (int32_t)blockDim.x, iq = i < nq ? i : i - nq, w = iq % per;
+            if (i >= n)
+                continue;
+            const bool isk = i >= nq;
+            int64_t at = (iq / per) * g.dh;
+            T *o = isk ? kr + t * g.kvrow + at : qr + t * g.qrow + at;
+            T *c = isk && put ? kc + slot * g.kvrow + at : nullptr;
+            if (w < half) {
+                const float cs = rcs[w], sn = rcs[half + w];
+                T r1 = from_f<T>(__fsub_rn(__fmul_rn(x1[u], cs), __fmul_rn(x2[u], sn)));
+                T r2 = from_f<T>(__fadd_rn(__fmul_rn(x2[u], cs), __fmul_rn(x1[u], sn)));
+                o[w] = r1;
+                o[half + w] = r2;
+                if (c) {
+                    c[w] = r1;
+                    c[half + w] = r2;
+                }
+            } else {
+                o[half + w] = raw[u];
+                if (c)
+                    c[half + w] = raw[u];
+            }
+        }
     }
 }
 
@@ -243,8 +276,8 @@ static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g, 
         launch(attn_write_kv_rope_kernel<T>, dim3((unsigned)l->rows), dim3((unsigned)(threads < 256 ? 256 : threads)),
                2 * (size_t)half * sizeof(float), st, pdl, (const T *)l->in[0], (const T *)l->in[1],
                (const T *)l->in[2], (T *)l->out[2], (T *)l->out[3], (T *)l->in[3], (T *)l->in[4],
-               (const int32_t *)l->in[5], *l->meta, g.nblocks * g.bs, g, half, (double)l->attrs->attn.rope_theta,
-               rope_freqs_for((double)l->attrs->attn.rope_theta, half), cnt, ny);
+               (const int32_t *)l->in[5], *l->meta, g.nblocks * g.bs, g, half, (double)l->attrs->attn.rope_theta, cnt,
+               ny);
         return;
     }
     bool vec = g.kvrow % pack<T>::n == 0 && aligned16(l->in[1]) && aligned16(l->in[2]) && aligned16(l->in[3]) &&

@@ -60,18 +60,20 @@ enum {
     GV_MAX_THREADS = 512,
 };
 
-/* Where the impl runs the kernel, and where it leaves the node to cuBLASLt:
- * what bench/gemv.cu measured on an H200 (docs/benchmarks.md, 2026-12-01).
- * With the configurations gv_pick gives, the kernel beat cuBLASLt (as reel
- * calls it, replayed in a graph) only on [N, K] weights of 1024 x 1024 at
- * M <= 4 (6.2-6.3 us against 6.7-7.2 us); at M = 8 cuBLASLt's kernel takes
- * 4.1 us, and from 6 MB of weights up cuBLASLt streams at 1.3-4.0 TB/s
- * against the kernel's 1.1-3.5 TB/s ([K, N] is slower still). */
-#ifndef REEL_GEMV_WIDE /* 1: every [N, K] weight (bench/step_gpu.sh's A/B build) */
-#define REEL_GEMV_WIDE 0
+/* Where the impl runs the kernel, and where it leaves the node to cuBLASLt.
+ * One node alone in a graph (bench/gemv.cu on an H200, docs/benchmarks.md),
+ * cuBLASLt was faster on most shapes (3.9-4.0 TB/s at 112 MiB against the
+ * kernel's 3.2-3.5); inside a decode step the kernel prefetches its weights
+ * into L2 before its programmatic wait and takes the fused epilogues, and
+ * there the kernel on every [N, K] weight at up to 16 rows measured faster
+ * (bench/gemv_ab.sh, same run: hidden 2048, batch 1, context 128, 715 ->
+ * 639 us a step; hidden 1024 unchanged within 1 %). The first rule (1 Mi
+ * elements, then 16 Mi at K <= 1024 and 4 Mi beyond) is REEL_GEMV_NARROW. */
+#ifndef REEL_GEMV_NARROW /* 1: the first rule's limits (bench/gemv_ab.sh's A/B build) */
+#define REEL_GEMV_NARROW 0
 #endif
-static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << (REEL_GEMV_WIDE ? 40 : 22); /* elements of w, any K */
-static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << (REEL_GEMV_WIDE ? 40 : 24); /* with K <= 1024 */
+static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << (REEL_GEMV_NARROW ? 22 : 40); /* elements of w, any K */
+static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << (REEL_GEMV_NARROW ? 24 : 40); /* with K <= 1024 */
 /* Bytes of weights a launch asks L2 for before its wait, at most: half the
  * H200's 50 MB L2, so lines asked for early are not evicted before their
  * loads (a larger weight has each row's first GV_PREFETCH_MAX / N bytes
@@ -606,15 +608,12 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
     return REEL_CU_LAUNCHED_E(be, "cuda.matmul.gemv", e);
 }
 
-/* The nodes of [N, K] weights the impl takes, by what bench/gemv.cu and the
- * decode step measured (docs/benchmarks.md): at most GV_IMPL_MAX_WEIGHTS_K1024
- * elements where K <= 1024 (the q/k/v/o projections and gate and up of the
- * decode model), GV_IMPL_MAX_WEIGHTS beyond (down), K a multiple of 8, on a
- * device with thread-block clusters; plain, BIAS or SILU_MUL, with segments
- * or without; a fixed (untokened) x only at GV_IMPL_MAX_M rows or fewer. The
- * kernel itself takes both layouts, any N, K a multiple of 8 (and N, for
- * [K, N]) and M up to 16 (the direct entry below, which the tests and
- * bench/gemv.cu use). */
+/* The nodes the impl takes: [N, K] weights (within the limits above), K a
+ * multiple of 8, on a device with thread-block clusters; plain, BIAS or
+ * SILU_MUL, with segments or without; a fixed (untokened) x only at
+ * GV_IMPL_MAX_M rows or fewer. The kernel itself takes both layouts, any
+ * N, K a multiple of 8 (and N, for [K, N]) and M up to 16 (the direct entry
+ * below, which the tests and bench/gemv.cu use). */
 static bool use_gemv(REEL_CU_USE_ARGS)
 {
     if (caps->cc_major < 9 || nin < 2 || in[0].dtype != in[1].dtype)

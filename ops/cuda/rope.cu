@@ -16,7 +16,7 @@ namespace reel_cu {
  * tensor's element count fits, which is every decode step. */
 template <typename T, typename I>
 __global__ void rope_kernel(const T *x, const int32_t *pos, T *out, I nrows, I nheads, I hd, I half, double theta,
-                            rope_freqs tab, bool pdl)
+                            bool pdl)
 {
     pdl_start(pdl);
     I per_head = hd - half;
@@ -25,7 +25,7 @@ __global__ void rope_kernel(const T *x, const int32_t *pos, T *out, I nrows, I n
         I w = i % per_head, th = i / per_head;
         I t = th / nheads;
         I at = th * hd; /* rows are nheads * hd wide */
-        rope_item<T, I>(tab, x + at, out + at, w, half, theta, pos[t]);
+        rope_item<T, I>(x + at, out + at, w, half, theta, pos[t]);
     }
 }
 
@@ -39,12 +39,11 @@ static cudaError_t rope_run(const reel_launch *l, cudaStream_t st, int64_t nrows
     const T *x = (const T *)l->in[0];
     const int32_t *pos = (const int32_t *)l->in[1];
     T *o = (T *)l->out[0];
-    const rope_freqs &tab = rope_freqs_for(theta, (int32_t)half);
     if (nrows * row <= INT32_MAX)
         return launch(rope_kernel<T, uint32_t>, grid_for(n, threads), threads, 0, st, l->pdl, x, pos, o,
-                      (uint32_t)nrows, (uint32_t)nheads, (uint32_t)hd, (uint32_t)half, theta, tab);
+                      (uint32_t)nrows, (uint32_t)nheads, (uint32_t)hd, (uint32_t)half, theta);
     return launch(rope_kernel<T, int64_t>, grid_for(n, threads), threads, 0, st, l->pdl, x, pos, o, nrows, nheads,
-                  hd, half, theta, tab);
+                  hd, half, theta);
 }
 
 static reel_status rope_launch(reel_backend *be, const reel_launch *l)

@@ -5,61 +5,24 @@
  * angle, sine and cosine in double; items from half on copy the
  * pass-through dims 2 half .. hd-1. The pair is read before it is written,
  * so out may alias x. The float products and sums are rounded one by one
- * (no fused multiply-add), as the host backend computes them.
- *
- * The frequencies theta^(-2w/(2 half)) depend on the op's attributes only:
- * the host computes them (the host backend's pow, so both backends start
- * from the same doubles) and passes them by value (rope_freqs, 2 KiB of
- * kernel parameters), up to ROPE_TABLE pairs; a wider rotary half computes
- * them on the device. A double-precision pow was most of the fused KV
- * write's 8 us a token on an H200. */
+ * (no fused multiply-add), as the host backend computes them. */
 #ifndef REEL_OPS_CUDA_ROPE_CUH
 #define REEL_OPS_CUDA_ROPE_CUH
-
-#include <math.h>
 
 #include "ops/cuda/common.cuh"
 
 namespace reel_cu {
 
-enum { ROPE_TABLE = 256 };
-
-struct rope_freqs {
-    double f[ROPE_TABLE];
-};
-
-__host__ __device__ __forceinline__ double rope_freq(int32_t w, int32_t half, double theta)
+/* The cosine and sine of pair w's angle at pos: they depend on (pos, w)
+ * only, so a kernel rotating many heads of one token computes them once. */
+__device__ __forceinline__ double rope_freq(int32_t w, int32_t half, double theta)
 {
     return pow(theta, -2.0 * (double)w / (double)(2 * half));
 }
 
-/* The table for (theta, half), made once per host thread and reused while
- * they stay the same (every layer of a model has the same). */
-static inline const rope_freqs &rope_freqs_for(double theta, int32_t half)
+__device__ __forceinline__ void rope_cs(int32_t w, int32_t half, double theta, int32_t pos, float *c, float *s)
 {
-    thread_local rope_freqs tab;
-    thread_local double th = -1.0;
-    thread_local int32_t hf = -1;
-    if (th != theta || hf != half) {
-        for (int32_t w = 0; w < half && w < ROPE_TABLE; w++)
-            tab.f[w] = rope_freq(w, half, theta);
-        th = theta;
-        hf = half;
-    }
-    return tab;
-}
-
-__device__ __forceinline__ double rope_freq_at(const rope_freqs &t, int32_t w, int32_t half, double theta)
-{
-    return half <= ROPE_TABLE ? t.f[w] : rope_freq(w, half, theta);
-}
-
-/* The cosine and sine of pair w's angle at pos: they depend on (pos, w)
- * only, so a kernel rotating many heads of one token computes them once. */
-__device__ __forceinline__ void rope_cs(const rope_freqs &t, int32_t w, int32_t half, double theta, int32_t pos,
-                                        float *c, float *s)
-{
-    double ang = (double)pos * rope_freq_at(t, w, half, theta);
+    double ang = (double)pos * rope_freq(w, half, theta);
     *c = (float)cos(ang);
     *s = (float)sin(ang);
 }
@@ -79,12 +42,11 @@ __device__ __forceinline__ void rope_apply(const T *x, T *out, I w, I half, floa
 }
 
 template <typename T, typename I>
-__device__ __forceinline__ void rope_item(const rope_freqs &t, const T *x, T *out, I w, I half, double theta,
-                                          int32_t pos)
+__device__ __forceinline__ void rope_item(const T *x, T *out, I w, I half, double theta, int32_t pos)
 {
     float c = 0.0f, s = 0.0f;
     if (w < half)
-        rope_cs(t, (int32_t)w, (int32_t)half, theta, pos, &c, &s);
+        rope_cs((int32_t)w, (int32_t)half, theta, pos, &c, &s);
     rope_apply<T, I>(x, out, w, half, c, s);
 }
 

@@ -3,8 +3,8 @@
  * reference at every M from 1 to 16 for both weight layouts, f16 and bf16,
  * aligned and ragged K and N, cluster split-K and one-block shapes alike;
  * gives the same bits on every run and whatever the batch around a row.
- * Through the impl (cuda.matmul.gemv): the registry picks it only for the
- * [N, K] weights it measured faster on, launches above 16 rows give
+ * Through the impl (cuda.matmul.gemv): the registry picks it for [N, K]
+ * weights (what a decode step measured faster), launches above 16 rows give
  * cuBLASLt's bits, replay and PDL give the eager bits, and the shapes it
  * refuses stay with cuBLASLt (or sgemm). */
 #include <criterion/criterion.h>
@@ -264,9 +264,10 @@ Test(gpu_gemv, the_registry_picks_it_only_where_it_measured_faster, .init = setu
         expect_pick(dts[d], 1, 1024, 4096, true, "cuda.matmul.gemv");      /* 8 MB, K 1024 */
         expect_pick(dts[d], 1, 1024, 8192, true, "cuda.matmul.gemv");      /* 16 MB: gate and up */
         expect_pick(dts[d], 1, 1024, 16384, true, "cuda.matmul.gemv");     /* 32 MB, K 1024 */
-        expect_pick(dts[d], 1, 1024, 32000, true, "cuda.matmul.cublaslt"); /* 62.5 MB: an lm_head */
+        expect_pick(dts[d], 1, 1024, 32000, true, "cuda.matmul.gemv");     /* 62.5 MB: an lm_head */
         expect_pick(dts[d], 1, 4096, 1024, true, "cuda.matmul.gemv");      /* 8 MB, K 4096: down */
-        expect_pick(dts[d], 1, 2048, 4096, true, "cuda.matmul.cublaslt");  /* 16 MB, K 2048 */
+        expect_pick(dts[d], 1, 2048, 4096, true, "cuda.matmul.gemv");      /* 16 MB, K 2048 */
+        expect_pick(dts[d], 1, 2048, 16384, true, "cuda.matmul.gemv");     /* 64 MB: hidden 2048's gate/up */
         expect_pick(dts[d], 1, 1024, 1024, false, "cuda.matmul.cublaslt"); /* [K, N] */
         expect_pick(dts[d], 1, 1032, 1000, true, "cuda.matmul.gemv");
         expect_pick(dts[d], 1, 1025, 1000, true, "cuda.matmul.cublaslt"); /* K off 8 */
@@ -354,6 +355,7 @@ Test(gpu_gemv, replay_and_pdl_give_the_eager_bits, .init = setup, .fini = teardo
         capture_bits(dts[d], 8, 1024, 1024);
         capture_bits(dts[d], 1, 1024, 8192); /* 8 warps a block, two blocks a multiprocessor */
         capture_bits(dts[d], 2, 4096, 1024); /* K 4096: 8 chunks a warp, the L2 prefetch of each */
+        capture_bits(dts[d], 1, 2048, 16384); /* 64 MB: the prefetch capped at 24 MiB */
         capture_bits(dts[d], 17, 1024, 1024); /* cuBLASLt under the impl */
     }
 }
