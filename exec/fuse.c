@@ -10,7 +10,10 @@
  *   read by whoever read it, and the normed rows), placed where the add was;
  * - a matmul whose every reader is a view_cols, the views tiling its
  *   columns -> the matmul writes each view's columns as a block of its own
- *   and the views alias those bytes (no node, no kernel).
+ *   and the views alias those bytes (no node, no kernel);
+ * - rmsnorm or add_rmsnorm whose normed rows only a matmul reads -> the
+ *   matmul's RMSNORM / ADD_RMSNORM prologue (the sum, and the normed rows as
+ *   scratch, become its outputs), placed where the matmul was.
  *
  * A rewrite happens only when the backend's registry has a kernel for the
  * fused node (with the largest bucket's shapes); each one keeps the rounding
@@ -32,6 +35,10 @@ typedef struct fuse_ctx {
      * asks about (a bias, a norm weight), so the index stays exact. */
     int *rstart;  /* [ntensors + 1] */
     int *rnode;   /* [reads] */
+    /* [ntensors + 1] read by a node rewritten since the index was built (a
+     * prologue gives its matmul the norm's inputs): their reader lists are
+     * stale, so the loop decides nothing from them. */
+    bool *extra;
 } fuse_ctx;
 
 static reel_status index_readers(fuse_ctx *f)
@@ -40,6 +47,7 @@ static reel_status index_readers(fuse_ctx *f)
     reel_hfree(f->rnode);
     f->rnode = NULL;
     memset(f->rstart, 0, sizeof *f->rstart * ((size_t)p->ntensors + 1));
+    memset(f->extra, 0, sizeof *f->extra * ((size_t)p->ntensors + 1));
     int total = 0;
     for (int i = 0; i < p->nnodes; i++)
         for (int k = 0; !f->gone[i] && k < p->nodes[i].nin; k++)
@@ -283,6 +291,68 @@ static void fuse_views(fuse_ctx *f, int m)
     note(p, m, what);
 }
 
+/* The rmsnorm (or add_rmsnorm) whose normed rows only matmul m reads, on
+ * m's stream: the matmul normalizes x itself (its RMSNORM / ADD_RMSNORM
+ * prologue) and the norm node goes. The fused node runs where the matmul
+ * ran, later than the norm did: the norm's inputs exist there, and every
+ * reader of add_rmsnorm's sum must come after it. The normed rows stay as
+ * the node's scratch output. */
+static void fuse_norm_prologue(fuse_ctx *f, int m)
+{
+    reel_plan *p = f->p;
+    const reel_node *mm = &p->nodes[m];
+    if (mm->op != REEL_OP_MATMUL || mm->attrs.matmul.pro != REEL_MM_PRO_NONE || mm->nin > 3)
+        return;
+    uint32_t x = mm->in[0];
+    int r = producer(p, x), only = -1;
+    if (r < 0 || f->gone[r] || p->nodes[r].stream != mm->stream || p->tensors[x].alias_of || f->extra[x])
+        return;
+    const reel_node *nn = &p->nodes[r];
+    const bool add = nn->op == REEL_OP_ADD_RMSNORM;
+    if ((nn->op != REEL_OP_RMSNORM && !add) || nn->out[add ? 1 : 0] != x)
+        return;
+    if (is_output(p, x) || uses(f, x, &only) != 1 || only != m)
+        return;
+    if (add) {
+        uint32_t sum = nn->out[0];
+        if (f->extra[sum])
+            return;
+        for (int k = f->rstart[sum]; k < f->rstart[sum + 1]; k++)
+            if (!f->gone[f->rnode[k]] && f->rnode[k] <= m)
+                return;
+    }
+    reel_node fused = *mm;
+    fused.attrs.matmul.pro = add ? REEL_MM_PRO_ADD_RMSNORM : REEL_MM_PRO_RMSNORM;
+    fused.attrs.matmul.pro_eps = nn->attrs.rmsnorm.eps;
+    for (int k = mm->nin; k < 5; k++)
+        fused.in[k] = 0;
+    fused.nin = 5;
+    fused.in[0] = nn->in[0];
+    fused.in[3] = add ? nn->in[1] : 0;
+    fused.in[4] = nn->in[add ? 2 : 1];
+    const int ks = reel_mm_sum_out(&fused.attrs), kn = reel_mm_norm_out(&fused.attrs);
+    if (kn >= REEL_OP_MAX_OUT)
+        return;
+    if (add)
+        fused.out[ks] = nn->out[0];
+    fused.out[kn] = x;
+    fused.nout = kn + 1;
+    if (!kernel_for(f, &fused))
+        return;
+    for (int k = 0; k < fused.nin; k++)
+        if (fused.in[k])
+            f->extra[fused.in[k]] = true;
+    p->nodes[m] = fused;
+    if (add) {
+        p->tensors[nn->out[0]].producer = m;
+        p->tensors[nn->out[0]].out_index = ks;
+    }
+    p->tensors[x].producer = m;
+    p->tensors[x].out_index = kn;
+    f->gone[r] = true;
+    note(p, m, add ? "add+rmsnorm->matmul" : "rmsnorm->matmul");
+}
+
 /* Drops the folded nodes, keeping the order of the rest. */
 static reel_status compact(fuse_ctx *f)
 {
@@ -326,10 +396,12 @@ reel_status reel_plan_fuse(reel_plan *p)
     fuse_ctx f = {.p = p, .rows = p->buckets[p->nbuckets - 1]};
     f.gone = reel_hcalloc((size_t)p->nnodes + 1, sizeof *f.gone);
     f.rstart = reel_hcalloc((size_t)p->ntensors + 1, sizeof *f.rstart);
-    reel_status st = f.gone && f.rstart ? REEL_OK
+    f.extra = reel_hcalloc((size_t)p->ntensors + 1, sizeof *f.extra);
+    reel_status st = f.gone && f.rstart && f.extra ? REEL_OK
                                         : reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory fusing");
-    void (*const pass[4])(fuse_ctx *, int) = {fuse_bias, fuse_silu, fuse_add_rmsnorm, fuse_views};
-    for (int k = 0; k < 4 && st == REEL_OK; k++) {
+    void (*const pass[5])(fuse_ctx *, int) = {fuse_bias, fuse_silu, fuse_add_rmsnorm, fuse_views,
+                                              fuse_norm_prologue};
+    for (int k = 0; k < 5 && st == REEL_OK; k++) {
         st = index_readers(&f);
         for (int i = 0; st == REEL_OK && i < p->nnodes; i++)
             if (!f.gone[i])
@@ -339,6 +411,7 @@ reel_status reel_plan_fuse(reel_plan *p)
         st = compact(&f);
     reel_hfree(f.gone);
     reel_hfree(f.rstart);
+    reel_hfree(f.extra);
     reel_hfree(f.rnode);
     return st;
 }

@@ -73,6 +73,14 @@ static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_RED
  * the product y rounded to storage, [T, N/2]; the second output [T, N] is
  * planned scratch a kernel may stage y in. */
 enum { REEL_MM_EPI_NONE = 0, REEL_MM_EPI_BIAS = 1, REEL_MM_EPI_SILU_MUL = 2 };
+/* Matmul prologues, likewise: the rmsnorm that makes x, folded into the
+ * matmul reading it. RMSNORM: in[0] is the rmsnorm's input, in[4] its
+ * weight [K]; ADD_RMSNORM: in[0] + in[3] (same shape) is summed first, as
+ * add_rmsnorm does, and the sum is an output. in[2] stays the epilogue's
+ * (0 when it has none). After the epilogue's outputs come the sum (ADD_RMSNORM)
+ * and the normed x, [T, K], planned scratch a kernel may stage it in; the
+ * normed values are rmsnorm's (add_rmsnorm's) bits, with pro_eps. */
+enum { REEL_MM_PRO_NONE = 0, REEL_MM_PRO_RMSNORM = 1, REEL_MM_PRO_ADD_RMSNORM = 2 };
 /* Column segments of a matmul's output (views fused into it): nseg > 0
  * stores columns [c_s, c_s + seg[s]) as their own row-major [rows, seg[s]]
  * block at element rows * c_s, so each view is contiguous. */
@@ -123,6 +131,8 @@ typedef union reel_op_attrs {
         int epi;                        /* REEL_MM_EPI_* */
         int nseg;                       /* 0: plain row-major output */
         int64_t seg[REEL_MM_MAX_SEG];   /* columns of each segment, in order */
+        int pro;                        /* REEL_MM_PRO_* */
+        float pro_eps;
     } matmul;
     struct { int64_t col, ncols; } view;
     struct { float eps; } rmsnorm;
@@ -151,6 +161,18 @@ typedef union reel_op_attrs {
      * declared shape. */
     struct { int axis, nranks, peer; reel_shape shape; } coll;
 } reel_op_attrs;
+
+/* Output indices of a matmul's prologue results (REEL_MM_PRO_*): the sum of
+ * ADD_RMSNORM, then the normed x; both after the epilogue's scratch. */
+static inline int reel_mm_sum_out(const reel_op_attrs *a)
+{
+    return a->matmul.epi == REEL_MM_EPI_SILU_MUL ? 2 : 1;
+}
+
+static inline int reel_mm_norm_out(const reel_op_attrs *a)
+{
+    return reel_mm_sum_out(a) + (a->matmul.pro == REEL_MM_PRO_ADD_RMSNORM ? 1 : 0);
+}
 
 
 /* Static description of an op kind. `infer` checks operand shapes and dtypes

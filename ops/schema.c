@@ -148,6 +148,23 @@ static reel_status infer_matmul(const reel_shape *in, int nin, const reel_op_att
         out[1] = out[0];
         set_tok(&out[0], in[0].dtype, 2, n / 2, 0);
     }
+    const int pro = a->matmul.pro;
+    if (pro < REEL_MM_PRO_NONE || pro > REEL_MM_PRO_ADD_RMSNORM)
+        return bad(err, len, REEL_E_INTERNAL, "unknown prologue %d", pro);
+    if (pro != REEL_MM_PRO_NONE) {
+        const int64_t k = in[0].dims[1];
+        if (nin < 5 || in[4].tokens || in[4].ndim != 1 || in[4].dims[0] != k)
+            return bad(err, len, REEL_E_SHAPE, "the rmsnorm prologue's weight must be a row [%lld]", (long long)k);
+        TRY(same_dtype(&in[0], "x", &in[4], "norm weight", err, len));
+        if (pro == REEL_MM_PRO_ADD_RMSNORM) {
+            if (!in[3].tokens || in[3].ndim != 2 || in[3].dims[1] != k)
+                return bad(err, len, REEL_E_SHAPE, "the add_rmsnorm prologue's second term must be [T, %lld]",
+                           (long long)k);
+            TRY(same_dtype(&in[0], "x", &in[3], "second term", err, len));
+            out[reel_mm_sum_out(a)] = in[0];
+        }
+        out[reel_mm_norm_out(a)] = in[0];
+    }
     return REEL_OK;
 }
 

@@ -79,6 +79,9 @@ static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << (REEL_GEMV_NARROW
  * loads (a larger weight has each row's first GV_PREFETCH_MAX / N bytes
  * asked for). */
 static const int64_t GV_PREFETCH_MAX = (int64_t)24 << 20;
+/* The rmsnorm prologue's widest x: 16 rows of 4096 (+ 32) elements, 129 KiB
+ * of shared memory. */
+static const int64_t GV_PRO_MAX_K = 4096;
 static const int64_t GV_IMPL_MAX_M = 16;
 
 /* What the kernel does with a sum before it stores it (the matmul's fused
@@ -97,7 +100,26 @@ struct gv_epi {
     const void *bias;
     int nseg;
     int cs[REEL_MM_MAX_SEG + 1];
+    /* The rmsnorm prologue (REEL_MM_PRO_*, gv_norm): x's second term (ADD),
+     * the norm's weight, where block 0 stores the sum, eps, and the threads
+     * of the rmsnorm kernel's tree (row_threads(K, 1024)). */
+    int pro;
+    const void *pb, *gamma;
+    void *sum;
+    float eps;
+    int tree;
 };
+
+/* Row stride of the normed x in shared memory: 64 bytes past K, so the 8
+ * rows a quarter of a warp's 16-byte loads touch fall in other banks. */
+__host__ __device__ __forceinline__ int gv_xs_stride(int K) { return K + 32; }
+
+/* Bytes of shared memory for the prologue: M rows of the normed x, then 32
+ * floats a row of the tree's partial sums. */
+__host__ __device__ __forceinline__ size_t gv_pro_smem(int M, int K, size_t es)
+{
+    return (size_t)M * (size_t)gv_xs_stride(K) * es + (size_t)M * 32 * sizeof(float);
+}
 
 /* No epilogue, no segments; every line of the weights prefetched. */
 static inline gv_epi gv_plain()
@@ -136,6 +158,63 @@ __device__ __forceinline__ bool gv_row_ok(int kind, int N, int n0, int j, int g)
     if (kind == REEL_MM_EPI_SILU_MUL)
         return n0 + 8 * (j & 1) + g < N / 2;
     return n0 + 8 * j + g < N;
+}
+
+/* The rmsnorm prologue: every block normalizes the M rows of x (x + b for
+ * ADD_RMSNORM, the sum rounded to T and stored by block 0) into shared
+ * memory, with the bits of the rmsnorm kernel (add_rmsnorm's): rows.cu sums
+ * v * v of thread i's elements i, i + tree, ... in order, then adds in a
+ * warp's xor tree and the warps' sums in a second one; here each warp plays
+ * 32 of those threads at a time, in the same order, so each row's 1 /
+ * sqrt(mean + eps), and so each normed element, is the same float. */
+template <typename T>
+__device__ void gv_norm(const T *x, const gv_epi &ep, int M, int K, T *xs, float *part)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int stride = gv_xs_stride(K), packs = K / 8;
+    const bool add = ep.pro == REEL_MM_PRO_ADD_RMSNORM, store = add && blockIdx.x == 0 && blockIdx.y == 0;
+    for (int i = threadIdx.x; i < M * packs; i += blockDim.x) {
+        const int m = i / packs, c = (i - m * packs) * 8;
+        pack<T> v = *(const pack<T> *)(x + (int64_t)m * K + c);
+        if (add) {
+            const pack<T> b = *(const pack<T> *)((const T *)ep.pb + (int64_t)m * K + c);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                v.v[e] = from_f<T>(to_f(v.v[e]) + to_f(b.v[e]));
+            if (store)
+                *(pack<T> *)((T *)ep.sum + (int64_t)m * K + c) = v;
+        }
+        *(pack<T> *)(xs + (int64_t)m * stride + c) = v;
+    }
+    __syncthreads();
+    const int vws = ep.tree / 32; /* the tree's warps */
+    for (int job = warp; job < M * vws; job += nw) {
+        const int m = job / vws, vt = (job - m * vws) * 32 + lane;
+        float ss = 0.0f;
+        for (int i = vt; i < K; i += ep.tree) {
+            float v = to_f(xs[(int64_t)m * stride + i]);
+            ss += v * v;
+        }
+        ss = warp_sum(ss);
+        if (lane == 0)
+            part[m * 32 + job - m * vws] = ss;
+    }
+    __syncthreads();
+    for (int m = warp; m < M; m += nw) {
+        float v = lane < vws ? part[m * 32 + lane] : 0.0f;
+        v = warp_sum(v);
+        __syncwarp();
+        if (lane == 0)
+            part[m * 32] = 1.0f / sqrtf(v / (float)K + ep.eps);
+    }
+    __syncthreads();
+    const T *w = (const T *)ep.gamma;
+    for (int i = threadIdx.x; i < M * K; i += blockDim.x) {
+        const int m = i / K, k = i - m * K;
+        T *at = xs + (int64_t)m * stride + k;
+        *at = from_f<T>(to_f(*at) * part[m * 32] * to_f(w[k]));
+    }
+    __syncthreads();
 }
 
 /* Before its dependency wait, a programmatic launch asks L2 for the block's
@@ -312,6 +391,12 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
     if (pdl)
         gv_prefetch(w, ep.kind, N, K, n0, c_begin * 32, c_end * 32 < K ? c_end * 32 : K, ep.pf_lines);
     pdl_start(pdl);
+    extern __shared__ float red[]; /* gv_finish's sums; before them the prologue's normed x */
+    T *xs = (T *)red;
+    const int xstride = gv_xs_stride(K);
+    if (ep.pro != REEL_MM_PRO_NONE)
+        gv_norm<T>(x, ep, M, K, xs, (float *)(xs + (int64_t)M * xstride));
+    const bool xsm = ep.pro != REEL_MM_PRO_NONE;
     const T *wr[R];
     bool wok[R];
 #pragma unroll
@@ -321,6 +406,10 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
     }
     const bool x0 = g < M, x1 = g + 8 < M;
     const T *xr0 = x + (int64_t)(x0 ? g : 0) * K + 8 * t, *xr1 = x + (int64_t)(x1 ? g + 8 : 0) * K + 8 * t;
+    if (xsm) { /* the normed rows in shared memory */
+        xr0 = xs + (int64_t)(x0 ? g : 0) * xstride + 8 * t;
+        xr1 = xs + (int64_t)(x1 ? g + 8 : 0) * xstride + 8 * t;
+    }
     float acc[R][4];
 #pragma unroll
     for (int j = 0; j < R; j++)
@@ -335,8 +424,13 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
 #pragma unroll
             for (int j = 0; j < R; j++)
                 s.w[j] = in && wok[j] ? ld_stream(wr[j] + k) : z;
-            s.xa = in && x0 ? __ldg((const uint4 *)(xr0 + k)) : z;
-            s.xb = in && x1 ? __ldg((const uint4 *)(xr1 + k)) : z;
+            if (xsm) {
+                s.xa = in && x0 ? *(const uint4 *)(xr0 + k) : z;
+                s.xb = in && x1 ? *(const uint4 *)(xr1 + k) : z;
+            } else {
+                s.xa = in && x0 ? __ldg((const uint4 *)(xr0 + k)) : z;
+                s.xb = in && x1 ? __ldg((const uint4 *)(xr1 + k)) : z;
+            }
         },
         [&](const nk_stage &s) {
 #pragma unroll
@@ -346,6 +440,8 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
                     mma16816<T>(acc[j], word(s.xa, 2 * h), word(s.xb, 2 * h), word(s.xa, 2 * h + 1),
                                 word(s.xb, 2 * h + 1), word(s.w[j], 2 * h), word(s.w[j], 2 * h + 1));
         });
+    if (xsm)
+        __syncthreads(); /* gv_finish's sums overwrite the normed rows */
     gv_finish<T, true, R>(acc, y, M, N, n0, ep);
 #else
     pdl_start(pdl);
@@ -494,7 +590,7 @@ template <typename T>
 static cudaError_t gv_run(bool wt, const T *x, const T *w, T *y, int m, int n, int k, reel_gemv_cfg c,
                           cudaStream_t st, bool pdl, const gv_epi &ep)
 {
-    if (!gv_cfg_ok(wt, c) || (!wt && ep.kind == REEL_MM_EPI_SILU_MUL))
+    if (!gv_cfg_ok(wt, c) || (!wt && (ep.kind == REEL_MM_EPI_SILU_MUL || ep.pro != REEL_MM_PRO_NONE)))
         return cudaErrorInvalidValue;
     gv_kernel_t<T> kern = gv_kernel<T>(wt, c.unroll);
     cudaLaunchConfig_t cfg = {};
@@ -514,7 +610,17 @@ static cudaError_t gv_run(bool wt, const T *x, const T *w, T *y, int m, int n, i
     }
     cfg.gridDim = dim3((unsigned)gv_blocks(n, wt, ep.kind), (unsigned)c.splits, 1);
     cfg.blockDim = dim3(32u * (unsigned)c.warps, 1, 1);
-    cfg.dynamicSmemBytes = gv_smem(wt, c);
+    size_t smem = gv_smem(wt, c);
+    if (ep.pro != REEL_MM_PRO_NONE) {
+        size_t ps = gv_pro_smem(m, k, sizeof(T));
+        smem = ps > smem ? ps : smem;
+        if (smem > 48 * 1024) {
+            cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess)
+                return e;
+        }
+    }
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = (unsigned)na;
@@ -577,6 +683,56 @@ static reel_status gemv_fallback(reel_backend *be, const reel_launch *l)
     return REEL_OK;
 }
 
+static reel_status gemv_launch(reel_backend *be, const reel_launch *l);
+
+/* A prologue node the kernel does not run (more rows, unaligned, K past
+ * GV_PRO_MAX_K): the rmsnorm (add_rmsnorm) kernel writes the normed rows
+ * into the node's scratch output (and the sum), then the product reads
+ * them: the unfused kernels' bits. */
+static reel_status gemv_unfused_prologue(reel_backend *be, const reel_launch *l)
+{
+    const reel_op_attrs *a = l->attrs;
+    const bool add = a->matmul.pro == REEL_MM_PRO_ADD_RMSNORM;
+    const int ks = reel_mm_sum_out(a), kn = reel_mm_norm_out(a);
+    reel_op_attrs na = {};
+    na.rmsnorm.eps = a->matmul.pro_eps;
+    reel_shape in[3], out[2];
+    reel_launch r = *l;
+    r.attrs = &na;
+    r.in_shape = in;
+    r.out_shape = out;
+    for (int i = 0; i < REEL_OP_MAX_IN; i++)
+        r.in[i] = NULL;
+    for (int i = 0; i < REEL_OP_MAX_OUT; i++)
+        r.out[i] = NULL;
+    if (add) {
+        r.op = REEL_OP_ADD_RMSNORM;
+        in[0] = l->in_shape[0], in[1] = l->in_shape[3], in[2] = l->in_shape[4];
+        out[0] = l->out_shape[ks], out[1] = l->out_shape[kn];
+        r.in[0] = l->in[0], r.in[1] = l->in[3], r.in[2] = l->in[4];
+        r.out[0] = l->out[ks], r.out[1] = l->out[kn];
+        REEL_TRY(reel_cu_add_rmsnorm_impl.launch(be, &r));
+    } else {
+        r.op = REEL_OP_RMSNORM;
+        in[0] = l->in_shape[0], in[1] = l->in_shape[4];
+        out[0] = l->out_shape[kn];
+        r.in[0] = l->in[0], r.in[1] = l->in[4];
+        r.out[0] = l->out[kn];
+        REEL_TRY(reel_cu_rmsnorm_impl.launch(be, &r));
+    }
+    reel_op_attrs pa = *a;
+    pa.matmul.pro = REEL_MM_PRO_NONE;
+    reel_shape ins[REEL_OP_MAX_IN];
+    memcpy(ins, l->in_shape, sizeof ins);
+    ins[0] = l->out_shape[kn];
+    reel_launch mm = *l;
+    mm.attrs = &pa;
+    mm.in_shape = ins;
+    mm.in[0] = l->out[kn];
+    mm.pdl = false;
+    return gemv_launch(be, &mm);
+}
+
 static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
 {
     const reel_shape *xs = &l->in_shape[0], *ws = &l->in_shape[1];
@@ -586,10 +742,25 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
     int64_t m = k > 0 ? lead(xs, l->rows) * row_numel(xs) / k : 0;
     if (m <= 0 || n <= 0)
         return REEL_OK;
-    if (m > GV_IMPL_MAX_M || !aligned16(l->in[0]) || !aligned16(l->in[1]) || !aligned16(l->out[0]))
-        return gemv_fallback(be, l);
+    const int pro = a->matmul.pro;
+    const bool add = pro == REEL_MM_PRO_ADD_RMSNORM;
+    const bool pro_ok = pro == REEL_MM_PRO_NONE ||
+                        (k <= GV_PRO_MAX_K && (!add || (aligned16(l->in[3]) && aligned16(l->out[reel_mm_sum_out(a)]))));
+    if (m > GV_IMPL_MAX_M || !aligned16(l->in[0]) || !aligned16(l->in[1]) || !aligned16(l->out[0]) || !pro_ok) {
+        if (pro == REEL_MM_PRO_NONE)
+            return gemv_fallback(be, l);
+        return gemv_unfused_prologue(be, l);
+    }
     gv_epi ep = {};
     ep.kind = a->matmul.epi;
+    ep.pro = pro;
+    if (pro != REEL_MM_PRO_NONE) {
+        ep.pb = add ? l->in[3] : NULL;
+        ep.gamma = l->in[4];
+        ep.sum = add ? l->out[reel_mm_sum_out(a)] : NULL;
+        ep.eps = a->matmul.pro_eps;
+        ep.tree = row_threads(k, 1024);
+    }
     int64_t wbytes = n * k * (int64_t)sizeof(uint16_t);
     ep.pf_lines = wbytes <= GV_PREFETCH_MAX ? INT32_MAX : (int)(GV_PREFETCH_MAX / n / 128);
     ep.bias = ep.kind == REEL_MM_EPI_BIAS ? l->in[2] : NULL;
@@ -621,11 +792,18 @@ static bool use_gemv(REEL_CU_USE_ARGS)
     const int epi = a->matmul.epi;
     reel_op_attrs plain = *a;
     plain.matmul.epi = REEL_MM_EPI_NONE;
+    plain.matmul.pro = REEL_MM_PRO_NONE;
     /* cuBLASLt runs the launches the kernel does not: it must take the
-     * product, and the elementwise kernels the epilogue. */
+     * product, and the row kernels the prologue, the elementwise ones the
+     * epilogue. */
     if (!reel_cu_matmul_lt_impl.can_use(in, nin, out, &plain, caps))
         return false;
     if (epi == REEL_MM_EPI_BIAS && (nin < 3 || in[2].dtype != in[0].dtype))
+        return false;
+    const int pro = a->matmul.pro;
+    if (pro != REEL_MM_PRO_NONE &&
+        (nin < 5 || in[4].dtype != in[0].dtype || (pro == REEL_MM_PRO_ADD_RMSNORM && in[3].dtype != in[0].dtype) ||
+         (pro != REEL_MM_PRO_RMSNORM && pro != REEL_MM_PRO_ADD_RMSNORM)))
         return false;
     if (epi != REEL_MM_EPI_NONE && epi != REEL_MM_EPI_BIAS && epi != REEL_MM_EPI_SILU_MUL)
         return false;
@@ -672,9 +850,14 @@ static int64_t gemv_grid(const reel_launch *l, const reel_device_caps *caps)
     reel_gemv_cfg c = gv_pick_epi(n, k, wt, caps->sm_count, epi);
     int64_t blocks = gv_blocks(n, wt, epi) * c.splits;
     int per_sm = 1;
+    size_t smem = gv_smem(wt, c);
+    if (l->attrs->matmul.pro != REEL_MM_PRO_NONE) {
+        size_t ps = gv_pro_smem((int)GV_IMPL_MAX_M, (int)k, sizeof(uint16_t));
+        smem = ps > smem ? ps : smem;
+    }
     if (gv_cfg_ok(wt, c) &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gv_kernel<__nv_bfloat16>(wt, c.unroll), 32 * c.warps,
-                                                      gv_smem(wt, c)) != cudaSuccess)
+                                                      smem) != cudaSuccess)
         per_sm = 1;
     if (per_sm < 1)
         per_sm = 1;

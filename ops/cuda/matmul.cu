@@ -235,10 +235,13 @@ static bool fits_int(const reel_shape *in)
     return true;
 }
 
-/* Epilogues (the fusion pass) are not implemented by the cuBLAS impls yet:
+/* Epilogues and prologues (the fusion pass) are not the cuBLAS impls':
  * refusing them keeps those nodes unfused (exec/fuse.c asks the registry
- * before it rewrites). Segments are (gemm_segments). */
-static bool plain(const reel_op_attrs *a) { return a->matmul.epi == REEL_MM_EPI_NONE; }
+ * before it rewrites). Segments are theirs (gemm_segments). */
+static bool plain(const reel_op_attrs *a)
+{
+    return a->matmul.epi == REEL_MM_EPI_NONE && a->matmul.pro == REEL_MM_PRO_NONE;
+}
 
 static bool use_lt(REEL_CU_USE_ARGS)
 {

@@ -31,12 +31,44 @@ static inline int64_t reel_hk_mm_at(const reel_hk_mm *g, int64_t i, int64_t j)
     return i * g->n + j; /* not reached: the segments cover every column */
 }
 
+/* The rmsnorm prologue (ops/op.h): the host rmsnorm (add_rmsnorm) writes
+ * the normed x into its scratch output, which the product then reads: the
+ * unfused pair's bits. */
+static void reel_hk_mm_prologue(const reel_launch *l)
+{
+    const reel_op_attrs *a = l->attrs;
+    if (a->matmul.pro == REEL_MM_PRO_NONE)
+        return;
+    reel_op_attrs na = {.rmsnorm = {.eps = a->matmul.pro_eps}};
+    const int ks = reel_mm_sum_out(a), kn = reel_mm_norm_out(a);
+    reel_launch r = {.op = REEL_OP_RMSNORM, .attrs = &na, .rows = l->rows, .meta = l->meta, .stream = l->stream};
+    reel_shape in[3], out[2];
+    if (a->matmul.pro == REEL_MM_PRO_ADD_RMSNORM) {
+        in[0] = l->in_shape[0], in[1] = l->in_shape[3], in[2] = l->in_shape[4];
+        out[0] = l->out_shape[ks], out[1] = l->out_shape[kn];
+        r.in[0] = l->in[0], r.in[1] = l->in[3], r.in[2] = l->in[4];
+        r.out[0] = l->out[ks], r.out[1] = l->out[kn];
+        r.op = REEL_OP_ADD_RMSNORM;
+        r.in_shape = in, r.out_shape = out;
+        reel_host_add_rmsnorm(&r);
+        return;
+    }
+    in[0] = l->in_shape[0], in[1] = l->in_shape[4];
+    out[0] = l->out_shape[kn];
+    r.in[0] = l->in[0], r.in[1] = l->in[4];
+    r.out[0] = l->out[kn];
+    r.in_shape = in, r.out_shape = out;
+    reel_host_rmsnorm(&r);
+}
+
 static reel_hk_mm reel_hk_mm_of(const reel_launch *l)
 {
     const reel_shape *xs = &l->in_shape[0], *ws = &l->in_shape[1];
+    const bool pro = l->attrs->matmul.pro != REEL_MM_PRO_NONE;
+    const int kn = reel_mm_norm_out(l->attrs);
     reel_hk_mm g = {
-        .x = l->in[0], .w = l->in[1], .out = l->out[0],
-        .xd = xs->dtype, .wd = ws->dtype, .od = l->out_shape[0].dtype,
+        .x = pro ? l->out[kn] : l->in[0], .w = l->in[1], .out = l->out[0],
+        .xd = pro ? l->out_shape[kn].dtype : xs->dtype, .wd = ws->dtype, .od = l->out_shape[0].dtype,
         .k = reel_shape_last(xs), .wt = l->attrs->matmul.w_transposed,
         .nseg = l->attrs->matmul.nseg,
     };
@@ -92,6 +124,7 @@ static void reel_hk_mm_ref(const reel_hk_mm *g)
 
 void reel_host_matmul(const void *args)
 {
+    reel_hk_mm_prologue(args);
     reel_hk_mm g = reel_hk_mm_of(args);
     reel_hk_mm_ref(&g);
     reel_hk_mm_epilogue(args, &g);
@@ -146,6 +179,7 @@ static void reel_hk_mm_tile(const reel_hk_mm *g, const reel_hk_mm_f32 *f, int64_
 
 void reel_host_matmul_tiled(const void *args)
 {
+    reel_hk_mm_prologue(args);
     reel_hk_mm g = reel_hk_mm_of(args);
     reel_hk_mm_f32 f;
     if (!reel_hk_mm_convert(&g, &f)) {

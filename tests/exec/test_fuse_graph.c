@@ -251,6 +251,82 @@ Test(fuse, add_rmsnorm_has_both_outputs_and_the_unfused_bits, .init = setup, .fi
     same_bits(addnorm_graph, REEL_F32, outs, 2, bytes);
 }
 
+/* ---- rmsnorm into the matmul that reads it ------------------------------------ */
+
+/* A layer's shape: n0 = rmsnorm(x) -> q; h = x + q; n = rmsnorm(h) -> gate/up
+ * -> silu_and_mul -> down; next = h + down: both norms fold into the matmul
+ * reading them (the second with its add and the silu epilogue). */
+static reel_graph *prologue_graph(reel_dtype dt)
+{
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    reel_tensor x = input(g, dt);
+    reel_tensor n0 = reel_rmsnorm(g, x, param(g, "g0", dt, 1, D, 0, 7), 1e-5f);
+    reel_tensor q = reel_matmul(g, n0, param(g, "wq", dt, 2, D, D, 8), false);
+    reel_tensor h = reel_add(g, x, q);
+    reel_tensor n = reel_rmsnorm(g, h, param(g, "g", dt, 1, D, 0, 5), 1e-5f);
+    reel_tensor f = reel_silu_and_mul(g, reel_matmul(g, n, param(g, "wgu", dt, 2, 2 * N, D, 9), true));
+    reel_tensor y = reel_matmul(g, f, param(g, "wd", dt, 2, N, D, 10), false);
+    reel_output(g, "next", reel_add(g, h, y));
+    reel_output(g, "h", h);
+    return g;
+}
+
+Test(fuse, rmsnorm_folds_into_the_matmul_reading_it_with_the_unfused_bits, .init = setup, .fini = teardown)
+{
+    reel_graph *g = prologue_graph(REEL_BF16);
+    reel_plan *p = compile(g, true, true);
+    cr_assert_eq(nodes_of(p, "rmsnorm", NULL), 0);
+    cr_assert_eq(nodes_of(p, "add_rmsnorm", NULL), 0);
+    cr_assert_eq(nodes_of(p, "silu_and_mul", NULL), 0);
+    cr_assert_eq(nodes_of(p, "matmul", NULL), 3);
+    cr_assert_eq(num_nodes(p), 4, "three matmuls and the last add");
+    reel_plan_stats st;
+    cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
+    bool pro = false, addpro = false;
+    for (int i = 0; i < st.num_nodes; i++) {
+        reel_node_info ni = REEL_NODE_INFO_INIT;
+        cr_assert_eq(reel_plan_node_info(p, i, &ni), REEL_OK);
+        pro |= strcmp(ni.fused, "rmsnorm->matmul") == 0;
+        addpro |= strcmp(ni.fused, "matmul+silu_and_mul, add+rmsnorm->matmul") == 0;
+    }
+    cr_assert(pro && addpro, "both prologues");
+    reel_plan_destroy(p);
+    reel_graph_destroy(g);
+    static const char *const outs[] = {"next", "h"};
+    size_t bytes[] = {ROWS * D * 2, ROWS * D * 2};
+    same_bits(prologue_graph, REEL_BF16, outs, 2, bytes);
+    bytes[0] = bytes[1] = ROWS * D * 4;
+    same_bits(prologue_graph, REEL_F32, outs, 2, bytes);
+}
+
+/* The normed rows read twice (q and k of one norm), or an output: the norm
+ * stays; the sum read before the matmul runs: add_rmsnorm stays. */
+Test(fuse, rmsnorm_stays_where_its_rows_or_its_sum_are_needed_apart, .init = setup, .fini = teardown)
+{
+    for (int twist = 0; twist < 3; twist++) {
+        reel_graph *g;
+        cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+        reel_tensor x = input(g, REEL_F32);
+        reel_tensor r = reel_matmul(g, x, param(g, "wr", REEL_F32, 2, D, D, 4), false);
+        reel_tensor h = reel_add(g, x, r);
+        /* twist 2: the sum feeds a matmul scheduled before the norm's reader */
+        reel_tensor early = twist == 2 ? reel_matmul(g, h, param(g, "we", REEL_F32, 2, D, D, 11), false) : h;
+        reel_tensor n = reel_rmsnorm(g, h, param(g, "g", REEL_F32, 1, D, 0, 5), 1e-5f);
+        reel_tensor y = reel_matmul(g, n, param(g, "wo", REEL_F32, 2, D, D, 6), false);
+        if (twist == 0)
+            reel_output(g, "k", reel_matmul(g, n, param(g, "wk", REEL_F32, 2, D, D, 12), false));
+        if (twist == 1)
+            reel_output(g, "n", n);
+        reel_output(g, "y", y);
+        reel_output(g, "e", early);
+        reel_plan *p = compile(g, true, false);
+        cr_assert_eq(nodes_of(p, "add_rmsnorm", NULL), 1, "twist %d", twist);
+        reel_plan_destroy(p);
+        reel_graph_destroy(g);
+    }
+}
+
 Test(fuse, a_broadcast_add_before_rmsnorm_stays_an_add, .init = setup, .fini = teardown)
 {
     reel_graph *g;

@@ -4,7 +4,8 @@
  * projections at M = 1..16 and 200 for both weight layouts (cuBLASLt, one
  * GEMM per view, may pick another algorithm), and bit for bit on the
  * skinny-matmul kernel's segmented store; the silu_and_mul and bias
- * epilogues bit for bit on the kernel and on its cuBLASLt fallback. */
+ * epilogues and the rmsnorm / add_rmsnorm prologues bit for bit on the
+ * kernel and on its fallback to the unfused kernels. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -302,4 +303,66 @@ Test(gpu_fuse, matmul_bias_equals_the_unfused_pair_bit_for_bit, .init = setup, .
             reel_graph_destroy(g);
             free(wd), free(xd), free(bdat);
         }
+}
+
+/* rmsnorm (and add_rmsnorm) folded into the projection reading it: the
+ * skinny-matmul kernel normalizes x itself, with the rmsnorm kernel's
+ * reduction tree, so the fused plan has the unfused plan's bits: the
+ * layer's output and the residual sum (stored by the kernel's first block),
+ * at 1..16 rows on the kernel and 17 and 200 on the unfused kernels inside
+ * the node; K = 256, 1024 and 2048 (trees of 256 and 1024 threads; 16 rows
+ * of 2048 need more than 48 KiB of shared memory). */
+static void prologue_case(reel_dtype dt, int64_t K, int m)
+{
+    const int64_t F = 2 * K;
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    int64_t d[2] = {REEL_DIM_TOKENS, K}, wq[2] = {K, K}, wgu[2] = {2 * F, K}, wd[2] = {K, F}, gd = K;
+    reel_tensor x = reel_input(g, "x", dt, 2, d);
+    reel_tensor g0 = reel_param(g, "g0", dt, 1, &gd), g1 = reel_param(g, "g1", dt, 1, &gd);
+    reel_tensor q = reel_param(g, "wq", dt, 2, wq), gu = reel_param(g, "wgu", dt, 2, wgu);
+    reel_tensor dn = reel_param(g, "wd", dt, 2, wd);
+    uint16_t *b[5] = {rnd((size_t)K, 21, dt), rnd((size_t)K, 22, dt), rnd((size_t)(K * K), 23, dt),
+                      rnd((size_t)(2 * F * K), 24, dt), rnd((size_t)(K * F), 25, dt)};
+    reel_param_bind(g, g0, b[0]);
+    reel_param_bind(g, g1, b[1]);
+    reel_param_bind(g, q, b[2]);
+    reel_param_bind(g, gu, b[3]);
+    reel_param_bind(g, dn, b[4]);
+    uint16_t *xd = rnd((size_t)m * K, 26, dt);
+    reel_tensor h = reel_add(g, x, reel_matmul(g, reel_rmsnorm(g, x, g0, 1e-5f), q, true));
+    reel_tensor f = reel_silu_and_mul(g, reel_matmul(g, reel_rmsnorm(g, h, g1, 1e-6f), gu, true));
+    reel_output(g, "next", reel_add(g, h, reel_matmul(g, f, dn, true)));
+    reel_output(g, "h", h);
+    reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
+    cr_assert_eq(count_op(pf, "rmsnorm") + count_op(pf, "add_rmsnorm"), 0, "K %lld: the norms were not folded",
+                 (long long)K);
+    static const char *const outs[2] = {"next", "h"};
+    for (int o = 0; o < 2; o++) {
+        size_t n = (size_t)m * (size_t)K;
+        uint16_t *fb = malloc(n * 2);
+        memcpy(fb, step(pf, xd, m, outs[o]), n * 2);
+        const uint16_t *u = step(pu, xd, m, outs[o]);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(fb[i], u[i], "%s %s K %lld rows %d [%zu]: %g vs %g", outs[o], reel_dtype_name(dt),
+                         (long long)K, m, i, (double)half_to_f(fb[i], dt), (double)half_to_f(u[i], dt));
+        free(fb);
+    }
+    reel_plan_destroy(pf);
+    reel_plan_destroy(pu);
+    reel_graph_destroy(g);
+    for (int i = 0; i < 5; i++)
+        free(b[i]);
+    free(xd);
+}
+
+Test(gpu_fuse, rmsnorm_prologues_equal_the_unfused_norms_bit_for_bit, .init = setup, .fini = teardown, .timeout = 240)
+{
+    static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
+    static const int rows[] = {1, 2, 5, 16, 17, 200};
+    static const int64_t ks[3] = {256, 1024, 2048};
+    for (int di = 0; di < 2; di++)
+        for (int ki = 0; ki < 3; ki++)
+            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+                prologue_case(dts[di], ks[ki], rows[ri]);
 }
