@@ -27,6 +27,7 @@ if [ "$tests" != none ]; then
 fi
 batches=${REEL_STEP_BATCHES:-1,8,64}
 contexts=${REEL_STEP_CONTEXTS:-128,2048}
+[ "${REEL_STEP_BENCH:-1}" = 0 ] && exit 0
 for qkv in 1 ${REEL_STEP_AB:+0}; do
     echo "--- bench_decode, REEL_BENCH_QKV=$qkv"
     REEL_BENCH_QKV=$qkv timeout 200 "$B/bench/bench_decode" --batches "$batches" --contexts "$contexts" \

@@ -69,6 +69,9 @@ enum {
  * (bench/gemv_ab.sh, same run: hidden 2048, batch 1, context 128, 715 ->
  * 639 us a step; hidden 1024 unchanged within 1 %). The first rule (1 Mi
  * elements, then 16 Mi at K <= 1024 and 4 Mi beyond) is REEL_GEMV_NARROW. */
+#ifndef REEL_GEMV_NO_PROLOGUE /* 1: no rmsnorm prologue (bench/gemv_ab.sh's A/B build) */
+#define REEL_GEMV_NO_PROLOGUE 0
+#endif
 #ifndef REEL_GEMV_NARROW /* 1: the first rule's limits (bench/gemv_ab.sh's A/B build) */
 #define REEL_GEMV_NARROW 0
 #endif
@@ -167,10 +170,22 @@ __device__ __forceinline__ bool gv_row_ok(int kind, int N, int n0, int j, int g)
  * warp's xor tree and the warps' sums in a second one; here each warp plays
  * 32 of those threads at a time, in the same order, so each row's 1 /
  * sqrt(mean + eps), and so each normed element, is the same float. */
+/* The xor tree of warp_sum over the values of lanes 0..31, as lane 0 ends
+ * it (level o adds the value o lanes away; float addition commutes, so
+ * every lane's sum is this one): the lanes whose index is r mod 2^J, summed
+ * as lanes r and r + 2^J's halves. Depth first with leaf(l) made on demand,
+ * so a few registers hold it, not 32. */
+template <int J, typename Leaf> __device__ __forceinline__ float gv_tree(int r, const Leaf &leaf)
+{
+    if constexpr (J == 5)
+        return leaf(r);
+    else
+        return gv_tree<J + 1>(r, leaf) + gv_tree<J + 1>(r + (1 << J), leaf);
+}
+
 template <typename T>
 __device__ void gv_norm(const T *x, const gv_epi &ep, int M, int K, T *xs, float *part)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int stride = gv_xs_stride(K), packs = K / 8;
     const bool add = ep.pro == REEL_MM_PRO_ADD_RMSNORM, store = add && blockIdx.x == 0 && blockIdx.y == 0;
     for (int i = threadIdx.x; i < M * packs; i += blockDim.x) {
@@ -187,32 +202,42 @@ __device__ void gv_norm(const T *x, const gv_epi &ep, int M, int K, T *xs, float
         *(pack<T> *)(xs + (int64_t)m * stride + c) = v;
     }
     __syncthreads();
-    const int vws = ep.tree / 32; /* the tree's warps */
-    for (int job = warp; job < M * vws; job += nw) {
-        const int m = job / vws, vt = (job - m * vws) * 32 + lane;
-        float ss = 0.0f;
-        for (int i = vt; i < K; i += ep.tree) {
-            float v = to_f(xs[(int64_t)m * stride + i]);
-            ss += v * v;
-        }
-        ss = warp_sum(ss);
-        if (lane == 0)
-            part[m * 32 + job - m * vws] = ss;
+    /* A thread for each of the tree's warps of each row: its 32 threads'
+     * sums of squares (elements vt, vt + tree, ... in order), then their
+     * warp's xor tree. */
+    const int vws = ep.tree / 32;
+    for (int job = threadIdx.x; job < M * vws; job += blockDim.x) {
+        const int m = job / vws, vw = job - m * vws;
+        const T *row = xs + (int64_t)m * stride;
+        part[m * 32 + vw] = gv_tree<0>(0, [&](int l) {
+            float ss = 0.0f;
+            for (int i = vw * 32 + l; i < K; i += ep.tree) {
+                float e = to_f(row[i]);
+                ss += e * e;
+            }
+            return ss;
+        });
     }
     __syncthreads();
-    for (int m = warp; m < M; m += nw) {
-        float v = lane < vws ? part[m * 32 + lane] : 0.0f;
-        v = warp_sum(v);
-        __syncwarp();
-        if (lane == 0)
-            part[m * 32] = 1.0f / sqrtf(v / (float)K + ep.eps);
+    /* The second tree over the warps' sums (0 past the tree's warps), then
+     * rows.cu's 1 / sqrt(mean + eps). */
+    if ((int)threadIdx.x < M) {
+        const int m = threadIdx.x;
+        float ss = gv_tree<0>(0, [&](int l) { return l < vws ? part[m * 32 + l] : 0.0f; });
+        part[m * 32] = 1.0f / sqrtf(ss / (float)K + ep.eps);
     }
     __syncthreads();
     const T *w = (const T *)ep.gamma;
-    for (int i = threadIdx.x; i < M * K; i += blockDim.x) {
-        const int m = i / K, k = i - m * K;
-        T *at = xs + (int64_t)m * stride + k;
-        *at = from_f<T>(to_f(*at) * part[m * 32] * to_f(w[k]));
+    for (int i = threadIdx.x; i < M * packs; i += blockDim.x) {
+        const int m = i / packs, c = (i - m * packs) * 8;
+        const float r = part[m * 32];
+        const pack<T> gw = *(const pack<T> *)(w + c);
+        pack<T> *at = (pack<T> *)(xs + (int64_t)m * stride + c);
+        pack<T> v = *at;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            v.v[e] = from_f<T>(to_f(v.v[e]) * r * to_f(gw.v[e]));
+        *at = v;
     }
     __syncthreads();
 }
@@ -348,20 +373,30 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, const 
  * pipeline P stages deep: chunk i + P - 1 is loaded before chunk i is
  * multiplied, so each warp keeps P - 1 chunks of loads in flight while it
  * computes, and the stream over the weights never drains between steps. */
-template <int P, typename Stage, typename Load, typename Compute>
-__device__ __forceinline__ void gv_pipeline(int c0, int nw, int c_end, Stage (&st)[P], Load load, Compute compute)
+template <int P, typename Stage, typename LoadW, typename LoadX, typename Between, typename Compute>
+__device__ __forceinline__ void gv_pipeline(int c0, int nw, int c_end, Stage (&st)[P], LoadW loadw, LoadX loadx,
+                                            Between between, Compute compute)
 {
     const int n = c0 < c_end ? (c_end - c0 + nw - 1) / nw : 0;
+    /* The first stages' weights go out before `between` (the rmsnorm
+     * prologue, which every thread calls), their x after it. */
 #pragma unroll
     for (int p = 0; p < P - 1; p++)
         if (p < n)
-            load(st[p], c0 + p * nw);
+            loadw(st[p], c0 + p * nw);
+    between();
+#pragma unroll
+    for (int p = 0; p < P - 1; p++)
+        if (p < n)
+            loadx(st[p], c0 + p * nw);
     for (int i0 = 0; i0 < n; i0 += P) {
 #pragma unroll
         for (int p = 0; p < P; p++) {
             int i = i0 + p;
-            if (i + P - 1 < n)
-                load(st[(p + P - 1) % P], c0 + (i + P - 1) * nw);
+            if (i + P - 1 < n) {
+                loadw(st[(p + P - 1) % P], c0 + (i + P - 1) * nw);
+                loadx(st[(p + P - 1) % P], c0 + (i + P - 1) * nw);
+            }
             if (i < n)
                 compute(st[p]);
         }
@@ -394,8 +429,6 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
     extern __shared__ float red[]; /* gv_finish's sums; before them the prologue's normed x */
     T *xs = (T *)red;
     const int xstride = gv_xs_stride(K);
-    if (ep.pro != REEL_MM_PRO_NONE)
-        gv_norm<T>(x, ep, M, K, xs, (float *)(xs + (int64_t)M * xstride));
     const bool xsm = ep.pro != REEL_MM_PRO_NONE;
     const T *wr[R];
     bool wok[R];
@@ -424,6 +457,10 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
 #pragma unroll
             for (int j = 0; j < R; j++)
                 s.w[j] = in && wok[j] ? ld_stream(wr[j] + k) : z;
+        },
+        [&](nk_stage &s, int c) {
+            int k = c * 32;
+            bool in = k + 8 * t < K;
             if (xsm) {
                 s.xa = in && x0 ? *(const uint4 *)(xr0 + k) : z;
                 s.xb = in && x1 ? *(const uint4 *)(xr1 + k) : z;
@@ -431,6 +468,10 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
                 s.xa = in && x0 ? __ldg((const uint4 *)(xr0 + k)) : z;
                 s.xb = in && x1 ? __ldg((const uint4 *)(xr1 + k)) : z;
             }
+        },
+        [&]() {
+            if (xsm)
+                gv_norm<T>(x, ep, M, K, xs, (float *)(xs + (int64_t)M * xstride));
         },
         [&](const nk_stage &s) {
 #pragma unroll
@@ -495,10 +536,14 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 s.w[i] = nok && k + 4 * t + i < K ? ld_stream(wc + (int64_t)(k + i) * N) : z;
+        },
+        [&](kn_stage &s, int c) {
+            int k = c * 16;
             bool kin = k + 4 * t < K; /* K is a multiple of 8: 4 k from 4t are all in or all out */
             s.xa = kin && x0 ? __ldg((const uint2 *)(xr0 + k)) : z2;
             s.xb = kin && x1 ? __ldg((const uint2 *)(xr1 + k)) : z2;
         },
+        [&]() {},
         [&](const kn_stage &s) {
 #pragma unroll
             for (int j = 0; j < R; j++)
@@ -745,7 +790,8 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
     const int pro = a->matmul.pro;
     const bool add = pro == REEL_MM_PRO_ADD_RMSNORM;
     const bool pro_ok = pro == REEL_MM_PRO_NONE ||
-                        (k <= GV_PRO_MAX_K && (!add || (aligned16(l->in[3]) && aligned16(l->out[reel_mm_sum_out(a)]))));
+                        (k <= GV_PRO_MAX_K && aligned16(l->in[4]) &&
+                         (!add || (aligned16(l->in[3]) && aligned16(l->out[reel_mm_sum_out(a)]))));
     if (m > GV_IMPL_MAX_M || !aligned16(l->in[0]) || !aligned16(l->in[1]) || !aligned16(l->out[0]) || !pro_ok) {
         if (pro == REEL_MM_PRO_NONE)
             return gemv_fallback(be, l);
@@ -801,6 +847,8 @@ static bool use_gemv(REEL_CU_USE_ARGS)
     if (epi == REEL_MM_EPI_BIAS && (nin < 3 || in[2].dtype != in[0].dtype))
         return false;
     const int pro = a->matmul.pro;
+    if (REEL_GEMV_NO_PROLOGUE && pro != REEL_MM_PRO_NONE)
+        return false;
     if (pro != REEL_MM_PRO_NONE &&
         (nin < 5 || in[4].dtype != in[0].dtype || (pro == REEL_MM_PRO_ADD_RMSNORM && in[3].dtype != in[0].dtype) ||
          (pro != REEL_MM_PRO_RMSNORM && pro != REEL_MM_PRO_ADD_RMSNORM)))
