@@ -2,8 +2,7 @@
 # On the GPU machine: the decode step with the skinny-matmul impl's rule
 # (tree A, bench/step_gpu.sh's build: every [N, K] weight at up to 16 rows)
 # against tree B, built with REEL_AB_ARGS (default -DREEL_GEMV_NARROW=1:
-# the first, narrower rule; -DREEL_GEMV_NO_PROLOGUE=1: no rmsnorm
-# prologue), same run, bench_decode's GPU time.
+# the first, narrower rule), same run, bench_decode's GPU time.
 #   bench/gemv_ab.sh   (REEL_AB_HIDDEN="1024 2048", REEL_AB_BATCHES=1,8, REEL_AB_CONTEXTS=128,2048,
 #                       REEL_AB_ARGS=-DREEL_GEMV_NARROW=1)
 set -u -o pipefail

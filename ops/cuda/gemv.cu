@@ -69,9 +69,6 @@ enum {
  * (bench/gemv_ab.sh, same run: hidden 2048, batch 1, context 128, 715 ->
  * 639 us a step; hidden 1024 unchanged within 1 %). The first rule (1 Mi
  * elements, then 16 Mi at K <= 1024 and 4 Mi beyond) is REEL_GEMV_NARROW. */
-#ifndef REEL_GEMV_NO_PROLOGUE /* 1: no rmsnorm prologue (bench/gemv_ab.sh's A/B build) */
-#define REEL_GEMV_NO_PROLOGUE 0
-#endif
 #ifndef REEL_GEMV_NARROW /* 1: the first rule's limits (bench/gemv_ab.sh's A/B build) */
 #define REEL_GEMV_NARROW 0
 #endif
@@ -82,9 +79,6 @@ static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << (REEL_GEMV_NARROW
  * loads (a larger weight has each row's first GV_PREFETCH_MAX / N bytes
  * asked for). */
 static const int64_t GV_PREFETCH_MAX = (int64_t)24 << 20;
-/* The rmsnorm prologue's widest x: 16 rows of 4096 (+ 32) elements, 129 KiB
- * of shared memory. */
-static const int64_t GV_PRO_MAX_K = 4096;
 static const int64_t GV_IMPL_MAX_M = 16;
 
 /* What the kernel does with a sum before it stores it (the matmul's fused
@@ -103,26 +97,7 @@ struct gv_epi {
     const void *bias;
     int nseg;
     int cs[REEL_MM_MAX_SEG + 1];
-    /* The rmsnorm prologue (REEL_MM_PRO_*, gv_norm): x's second term (ADD),
-     * the norm's weight, where block 0 stores the sum, eps, and the threads
-     * of the rmsnorm kernel's tree (row_threads(K, 1024)). */
-    int pro;
-    const void *pb, *gamma;
-    void *sum;
-    float eps;
-    int tree;
 };
-
-/* Row stride of the normed x in shared memory: 64 bytes past K, so the 8
- * rows a quarter of a warp's 16-byte loads touch fall in other banks. */
-__host__ __device__ __forceinline__ int gv_xs_stride(int K) { return K + 32; }
-
-/* Bytes of shared memory for the prologue: M rows of the normed x, then 32
- * floats a row of the tree's partial sums. */
-__host__ __device__ __forceinline__ size_t gv_pro_smem(int M, int K, size_t es)
-{
-    return (size_t)M * (size_t)gv_xs_stride(K) * es + (size_t)M * 32 * sizeof(float);
-}
 
 /* No epilogue, no segments; every line of the weights prefetched. */
 static inline gv_epi gv_plain()
@@ -161,85 +136,6 @@ __device__ __forceinline__ bool gv_row_ok(int kind, int N, int n0, int j, int g)
     if (kind == REEL_MM_EPI_SILU_MUL)
         return n0 + 8 * (j & 1) + g < N / 2;
     return n0 + 8 * j + g < N;
-}
-
-/* The rmsnorm prologue: every block normalizes the M rows of x (x + b for
- * ADD_RMSNORM, the sum rounded to T and stored by block 0) into shared
- * memory, with the bits of the rmsnorm kernel (add_rmsnorm's): rows.cu sums
- * v * v of thread i's elements i, i + tree, ... in order, then adds in a
- * warp's xor tree and the warps' sums in a second one; here each warp plays
- * 32 of those threads at a time, in the same order, so each row's 1 /
- * sqrt(mean + eps), and so each normed element, is the same float. */
-/* The xor tree of warp_sum over the values of lanes 0..31, as lane 0 ends
- * it (level o adds the value o lanes away; float addition commutes, so
- * every lane's sum is this one): the lanes whose index is r mod 2^J, summed
- * as lanes r and r + 2^J's halves. Depth first with leaf(l) made on demand,
- * so a few registers hold it, not 32. */
-template <int J, typename Leaf> __device__ __forceinline__ float gv_tree(int r, const Leaf &leaf)
-{
-    if constexpr (J == 5)
-        return leaf(r);
-    else
-        return gv_tree<J + 1>(r, leaf) + gv_tree<J + 1>(r + (1 << J), leaf);
-}
-
-template <typename T>
-__device__ void gv_norm(const T *x, const gv_epi &ep, int M, int K, T *xs, float *part)
-{
-    const int stride = gv_xs_stride(K), packs = K / 8;
-    const bool add = ep.pro == REEL_MM_PRO_ADD_RMSNORM, store = add && blockIdx.x == 0 && blockIdx.y == 0;
-    for (int i = threadIdx.x; i < M * packs; i += blockDim.x) {
-        const int m = i / packs, c = (i - m * packs) * 8;
-        pack<T> v = *(const pack<T> *)(x + (int64_t)m * K + c);
-        if (add) {
-            const pack<T> b = *(const pack<T> *)((const T *)ep.pb + (int64_t)m * K + c);
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                v.v[e] = from_f<T>(to_f(v.v[e]) + to_f(b.v[e]));
-            if (store)
-                *(pack<T> *)((T *)ep.sum + (int64_t)m * K + c) = v;
-        }
-        *(pack<T> *)(xs + (int64_t)m * stride + c) = v;
-    }
-    __syncthreads();
-    /* A thread for each of the tree's warps of each row: its 32 threads'
-     * sums of squares (elements vt, vt + tree, ... in order), then their
-     * warp's xor tree. */
-    const int vws = ep.tree / 32;
-    for (int job = threadIdx.x; job < M * vws; job += blockDim.x) {
-        const int m = job / vws, vw = job - m * vws;
-        const T *row = xs + (int64_t)m * stride;
-        part[m * 32 + vw] = gv_tree<0>(0, [&](int l) {
-            float ss = 0.0f;
-            for (int i = vw * 32 + l; i < K; i += ep.tree) {
-                float e = to_f(row[i]);
-                ss += e * e;
-            }
-            return ss;
-        });
-    }
-    __syncthreads();
-    /* The second tree over the warps' sums (0 past the tree's warps), then
-     * rows.cu's 1 / sqrt(mean + eps). */
-    if ((int)threadIdx.x < M) {
-        const int m = threadIdx.x;
-        float ss = gv_tree<0>(0, [&](int l) { return l < vws ? part[m * 32 + l] : 0.0f; });
-        part[m * 32] = 1.0f / sqrtf(ss / (float)K + ep.eps);
-    }
-    __syncthreads();
-    const T *w = (const T *)ep.gamma;
-    for (int i = threadIdx.x; i < M * packs; i += blockDim.x) {
-        const int m = i / packs, c = (i - m * packs) * 8;
-        const float r = part[m * 32];
-        const pack<T> gw = *(const pack<T> *)(w + c);
-        pack<T> *at = (pack<T> *)(xs + (int64_t)m * stride + c);
-        pack<T> v = *at;
-#pragma unroll
-        for (int e = 0; e < 8; e++)
-            v.v[e] = from_f<T>(to_f(v.v[e]) * r * to_f(gw.v[e]));
-        *at = v;
-    }
-    __syncthreads();
 }
 
 /* Before its dependency wait, a programmatic launch asks L2 for the block's
@@ -373,30 +269,20 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, const 
  * pipeline P stages deep: chunk i + P - 1 is loaded before chunk i is
  * multiplied, so each warp keeps P - 1 chunks of loads in flight while it
  * computes, and the stream over the weights never drains between steps. */
-template <int P, typename Stage, typename LoadW, typename LoadX, typename Between, typename Compute>
-__device__ __forceinline__ void gv_pipeline(int c0, int nw, int c_end, Stage (&st)[P], LoadW loadw, LoadX loadx,
-                                            Between between, Compute compute)
+template <int P, typename Stage, typename Load, typename Compute>
+__device__ __forceinline__ void gv_pipeline(int c0, int nw, int c_end, Stage (&st)[P], Load load, Compute compute)
 {
     const int n = c0 < c_end ? (c_end - c0 + nw - 1) / nw : 0;
-    /* The first stages' weights go out before `between` (the rmsnorm
-     * prologue, which every thread calls), their x after it. */
 #pragma unroll
     for (int p = 0; p < P - 1; p++)
         if (p < n)
-            loadw(st[p], c0 + p * nw);
-    between();
-#pragma unroll
-    for (int p = 0; p < P - 1; p++)
-        if (p < n)
-            loadx(st[p], c0 + p * nw);
+            load(st[p], c0 + p * nw);
     for (int i0 = 0; i0 < n; i0 += P) {
 #pragma unroll
         for (int p = 0; p < P; p++) {
             int i = i0 + p;
-            if (i + P - 1 < n) {
-                loadw(st[(p + P - 1) % P], c0 + (i + P - 1) * nw);
-                loadx(st[(p + P - 1) % P], c0 + (i + P - 1) * nw);
-            }
+            if (i + P - 1 < n)
+                load(st[(p + P - 1) % P], c0 + (i + P - 1) * nw);
             if (i < n)
                 compute(st[p]);
         }
@@ -426,10 +312,6 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
     if (pdl)
         gv_prefetch(w, ep.kind, N, K, n0, c_begin * 32, c_end * 32 < K ? c_end * 32 : K, ep.pf_lines);
     pdl_start(pdl);
-    extern __shared__ float red[]; /* gv_finish's sums; before them the prologue's normed x */
-    T *xs = (T *)red;
-    const int xstride = gv_xs_stride(K);
-    const bool xsm = ep.pro != REEL_MM_PRO_NONE;
     const T *wr[R];
     bool wok[R];
 #pragma unroll
@@ -439,10 +321,6 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
     }
     const bool x0 = g < M, x1 = g + 8 < M;
     const T *xr0 = x + (int64_t)(x0 ? g : 0) * K + 8 * t, *xr1 = x + (int64_t)(x1 ? g + 8 : 0) * K + 8 * t;
-    if (xsm) { /* the normed rows in shared memory */
-        xr0 = xs + (int64_t)(x0 ? g : 0) * xstride + 8 * t;
-        xr1 = xs + (int64_t)(x1 ? g + 8 : 0) * xstride + 8 * t;
-    }
     float acc[R][4];
 #pragma unroll
     for (int j = 0; j < R; j++)
@@ -457,21 +335,8 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
 #pragma unroll
             for (int j = 0; j < R; j++)
                 s.w[j] = in && wok[j] ? ld_stream(wr[j] + k) : z;
-        },
-        [&](nk_stage &s, int c) {
-            int k = c * 32;
-            bool in = k + 8 * t < K;
-            if (xsm) {
-                s.xa = in && x0 ? *(const uint4 *)(xr0 + k) : z;
-                s.xb = in && x1 ? *(const uint4 *)(xr1 + k) : z;
-            } else {
-                s.xa = in && x0 ? __ldg((const uint4 *)(xr0 + k)) : z;
-                s.xb = in && x1 ? __ldg((const uint4 *)(xr1 + k)) : z;
-            }
-        },
-        [&]() {
-            if (xsm)
-                gv_norm<T>(x, ep, M, K, xs, (float *)(xs + (int64_t)M * xstride));
+            s.xa = in && x0 ? __ldg((const uint4 *)(xr0 + k)) : z;
+            s.xb = in && x1 ? __ldg((const uint4 *)(xr1 + k)) : z;
         },
         [&](const nk_stage &s) {
 #pragma unroll
@@ -481,8 +346,6 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
                     mma16816<T>(acc[j], word(s.xa, 2 * h), word(s.xb, 2 * h), word(s.xa, 2 * h + 1),
                                 word(s.xb, 2 * h + 1), word(s.w[j], 2 * h), word(s.w[j], 2 * h + 1));
         });
-    if (xsm)
-        __syncthreads(); /* gv_finish's sums overwrite the normed rows */
     gv_finish<T, true, R>(acc, y, M, N, n0, ep);
 #else
     pdl_start(pdl);
@@ -536,14 +399,10 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 s.w[i] = nok && k + 4 * t + i < K ? ld_stream(wc + (int64_t)(k + i) * N) : z;
-        },
-        [&](kn_stage &s, int c) {
-            int k = c * 16;
             bool kin = k + 4 * t < K; /* K is a multiple of 8: 4 k from 4t are all in or all out */
             s.xa = kin && x0 ? __ldg((const uint2 *)(xr0 + k)) : z2;
             s.xb = kin && x1 ? __ldg((const uint2 *)(xr1 + k)) : z2;
         },
-        [&]() {},
         [&](const kn_stage &s) {
 #pragma unroll
             for (int j = 0; j < R; j++)
@@ -635,7 +494,7 @@ template <typename T>
 static cudaError_t gv_run(bool wt, const T *x, const T *w, T *y, int m, int n, int k, reel_gemv_cfg c,
                           cudaStream_t st, bool pdl, const gv_epi &ep)
 {
-    if (!gv_cfg_ok(wt, c) || (!wt && (ep.kind == REEL_MM_EPI_SILU_MUL || ep.pro != REEL_MM_PRO_NONE)))
+    if (!gv_cfg_ok(wt, c) || (!wt && ep.kind == REEL_MM_EPI_SILU_MUL))
         return cudaErrorInvalidValue;
     gv_kernel_t<T> kern = gv_kernel<T>(wt, c.unroll);
     cudaLaunchConfig_t cfg = {};
@@ -655,17 +514,7 @@ static cudaError_t gv_run(bool wt, const T *x, const T *w, T *y, int m, int n, i
     }
     cfg.gridDim = dim3((unsigned)gv_blocks(n, wt, ep.kind), (unsigned)c.splits, 1);
     cfg.blockDim = dim3(32u * (unsigned)c.warps, 1, 1);
-    size_t smem = gv_smem(wt, c);
-    if (ep.pro != REEL_MM_PRO_NONE) {
-        size_t ps = gv_pro_smem(m, k, sizeof(T));
-        smem = ps > smem ? ps : smem;
-        if (smem > 48 * 1024) {
-            cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-            if (e != cudaSuccess)
-                return e;
-        }
-    }
-    cfg.dynamicSmemBytes = smem;
+    cfg.dynamicSmemBytes = gv_smem(wt, c);
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = (unsigned)na;
@@ -728,56 +577,6 @@ static reel_status gemv_fallback(reel_backend *be, const reel_launch *l)
     return REEL_OK;
 }
 
-static reel_status gemv_launch(reel_backend *be, const reel_launch *l);
-
-/* A prologue node the kernel does not run (more rows, unaligned, K past
- * GV_PRO_MAX_K): the rmsnorm (add_rmsnorm) kernel writes the normed rows
- * into the node's scratch output (and the sum), then the product reads
- * them: the unfused kernels' bits. */
-static reel_status gemv_unfused_prologue(reel_backend *be, const reel_launch *l)
-{
-    const reel_op_attrs *a = l->attrs;
-    const bool add = a->matmul.pro == REEL_MM_PRO_ADD_RMSNORM;
-    const int ks = reel_mm_sum_out(a), kn = reel_mm_norm_out(a);
-    reel_op_attrs na = {};
-    na.rmsnorm.eps = a->matmul.pro_eps;
-    reel_shape in[3], out[2];
-    reel_launch r = *l;
-    r.attrs = &na;
-    r.in_shape = in;
-    r.out_shape = out;
-    for (int i = 0; i < REEL_OP_MAX_IN; i++)
-        r.in[i] = NULL;
-    for (int i = 0; i < REEL_OP_MAX_OUT; i++)
-        r.out[i] = NULL;
-    if (add) {
-        r.op = REEL_OP_ADD_RMSNORM;
-        in[0] = l->in_shape[0], in[1] = l->in_shape[3], in[2] = l->in_shape[4];
-        out[0] = l->out_shape[ks], out[1] = l->out_shape[kn];
-        r.in[0] = l->in[0], r.in[1] = l->in[3], r.in[2] = l->in[4];
-        r.out[0] = l->out[ks], r.out[1] = l->out[kn];
-        REEL_TRY(reel_cu_add_rmsnorm_impl.launch(be, &r));
-    } else {
-        r.op = REEL_OP_RMSNORM;
-        in[0] = l->in_shape[0], in[1] = l->in_shape[4];
-        out[0] = l->out_shape[kn];
-        r.in[0] = l->in[0], r.in[1] = l->in[4];
-        r.out[0] = l->out[kn];
-        REEL_TRY(reel_cu_rmsnorm_impl.launch(be, &r));
-    }
-    reel_op_attrs pa = *a;
-    pa.matmul.pro = REEL_MM_PRO_NONE;
-    reel_shape ins[REEL_OP_MAX_IN];
-    memcpy(ins, l->in_shape, sizeof ins);
-    ins[0] = l->out_shape[kn];
-    reel_launch mm = *l;
-    mm.attrs = &pa;
-    mm.in_shape = ins;
-    mm.in[0] = l->out[kn];
-    mm.pdl = false;
-    return gemv_launch(be, &mm);
-}
-
 static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
 {
     const reel_shape *xs = &l->in_shape[0], *ws = &l->in_shape[1];
@@ -787,26 +586,10 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
     int64_t m = k > 0 ? lead(xs, l->rows) * row_numel(xs) / k : 0;
     if (m <= 0 || n <= 0)
         return REEL_OK;
-    const int pro = a->matmul.pro;
-    const bool add = pro == REEL_MM_PRO_ADD_RMSNORM;
-    const bool pro_ok = pro == REEL_MM_PRO_NONE ||
-                        (k <= GV_PRO_MAX_K && aligned16(l->in[4]) &&
-                         (!add || (aligned16(l->in[3]) && aligned16(l->out[reel_mm_sum_out(a)]))));
-    if (m > GV_IMPL_MAX_M || !aligned16(l->in[0]) || !aligned16(l->in[1]) || !aligned16(l->out[0]) || !pro_ok) {
-        if (pro == REEL_MM_PRO_NONE)
-            return gemv_fallback(be, l);
-        return gemv_unfused_prologue(be, l);
-    }
+    if (m > GV_IMPL_MAX_M || !aligned16(l->in[0]) || !aligned16(l->in[1]) || !aligned16(l->out[0]))
+        return gemv_fallback(be, l);
     gv_epi ep = {};
     ep.kind = a->matmul.epi;
-    ep.pro = pro;
-    if (pro != REEL_MM_PRO_NONE) {
-        ep.pb = add ? l->in[3] : NULL;
-        ep.gamma = l->in[4];
-        ep.sum = add ? l->out[reel_mm_sum_out(a)] : NULL;
-        ep.eps = a->matmul.pro_eps;
-        ep.tree = row_threads(k, 1024);
-    }
     int64_t wbytes = n * k * (int64_t)sizeof(uint16_t);
     ep.pf_lines = wbytes <= GV_PREFETCH_MAX ? INT32_MAX : (int)(GV_PREFETCH_MAX / n / 128);
     ep.bias = ep.kind == REEL_MM_EPI_BIAS ? l->in[2] : NULL;
@@ -838,20 +621,15 @@ static bool use_gemv(REEL_CU_USE_ARGS)
     const int epi = a->matmul.epi;
     reel_op_attrs plain = *a;
     plain.matmul.epi = REEL_MM_EPI_NONE;
-    plain.matmul.pro = REEL_MM_PRO_NONE;
     /* cuBLASLt runs the launches the kernel does not: it must take the
-     * product, and the row kernels the prologue, the elementwise ones the
-     * epilogue. */
+     * product, and the elementwise kernels the epilogue. */
     if (!reel_cu_matmul_lt_impl.can_use(in, nin, out, &plain, caps))
         return false;
     if (epi == REEL_MM_EPI_BIAS && (nin < 3 || in[2].dtype != in[0].dtype))
         return false;
-    const int pro = a->matmul.pro;
-    if (REEL_GEMV_NO_PROLOGUE && pro != REEL_MM_PRO_NONE)
-        return false;
-    if (pro != REEL_MM_PRO_NONE &&
-        (nin < 5 || in[4].dtype != in[0].dtype || (pro == REEL_MM_PRO_ADD_RMSNORM && in[3].dtype != in[0].dtype) ||
-         (pro != REEL_MM_PRO_RMSNORM && pro != REEL_MM_PRO_ADD_RMSNORM)))
+    /* No rmsnorm prologue: normalizing x in every block measured slower
+     * than add_rmsnorm's own kernel at every batch (docs/decisions.md). */
+    if (a->matmul.pro != REEL_MM_PRO_NONE)
         return false;
     if (epi != REEL_MM_EPI_NONE && epi != REEL_MM_EPI_BIAS && epi != REEL_MM_EPI_SILU_MUL)
         return false;
@@ -898,14 +676,9 @@ static int64_t gemv_grid(const reel_launch *l, const reel_device_caps *caps)
     reel_gemv_cfg c = gv_pick_epi(n, k, wt, caps->sm_count, epi);
     int64_t blocks = gv_blocks(n, wt, epi) * c.splits;
     int per_sm = 1;
-    size_t smem = gv_smem(wt, c);
-    if (l->attrs->matmul.pro != REEL_MM_PRO_NONE) {
-        size_t ps = gv_pro_smem((int)GV_IMPL_MAX_M, (int)k, sizeof(uint16_t));
-        smem = ps > smem ? ps : smem;
-    }
     if (gv_cfg_ok(wt, c) &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gv_kernel<__nv_bfloat16>(wt, c.unroll), 32 * c.warps,
-                                                      smem) != cudaSuccess)
+                                                      gv_smem(wt, c)) != cudaSuccess)
         per_sm = 1;
     if (per_sm < 1)
         per_sm = 1;

@@ -4,8 +4,8 @@
  * projections at M = 1..16 and 200 for both weight layouts (cuBLASLt, one
  * GEMM per view, may pick another algorithm), and bit for bit on the
  * skinny-matmul kernel's segmented store; the silu_and_mul and bias
- * epilogues and the rmsnorm / add_rmsnorm prologues bit for bit on the
- * kernel and on its fallback to the unfused kernels. */
+ * epilogues bit for bit on the kernel and on its fallback to the unfused
+ * kernels; a whole layer (norms kept) bit for bit. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -305,14 +305,12 @@ Test(gpu_fuse, matmul_bias_equals_the_unfused_pair_bit_for_bit, .init = setup, .
         }
 }
 
-/* rmsnorm (and add_rmsnorm) folded into the projection reading it: the
- * skinny-matmul kernel normalizes x itself, with the rmsnorm kernel's
- * reduction tree, so the fused plan has the unfused plan's bits: the
- * layer's output and the residual sum (stored by the kernel's first block),
- * at 1..16 rows on the kernel and 17 and 200 on the unfused kernels inside
- * the node; K = 256, 1024 and 2048 (trees of 256 and 1024 threads; 16 rows
- * of 2048 need more than 48 KiB of shared memory). */
-static void prologue_case(reel_dtype dt, int64_t K, int m)
+/* A layer on CUDA: the norms stay their own kernels (the matmul's rmsnorm
+ * prologue is the host backend's only: docs/decisions.md), the epilogues
+ * fold, and the fused plan has the unfused plan's bits: the layer's output
+ * and the residual sum, on the skinny-matmul kernel (1 and 16 rows) and on
+ * cuBLASLt (200). */
+static void layer_case(reel_dtype dt, int64_t K, int m)
 {
     const int64_t F = 2 * K;
     reel_graph *g;
@@ -335,8 +333,9 @@ static void prologue_case(reel_dtype dt, int64_t K, int m)
     reel_output(g, "next", reel_add(g, h, reel_matmul(g, f, dn, true)));
     reel_output(g, "h", h);
     reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
-    cr_assert_eq(count_op(pf, "rmsnorm") + count_op(pf, "add_rmsnorm"), 0, "K %lld: the norms were not folded",
-                 (long long)K);
+    cr_assert_eq(count_op(pf, "rmsnorm"), 1, "K %lld", (long long)K);
+    cr_assert_eq(count_op(pf, "add_rmsnorm"), 1, "K %lld", (long long)K);
+    cr_assert_eq(count_op(pf, "silu_and_mul"), 0, "K %lld", (long long)K);
     static const char *const outs[2] = {"next", "h"};
     for (int o = 0; o < 2; o++) {
         size_t n = (size_t)m * (size_t)K;
@@ -356,13 +355,13 @@ static void prologue_case(reel_dtype dt, int64_t K, int m)
     free(xd);
 }
 
-Test(gpu_fuse, rmsnorm_prologues_equal_the_unfused_norms_bit_for_bit, .init = setup, .fini = teardown, .timeout = 240)
+Test(gpu_fuse, a_layer_keeps_its_norms_and_the_unfused_bits, .init = setup, .fini = teardown, .timeout = 240)
 {
     static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
-    static const int rows[] = {1, 2, 5, 16, 17, 200};
-    static const int64_t ks[3] = {256, 1024, 2048};
+    static const int rows[] = {1, 16, 200};
+    static const int64_t ks[2] = {256, 1024};
     for (int di = 0; di < 2; di++)
-        for (int ki = 0; ki < 3; ki++)
+        for (int ki = 0; ki < 2; ki++)
             for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
-                prologue_case(dts[di], ks[ki], rows[ri]);
+                layer_case(dts[di], ks[ki], rows[ri]);
 }
