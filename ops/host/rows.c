@@ -8,27 +8,34 @@
 #include "ops/host/host_ops.h"
 #include "ops/host/kern.h"
 
+/* Row t of x ([rows, d] of dtype xd) normalized into out: the one formula
+ * of rmsnorm and add_rmsnorm, so the fused pair rounds as the unfused. */
+static void reel_hk_rms_row(const void *x, reel_dtype xd, const void *w, reel_dtype wd, void *out, reel_dtype od,
+                            int64_t t, int64_t d, float eps)
+{
+    float ss = 0.0f;
+    for (int64_t i = 0; i < d; i++) {
+        float v = reel_load(x, xd, t * d + i);
+        ss += v * v;
+    }
+    float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int64_t i = 0; i < d; i++) {
+        float v = reel_load(x, xd, t * d + i);
+        reel_store(out, od, t * d + i, v * r * reel_load(w, wd, i));
+    }
+}
+
 void reel_host_rmsnorm(const void *args)
 {
     const reel_launch *l = args;
     const reel_shape *xs = &l->in_shape[0];
-    reel_dtype xd = xs->dtype, wd = l->in_shape[1].dtype, od = l->out_shape[0].dtype;
     int64_t d = reel_shape_last(xs);
     if (d <= 0)
         return;
     int64_t nrows = reel_hk_numel(xs, l->rows) / d;
-    for (int64_t t = 0; t < nrows; t++) {
-        float ss = 0.0f;
-        for (int64_t i = 0; i < d; i++) {
-            float v = reel_load(l->in[0], xd, t * d + i);
-            ss += v * v;
-        }
-        float r = 1.0f / sqrtf(ss / (float)d + l->attrs->rmsnorm.eps);
-        for (int64_t i = 0; i < d; i++) {
-            float v = reel_load(l->in[0], xd, t * d + i);
-            reel_store(l->out[0], od, t * d + i, v * r * reel_load(l->in[1], wd, i));
-        }
-    }
+    for (int64_t t = 0; t < nrows; t++)
+        reel_hk_rms_row(l->in[0], xs->dtype, l->in[1], l->in_shape[1].dtype, l->out[0], l->out_shape[0].dtype, t, d,
+                        l->attrs->rmsnorm.eps);
 }
 
 /* Subtracting the row max keeps exp() in range. A row holding NaN or +inf,
@@ -102,16 +109,7 @@ void reel_host_add_rmsnorm(const void *args)
         for (int64_t i = 0; i < d; i++)
             reel_store(l->out[0], sd, t * d + i,
                        reel_load(l->in[0], ad, t * d + i) + reel_load(l->in[1], bd, t * d + i));
-        float ss = 0.0f;
-        for (int64_t i = 0; i < d; i++) {
-            float v = reel_load(l->out[0], sd, t * d + i);
-            ss += v * v;
-        }
-        float r = 1.0f / sqrtf(ss / (float)d + l->attrs->rmsnorm.eps);
-        for (int64_t i = 0; i < d; i++) {
-            float v = reel_load(l->out[0], sd, t * d + i);
-            reel_store(l->out[1], od, t * d + i, v * r * reel_load(l->in[2], wd, i));
-        }
+        reel_hk_rms_row(l->out[0], sd, l->in[2], wd, l->out[1], od, t, d, l->attrs->rmsnorm.eps);
     }
 }
 
