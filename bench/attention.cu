@@ -118,7 +118,10 @@ static double run_point(reel_ctx *ctx, const reel_op_impl *impl, const point &pt
     }
     CK(cudaMalloc(&err, 4));
     CK(cudaMemset(err, 0, 4));
-    reel_meta_view mv = {d[0], d[1], d[2], d[3], d[4], pt.batch, nb_seq + 1, pt.ctx, err};
+    uint32_t *cnt; /* the one-kernel decode's counters, as a plan's static region has them */
+    CK(cudaMalloc(&cnt, 4 * REEL_ATTN_CNT_MAX_WORDS));
+    CK(cudaMemset(cnt, 0, 4 * REEL_ATTN_CNT_MAX_WORDS));
+    reel_meta_view mv = {d[0], d[1], d[2], d[3], d[4], pt.batch, nb_seq + 1, pt.ctx, err, cnt, REEL_ATTN_CNT_MAX_WORDS};
 
     void *q, *k, *v, *out, *ws;
     CK(cudaMalloc(&q, (size_t)(rows * qrow) * 2));
@@ -219,7 +222,7 @@ static double run_point(reel_ctx *ctx, const reel_op_impl *impl, const point &pt
         CK(cudaFree(kc[L]));
         CK(cudaFree(vc[L]));
     }
-    void *bufs[] = {q, k, v, out, ws, err, d[0], d[1], d[2], d[3], d[4]};
+    void *bufs[] = {q, k, v, out, ws, err, cnt, d[0], d[1], d[2], d[3], d[4]};
     for (void *b : bufs)
         CK(cudaFree(b));
     return median(t);

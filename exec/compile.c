@@ -152,6 +152,14 @@ static reel_status select_kernels(reel_plan *p)
             const reel_shape *kc = &p->tensors[n->in[3]].shape;
             int64_t slots = kc->dims[0] * kc->dims[1];
             p->has_attention = true;
+            /* The one-kernel decode's counters: one per (token, kv head,
+             * head group of 16) of a launch of up to REEL_ATTN_ONE_KERNEL_ROWS
+             * tokens, a set per stream (ops/op.h). */
+            int64_t groups = (int64_t)a->num_kv_heads * ((a->num_heads / (a->num_kv_heads > 0 ? a->num_kv_heads : 1) + 15) / 16);
+            int64_t words = REEL_ATTN_ONE_KERNEL_ROWS * groups;
+            if (words > p->attn_cnt_words && words <= REEL_ATTN_CNT_MAX_WORDS)
+                p->attn_cnt_words = (int32_t)words;
+            p->nodes[i].attrs.attn.cnt_slot = n->stream;
             if (!p->block_size || a->block_size < p->block_size)
                 p->block_size = a->block_size;
             add_kv_geom(p, a->block_size, kc->dims[0], slots, i);

@@ -197,7 +197,7 @@ reel_status reel_layout_bind(reel_plan *p, reel_layout *L, char *arena, char *st
 {
     const int per = REEL_OP_MAX_IN + REEL_OP_MAX_OUT;
     L->arena = arena;
-    reel_staging_bind(L, stat_dev, stat_host);
+    reel_staging_bind(L, stat_dev, stat_host, p->attn_cnt_words);
     for (int i = 0; i < p->nnodes; i++) {
         const reel_node *n = &p->nodes[i];
         reel_launch *l = &L->launches[i];

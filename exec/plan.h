@@ -27,7 +27,8 @@ typedef struct reel_layout {
     char *stat_dev, *stat_host; /* static region and its pinned staging mirror */
     size_t stat_bytes;
     size_t *in_off;             /* [ntensors] static offsets of INPUT tensors */
-    size_t off_err, off_pos, off_slot, off_tseq, off_ctx, off_bt;
+    size_t off_err, off_cnt, off_pos, off_slot, off_tseq, off_ctx, off_bt;
+    size_t cnt_bytes;           /* the attention counters at off_cnt */
     reel_meta_view meta;        /* device pointers into stat_dev */
     struct reel_ws_block *arena_blk; /* overflow layouts: the arena's workspace block */
     reel_launch *launches;      /* [nnodes], in schedule order */
@@ -86,6 +87,7 @@ struct reel_plan {
         const reel_op_impl **impl;   /* [nnodes] */
         char (*fused)[48];           /* [nnodes] what the fusion pass folded into each (fuse.c) */
         bool has_attention;
+        int32_t attn_cnt_words;      /* meta.attn_cnt words a stream (0: no attention) */
         bool checks_limits;          /* some kernel may write the error word */
         int32_t block_size;          /* smallest block size of the attention ops */
         reel_dcp_view dcp;           /* the attention ops' DCP layout (n 1: none): the
@@ -267,7 +269,7 @@ void reel_layout_free(reel_plan *p, reel_layout *L, bool owns_memory);
 
 /* staging.c: the one owner of the step region. */
 void reel_staging_layout(reel_plan *p, reel_layout *L, int32_t max_tokens, int32_t max_seqs, int32_t max_blocks);
-void reel_staging_bind(reel_layout *L, char *stat_dev, char *stat_host);
+void reel_staging_bind(reel_layout *L, char *stat_dev, char *stat_host, int32_t attn_cnt_words);
 void reel_staging_meta_range(const reel_layout *L, const char **dev, size_t *bytes);
 /* Writes the step (s NULL: an empty one) into L's pinned staging; returns
  * the bytes to upload. */

@@ -1,5 +1,5 @@
 /* Staging: the one owner of the step region's layout. The static region
- * ([error word | inputs | metadata], laid out here and nowhere else), the
+ * ([error word | attention counters | inputs | metadata], laid out here and nowhere else), the
  * metadata builder that fills its pinned mirror once a step (padded
  * harmlessly: slot -1, sequence -1, zero rows), the padding upload, the
  * pinned outputs and the download, and the kernels' error word. */
@@ -9,7 +9,7 @@
 #include "exec/plan.h"
 #include "memory/pinned.h"
 
-/* The static region of a layout: [error word | inputs | positions | slots |
+/* The static region of a layout: [error word | counters | inputs | positions | slots |
  * token->sequence | context lengths | block tables], each aligned, sized for
  * max_tokens rows, max_seqs sequences of max_blocks blocks. Only paged
  * attention reads slots, sequences, context lengths and block tables: a plan
@@ -26,6 +26,11 @@ void reel_staging_layout(reel_plan *p, reel_layout *L, int32_t max_tokens, int32
     L->max_blocks = max_blocks;
     L->off_err = off;
     off += REEL_PLAN_ALIGN;
+    /* The attention kernels' arrival counters, inside the uploaded prefix:
+     * every step's upload starts them at zero (ops/op.h). */
+    L->off_cnt = off;
+    L->cnt_bytes = 4 * (size_t)p->attn_cnt_words * (size_t)p->nstreams;
+    off = reel_align_up(off + L->cnt_bytes, REEL_PLAN_ALIGN);
     for (int t = 1; t < p->ntensors; t++) {
         if (p->tensors[t].kind != REEL_T_INPUT)
             continue;
@@ -46,8 +51,8 @@ void reel_staging_layout(reel_plan *p, reel_layout *L, int32_t max_tokens, int32
 }
 
 /* Points L at its static region (device, and its pinned staging mirror) and
- * fills the metadata view kernels read. */
-void reel_staging_bind(reel_layout *L, char *stat_dev, char *stat_host)
+ * fills the metadata view kernels read (attn_cnt_words: the plan's). */
+void reel_staging_bind(reel_layout *L, char *stat_dev, char *stat_host, int32_t attn_cnt_words)
 {
     L->stat_dev = stat_dev;
     L->stat_host = stat_host;
@@ -61,6 +66,8 @@ void reel_staging_bind(reel_layout *L, char *stat_dev, char *stat_host)
         .max_blocks = L->max_blocks,
         .max_context = L->max_context,
         .err_word = (int32_t *)(stat_dev + L->off_err),
+        .attn_cnt = attn_cnt_words > 0 ? (uint32_t *)(stat_dev + L->off_cnt) : NULL,
+        .attn_cnt_words = attn_cnt_words,
     };
 }
 
@@ -92,6 +99,7 @@ size_t reel_staging_fill(reel_plan *p, const reel_layout *L, const reel_step_inf
     int32_t n = s ? s->num_tokens : 0, ns = s && p->has_attention ? s->num_seqs : 0;
     int64_t rows = L->rows;
     *(int32_t *)(h + L->off_err) = 0;
+    memset(h + L->off_cnt, 0, L->cnt_bytes);
     for (int i = 0; i < p->ninputs; i++) {
         uint32_t t = p->input_ids[i];
         const reel_tinfo *ti = &p->tensors[t];

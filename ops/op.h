@@ -65,6 +65,13 @@ static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_RED
  * kernel splits a token's keys into at most SLOTS / rows chunks; the host
  * reference does not split and leaves it untouched. */
 #define REEL_ATTN_SPLIT_SLOTS 256
+/* Paged attention's one-kernel decode (ops/cuda/attention.cu): launches of
+ * up to this many tokens write the KV cache inside the decode kernel, whose
+ * arrival counters (meta.attn_cnt) a plan sizes for that many tokens, up to
+ * REEL_ATTN_CNT_MAX_WORDS a stream (a node needing more keeps the separate
+ * KV-write kernel). */
+#define REEL_ATTN_ONE_KERNEL_ROWS 16
+#define REEL_ATTN_CNT_MAX_WORDS 4096
 
 /* Matmul epilogues the fusion pass sets (exec/fuse.c); the builder leaves
  * REEL_MM_EPI_NONE. BIAS: a third input b [N] is added to each row after the
@@ -148,8 +155,11 @@ typedef union reel_op_attrs {
      * lay: the layout across ranks (reel_attn_layout above), whose kv_slots
      * and lse are in[5] and out[2] too: a node has the fused rope or a
      * layout, never both (the fusion leaves nodes with a layout alone and
-     * the schema refuses the pair). */
-    struct { reel_attn_params p; int rope_rot_dim; float rope_theta; reel_attn_layout lay; } attn;
+     * the schema refuses the pair).
+     * cnt_slot: the node's stream index, which of meta.attn_cnt's per-stream
+     * counter sets its kernels use (the compiler sets it; 0 elsewhere).
+     */
+    struct { reel_attn_params p; int rope_rot_dim; float rope_theta; reel_attn_layout lay; int cnt_slot; } attn;
     struct { int k, page_size; bool has_page_table; } topk;
     /* packed: no lses operand; outs is [T, P, H*Dh + H] float32, each
      * partial's outputs then its lses, and the result has out_dtype. */
@@ -209,6 +219,14 @@ typedef struct reel_meta_view {
     const int32_t *block_tables;  /* [max_seqs][max_blocks] */
     int32_t max_seqs, max_blocks, max_context;
     int32_t *err_word;            /* device int: 0, or a reel_status set by a kernel */
+    /* Arrival counters of paged attention's one-kernel decode (ops/cuda,
+     * docs/attention.md): attn_cnt_words words for each stream of the plan
+     * (attrs.attn.cnt_slot), zero at the start of every step (the upload
+     * writes zeros) and left zero by every kernel that counts. NULL: none,
+     * the op keeps its separate KV-write kernel. Like the error word they
+     * are atomics and not declared to the hazard checker. */
+    uint32_t *attn_cnt;
+    int32_t attn_cnt_words;
 } reel_meta_view;
 
 /* One node ready to launch: resolved pointers for one memory layout. */

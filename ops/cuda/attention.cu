@@ -288,6 +288,40 @@ static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g, 
                                                                    g.nblocks * g.bs, g.kvrow, vec, cnt, ny);
 }
 
+/* Whether the launch takes the one-kernel decode (attn_fw, docs/attention.md):
+ * the tensor-core decode's dtypes and head dims, at most
+ * REEL_ATTN_ONE_KERNEL_ROWS tokens (their slots fit the kernel's mask), no
+ * layout across ranks, and the plan's counters for this stream. A function
+ * of the launch configuration alone, so replay and eager take the same
+ * path. */
+#ifndef REEL_ATTN_ONE_KERNEL /* 0: always the two-kernel path (bench/gemv_ab.sh's A/B build) */
+#define REEL_ATTN_ONE_KERNEL 1
+#endif
+
+static attn_fw attn_one_kernel(const reel_launch *l, const attn_geom &g, int32_t ny)
+{
+    attn_fw fw = {};
+    const reel_meta_view *m = l->meta;
+    if (!REEL_ATTN_ONE_KERNEL || !attn_decode_mma_supports(l->in_shape[0].dtype, g.dh) || l->rows > REEL_ATTN_ONE_KERNEL_ROWS ||
+        attn_kv_layout(l) || reel_attn_has_layout(&l->attrs->attn.lay) || !m->attn_cnt ||
+        l->rows * ny > m->attn_cnt_words || l->attrs->attn.cnt_slot < 0)
+        return fw;
+    fw.on = true;
+    fw.k = l->in[1];
+    fw.v = l->in[2];
+    fw.kc = l->in[3];
+    fw.vc = l->in[4];
+    fw.nslots = g.nblocks * g.bs;
+    if (l->attrs->attn.rope_rot_dim > 0) {
+        fw.half = l->attrs->attn.rope_rot_dim / 2;
+        fw.theta = (double)l->attrs->attn.rope_theta;
+        fw.pos = (const int32_t *)l->in[5];
+        fw.qr = l->out[2];
+        fw.kr = l->out[3];
+    }
+    return fw;
+}
+
 template <typename T> static void attn_ref_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)
 {
     write_kv<T>(l, st, g);
@@ -344,20 +378,32 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     /* Small batches: the decode merges its own chunks and overlaps its
      * metadata reads with the kernel before it (docs/attention.md). */
     const bool inblock = attn_decode_inblock(g, dt, l->rows, nchunks);
-    const bool pdl = be->caps.pdl && l->rows <= 16;
     const int64_t G = attn_decode_mma_group();
     const int32_t ny = (int32_t)(g.hkv * ((g.group + G - 1) / G));
+    const bool prefill = l->rows > 1 && attn_prefill_supports(dt, g.dh);
+    cudaError_t e = cudaSuccess;
+    attn_fw fw = attn_one_kernel(l, g, ny);
+    if (fw.on) {
+        /* One kernel: the decode writes the cache itself (the first kernel
+         * of the op, so it waits for the op's producer where the plan
+         * launches the op programmatically), the combine follows past 8
+         * chunks, and the prefill reads the cache it wrote. */
+        uint32_t *cnt = l->meta->attn_cnt + (int64_t)l->attrs->attn.cnt_slot * l->meta->attn_cnt_words;
+        e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, l->pdl, fw, cnt);
+        if (e == cudaSuccess && prefill)
+            e = attn_prefill_launch(l, st, g);
+        return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
+    }
+    const bool pdl = be->caps.pdl && l->rows <= 16;
     /* The first kernel, the KV write, waits for the kernel before it where
      * the plan launches the op programmatically (only the rope-fused write
      * starts early; the others launch in stream order). */
-    REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g, inblock ? attn_ws_counters((float *)l->out[1], g) : nullptr, ny,
-                                     l->pdl));
-    bool prefill = l->rows > 1 && attn_prefill_supports(dt, g.dh);
-    cudaError_t e = cudaSuccess;
+    uint32_t *cnt = inblock ? attn_ws_counters((float *)l->out[1], g) : nullptr;
+    REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g, cnt, ny, l->pdl));
     if (prefill)
         e = attn_prefill_launch(l, st, g);
     if (e == cudaSuccess)
-        e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, pdl);
+        e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, pdl, fw, cnt);
     return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
 }
 

@@ -141,11 +141,59 @@ __host__ __device__ __forceinline__ int attn_chunking(int32_t p, int nchunks, in
  * token zeros. */
 #define REEL_ATTN_BAD_LSE 0x7fbad000u
 
-/* What a decode block (token t, chunk c, the nh heads from h0) attends,
- * shared by both decode kernels: false when the block has nothing to do
- * (a token of a multi-token run when the prefill kernel runs, a chunk past
- * the token's last, a padding or refused token, whose zeros chunk 0 writes
- * here and whose breach it reports); else the token's sequence, its keys
+/* What a decode block (token t, chunk c) attends, read from the metadata
+ * alone (no writes, so a programmatic launch may classify before its wait):
+ * whether the token is one of a multi-token run the prefill kernel takes,
+ * its guard (attn_token_ok: 1 valid, 0 padding, -1 a breach), its sequence,
+ * the chunks it uses and, when attend, this chunk's keys [k0, k1). */
+struct attn_dec_tok {
+    bool run, attend;
+    int ok, nact;
+    int32_t seq, k0, k1;
+};
+
+__device__ __forceinline__ attn_dec_tok attn_decode_classify(const reel_meta_view &m, const attn_geom &g, int64_t t,
+                                                              int64_t rows, int c, int nchunks, bool skip_runs)
+{
+    attn_dec_tok d = {};
+    d.run = skip_runs && attn_in_run(m, t, rows);
+    if (d.run)
+        return d;
+    int32_t p, clen = 0;
+    d.ok = attn_token_ok(m, g, t, &d.seq, &p);
+    if (d.ok == 1 && p < 0)
+        d.ok = 0; /* an empty DCP shard: (0, -inf), not a breach */
+    d.nact = d.ok == 1 ? attn_chunking(p, nchunks, &clen) : 1;
+    d.attend = d.ok == 1 && c < d.nact;
+    if (d.attend) {
+        d.k0 = c * clen;
+        d.k1 = min(p + 1, d.k0 + clen);
+    }
+    return d;
+}
+
+/* What the classified block does before it attends: false when it has
+ * nothing to do (a run token, a chunk past the token's last, a padding or
+ * refused token, whose zeros chunk 0 writes here and whose breach it
+ * reports). */
+template <typename T>
+__device__ __forceinline__ bool attn_decode_act(const reel_meta_view &m, const attn_geom &g, const attn_dec_tok &d,
+                                                int64_t t, int c, T *orow, int64_t h0, int nh)
+{
+    if (d.attend)
+        return true;
+    if (d.run || c >= d.nact)
+        return false;
+    for (int64_t i = threadIdx.x; i < nh * g.dh; i += blockDim.x)
+        orow[i] = from_f<T>(0.0f);
+    attn_put_lse(g, t, h0, nh, -INFINITY);
+    if (d.ok < 0 && threadIdx.x == 0)
+        report(&m, REEL_E_LIMIT);
+    return false;
+}
+
+/* Both at once, for a kernel that starts in stream order: false when the
+ * block has nothing to attend; else the token's sequence, its keys
  * [*k0, *k1) for this chunk and the chunks it uses. */
 template <typename T>
 __device__ __forceinline__ bool attn_decode_begin(const reel_meta_view &m, const attn_geom &g, int64_t t,
@@ -153,27 +201,33 @@ __device__ __forceinline__ bool attn_decode_begin(const reel_meta_view &m, const
                                                   int64_t h0, int nh, int32_t *seq, int32_t *k0, int32_t *k1,
                                                   int *nact)
 {
-    if (skip_runs && attn_in_run(m, t, rows))
+    attn_dec_tok d = attn_decode_classify(m, g, t, rows, c, nchunks, skip_runs);
+    if (!attn_decode_act(m, g, d, t, c, orow, h0, nh))
         return false;
-    int32_t p, clen = 0;
-    int ok = attn_token_ok(m, g, t, seq, &p);
-    if (ok == 1 && p < 0)
-        ok = 0; /* an empty DCP shard: (0, -inf), not a breach */
-    *nact = ok == 1 ? attn_chunking(p, nchunks, &clen) : 1;
-    if (c >= *nact)
-        return false;
-    if (ok != 1) {
-        for (int64_t i = threadIdx.x; i < nh * g.dh; i += blockDim.x)
-            orow[i] = from_f<T>(0.0f);
-        attn_put_lse(g, t, h0, nh, -INFINITY);
-        if (ok < 0 && threadIdx.x == 0)
-            report(&m, REEL_E_LIMIT);
-        return false;
-    }
-    *k0 = c * clen;
-    *k1 = min(p + 1, *k0 + clen);
+    *seq = d.seq;
+    *k0 = d.k0;
+    *k1 = d.k1;
+    *nact = d.nact;
     return true;
 }
+
+/* The one-kernel decode (attention.cu): the tensor-core decode writes the
+ * step's k and v into the cache itself, so the op is one kernel (plus the
+ * combine past 8 chunks) instead of a KV write before it. on: this launch
+ * does; k, v: the op's rows; half > 0: the fused rope (pos, theta), whose
+ * rotated q and k go to qr and kr; nslots: the caches' rows; cnt: the
+ * plan's arrival counters of this node's stream (meta.attn_cnt), or NULL
+ * where the in-block combine does not run. */
+struct attn_fw {
+    bool on;
+    const void *k, *v;
+    void *kc, *vc; /* the caches, written through these */
+    void *qr, *kr;
+    const int32_t *pos;
+    int32_t half;
+    double theta;
+    int64_t nslots;
+};
 
 /* A decode chunk whose block ids breach the limits: reported, and the
  * token gets zeros, written here when it has one chunk, else by the
@@ -224,17 +278,18 @@ bool attn_decode_supports(reel_dtype dt, int64_t dh);
  * latency. A function of the launch alone, like the chunking. */
 bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nchunks);
 /* pdl: launch the decode kernel as a programmatic dependent of the kernel
- * before it (the KV write or the prefill), whose work its metadata reads
- * overlap. */
+ * before it (the KV write, or with fw.on the op's producer), whose work its
+ * metadata reads overlap. fw: the one-kernel decode (the tensor-core decode
+ * only); cnt: the in-block combine's counters (inblock). */
 cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                               bool skip_runs, bool inblock, bool pdl);
+                               bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt);
 bool attn_decode_mma_supports(reel_dtype dt, int64_t dh);
 int attn_decode_mma_group(void);
 /* Floats of the tensor-core decode's dynamic shared memory (the in-block
  * combine stages a group's partials there). */
 int64_t attn_decode_mma_smem_floats(int64_t dh);
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                                   bool skip_runs, bool inblock, bool pdl);
+                                   bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt);
 bool attn_prefill_supports(reel_dtype dt, int64_t dh);
 cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g);
 /* The KV write of a layout (attn_kv_layout.cu): DCP writes the tokens this

@@ -390,12 +390,14 @@ cudaError_t decode_t<float>(const reel_launch *l, cudaStream_t st, const attn_ge
 }
 
 cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                               bool skip_runs, bool inblock, bool pdl)
+                               bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
 {
     cudaError_t e = cudaSuccess;
     reel_dtype dt = l->in_shape[0].dtype;
     if (attn_decode_mma_supports(dt, g.dh))
-        e = attn_decode_mma_launch(l, st, g, nchunks, skip_runs, inblock, pdl);
+        e = attn_decode_mma_launch(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt);
+    else if (fw.on)
+        return cudaErrorInvalidValue; /* attention.cu asks the tensor-core decode only */
     else
         REEL_CU_DISPATCH(dt, e = decode_t<T>(l, st, g, nchunks, skip_runs));
     if (e == cudaSuccess && !inblock)

@@ -10,7 +10,19 @@
  * this one is computed; each warp takes 16 keys of every tile (S = Q K^T,
  * online softmax in base 2, O += P V) and the four warps' states are merged
  * in shared memory in warp order at the end. The chunk's block ids are
- * checked once before the first load. */
+ * checked once before the first load.
+ *
+ * The one-kernel decode (attn_fw, attention.cu) also does the op's KV write:
+ * no other kernel runs before it in the op, so a block writes, before it
+ * reads the cache, every slot of the step that its chunk reads (its own
+ * token's new key when the chunk holds the token's position, or any other
+ * token's slot the block tables put there), and another block writing the
+ * same slot writes the same bytes: whichever lands first, every block reads
+ * what the reference's write-then-attend order gives. Each token's k, v
+ * and rotated q and k are also written once by its writer block (the chunk
+ * that holds its position, or chunk 0 for the tokens that attend nothing
+ * here), so the cache and the rope outputs are whole whoever reads them. */
+#include "ops/cuda/rope.cuh"
 #include "ops/cuda/attention.cuh"
 #include "ops/cuda/mma.cuh"
 
@@ -44,7 +56,9 @@ __device__ __forceinline__ void dm_wait_producer()
  * (or its refusal mark) written, counts itself in for its (token, kv head,
  * head group); the last of the token's nact chunks to arrive merges all of
  * them, in chunk order whatever the arrival order, so the bits do not
- * depend on timing. The counters were zeroed by the op's KV write. */
+ * depend on timing. The counters start at zero (the op's KV write zeroes
+ * the workspace's, every step's upload the one-kernel decode's) and the
+ * last block leaves them at zero. */
 template <typename T, int DH>
 __device__ __noinline__ void dm_arrive_and_combine(const float *ws, uint32_t *cnt, int64_t ci, const attn_geom &g,
                                                    int64_t t, int nchunks, int nact, int64_t h0, int nh, T *orow,
@@ -58,6 +72,8 @@ __device__ __noinline__ void dm_arrive_and_combine(const float *ws, uint32_t *cn
     __syncthreads();
     if (!s_last)
         return;
+    if (threadIdx.x == 0)
+        cnt[ci] = 0u; /* every chunk has arrived: left zero for the next launch */
     __threadfence();
     const int64_t stride = attn_ws_slot_floats(g);
     const float *base = ws + t * nchunks * stride;
@@ -104,11 +120,52 @@ __device__ __noinline__ void dm_arrive_and_combine(const float *ws, uint32_t *cn
     }
 }
 
+/* The one-kernel decode's write of token u's k and v of kv head kvh (the
+ * whole block calls it): into cache slot `slot` (-1: none), k rotated at
+ * u's rope position when fw.half > 0 (cs: those cosines and sines where the
+ * caller has them, else computed here), and the rotated k into kr too when
+ * kr_too. The rope is rope.cuh's, the KV write kernel's bits. */
+template <typename T, int DH>
+__device__ void dm_put_kv(const attn_fw &fw, const attn_geom &g, int64_t u, int64_t kvh, int64_t slot, bool kr_too,
+                          const float *cs)
+{
+    const T *k = (const T *)fw.k + u * g.kvrow + kvh * DH, *v = (const T *)fw.v + u * g.kvrow + kvh * DH;
+    T *kd = slot >= 0 ? (T *)fw.kc + slot * g.kvrow + kvh * DH : nullptr;
+    T *vd = slot >= 0 ? (T *)fw.vc + slot * g.kvrow + kvh * DH : nullptr;
+    if (vd)
+        for (int i = threadIdx.x; i < DH; i += DM_THREADS)
+            vd[i] = v[i];
+    if (fw.half <= 0) {
+        if (kd)
+            for (int i = threadIdx.x; i < DH; i += DM_THREADS)
+                kd[i] = k[i];
+        return;
+    }
+    const int32_t half = fw.half;
+    T *kr = kr_too ? (T *)fw.kr + u * g.kvrow + kvh * DH : nullptr;
+    for (int32_t w = threadIdx.x; w < DH - half; w += DM_THREADS) {
+        float c = 0.0f, s = 0.0f;
+        if (w < half) {
+            if (cs) {
+                c = cs[w];
+                s = cs[half + w];
+            } else {
+                rope_cs(w, half, fw.theta, fw.pos[u], &c, &s);
+            }
+        }
+        if (kd)
+            rope_apply<T, int32_t>(k, kd, w, half, c, s);
+        if (kr)
+            rope_apply<T, int32_t>(k, kr, w, half, c, s);
+    }
+}
+
 template <typename T, int DH>
 __global__ void __launch_bounds__(DM_THREADS)
     attn_decode_mma_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                            T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g,
-                           int64_t rows, int nchunks, int hsplit, bool skip_runs, uint32_t *cnt, bool pdl)
+                           int64_t rows, int nchunks, int hsplit, bool skip_runs, uint32_t *cnt, attn_fw fw,
+                           bool pdl)
 {
     constexpr int LD = DH + DM_PAD;
     constexpr int KSTEPS = DH / 16, DTILES = DH / 8, CPR = DH / 8;
@@ -129,23 +186,96 @@ __global__ void __launch_bounds__(DM_THREADS)
     const int gi = lane >> 2, ti = lane & 3;
 
     T *orow = out + t * g.qrow + h0 * DH;
-    int32_t s, k0, k1;
-    int nact;
-    if (!attn_decode_begin(m, g, t, rows, c, nchunks, skip_runs, orow, h0, nh, &s, &k0, &k1, &nact))
+    const attn_dec_tok tk = attn_decode_classify(m, g, t, rows, c, nchunks, skip_runs);
+    /* A block of the one-kernel decode lives to its wait whatever it
+     * attends: it may have writes to do. */
+    if (!fw.on && !attn_decode_act(m, g, tk, t, c, orow, h0, nh))
         return;
-    const int32_t *bt = m.block_tables + (int64_t)s * m.max_blocks;
+    const int32_t s = tk.seq, k0 = tk.k0, k1 = tk.k1;
+    const int nact = tk.nact;
+    const int32_t *bt = m.block_tables + (int64_t)(tk.attend ? s : 0) * m.max_blocks;
     const int32_t bs = (int32_t)g.bs;
-
-    /* The chunk's block ids, checked before any is used. */
-    int mybad = 0;
-    for (int32_t b = attn_blk(g, k0) + threadIdx.x; b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
-        int32_t blk = bt[b];
-        mybad |= blk < 0 || blk >= g.nblocks;
+    __shared__ int64_t s_slot[REEL_ATTN_ONE_KERNEL_ROWS];
+    __shared__ uint32_t s_put;
+    __shared__ float s_cs[DH];
+    /* The rotated q heads of the one-kernel decode ([16][DH]) in the second
+     * K stage, which no load fills before the q fragments are read. */
+    T *s_q = ks_all[1];
+    static_assert(DM_ROWS * DH <= DM_BN * LD, "16 heads fit one K stage");
+    const bool writer = c == (!tk.run && tk.ok == 1 ? nact - 1 : 0);
+    double freq = 0.0;
+    if (fw.on) {
+        /* The step's slots (metadata: readable before the wait), and the
+         * rope frequency of this thread's pair (no input at all). */
+        if (threadIdx.x < rows)
+            s_slot[threadIdx.x] = m.slot_mapping[threadIdx.x];
+        if (threadIdx.x == 0)
+            s_put = 0u;
+        if ((int)threadIdx.x < 2 * fw.half)
+            freq = rope_freq((int32_t)threadIdx.x % fw.half, fw.half, fw.theta);
+        __syncthreads();
     }
+
+    /* The chunk's block ids, checked before any is used; with fw.on, which
+     * tokens' slots they hold at a key of the chunk (s_put). */
+    int mybad = 0;
+    if (tk.attend)
+        for (int32_t b = attn_blk(g, k0) + threadIdx.x; b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
+            int32_t blk = bt[b];
+            mybad |= blk < 0 || blk >= g.nblocks;
+            if (fw.on)
+                for (int u = 0; u < (int)rows; u++) {
+                    int64_t sl = s_slot[u];
+                    int32_t j = b * bs + (int32_t)(sl % bs);
+                    if (sl >= 0 && sl < fw.nslots && sl / bs == blk && j >= k0 && j < k1)
+                        atomicOr(&s_put, 1u << u);
+                }
+        }
     /* Launched as a programmatic dependent, everything above overlapped the
-     * KV write (or the prefill) before it; the cache and q are read after. */
+     * kernel before it; the cache, q, k and v are read after. */
     if (pdl)
         dm_wait_producer();
+    if (fw.on) {
+        const int32_t half = fw.half;
+        const int32_t pos = half > 0 ? fw.pos[t] : 0;
+        if ((int)threadIdx.x < 2 * half) {
+            double ang = (double)pos * freq;
+            s_cs[threadIdx.x] = (int)threadIdx.x < half ? (float)cos(ang) : (float)sin(ang);
+        }
+        __syncthreads(); /* s_cs, and s_put complete */
+        if (writer && hs == 0) {
+            /* The token's own write, whatever it attends (the KV write
+             * kernel's guard: slot -1 skipped, out of range reported). */
+            const int64_t slot = s_slot[t];
+            const bool put = slot >= 0 && slot < fw.nslots;
+            if (!put && slot != -1 && threadIdx.x == 0)
+                report(&m, REEL_E_LIMIT);
+            dm_put_kv<T, DH>(fw, g, t, kvh, put ? slot : -1, half > 0, s_cs);
+        }
+        uint32_t more = s_put;
+        if (writer && hs == 0)
+            more &= ~(1u << t);
+        for (int u = 0; more; u++, more >>= 1)
+            if (more & 1u)
+                dm_put_kv<T, DH>(fw, g, u, kvh, s_slot[u], false, u == t ? s_cs : nullptr);
+        /* This block's q heads, rotated (their one rotation: the writer
+         * stores them as the rope's result too). */
+        if (half > 0)
+            for (int i = threadIdx.x; i < nh * (DH - half); i += DM_THREADS) {
+                int hh = i / (DH - half), w = i % (DH - half);
+                float cw = w < half ? s_cs[w] : 0.0f, sw = w < half ? s_cs[half + w] : 0.0f;
+                rope_apply<T, int32_t>(q + t * g.qrow + (h0 + hh) * DH, s_q + hh * DH, w, half, cw, sw);
+            }
+        __threadfence(); /* the cache rows written above, before any block's read of them */
+        __syncthreads();
+        if (writer && half > 0) {
+            typedef pack<T> P;
+            for (int i = threadIdx.x; i < nh * DH / P::n; i += DM_THREADS)
+                ((P *)((T *)fw.qr + t * g.qrow + h0 * DH))[i] = ((const P *)s_q)[i];
+        }
+        if (!attn_decode_act(m, g, tk, t, c, orow, h0, nh))
+            return;
+    }
     if (__syncthreads_or(mybad)) {
         attn_chunk_refuse(m, g, ws, t, c, nchunks, nact, h0, nh, orow);
         if (cnt && nact > 1)
@@ -180,7 +310,8 @@ __global__ void __launch_bounds__(DM_THREADS)
     uint32_t qf[KSTEPS][4];
     {
         const bool in0 = gi < nh, in1 = gi + 8 < nh;
-        const T *q0 = q + t * g.qrow + (h0 + gi) * DH, *q1 = q0 + 8 * DH;
+        const bool rot = fw.on && fw.half > 0; /* q rotated above, in s_q */
+        const T *q0 = rot ? s_q + gi * DH : q + t * g.qrow + (h0 + gi) * DH, *q1 = q0 + 8 * DH;
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
             int d = kk * 16 + ti * 2;
@@ -353,7 +484,7 @@ template <typename T, int DH> static cudaError_t dm_opt_in()
 
 template <typename T, int DH>
 static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip,
-                          bool inblock, bool pdl)
+                          bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
 {
     cudaError_t e = dm_opt_in<T, DH>();
     if (e != cudaSuccess)
@@ -361,20 +492,22 @@ static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom
     int hsplit = (int)((g.group + DM_ROWS - 1) / DM_ROWS);
     dim3 grid((unsigned)(l->rows * nchunks * g.hkv * hsplit));
     float *ws = (float *)l->out[1];
-    return launch(attn_decode_mma_kernel<T, DH>, grid, DM_THREADS, dm_smem<T, DH>(), st, pdl, (const T *)attn_q(l),
+    /* The one-kernel decode rotates q itself: it reads the op's q. */
+    const T *q = (const T *)(fw.on ? l->in[0] : attn_q(l));
+    return launch(attn_decode_mma_kernel<T, DH>, grid, DM_THREADS, dm_smem<T, DH>(), st, pdl, q,
                   (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows, nchunks,
-                  hsplit, skip, inblock ? attn_ws_counters(ws, g) : (uint32_t *)nullptr);
+                  hsplit, skip, inblock ? cnt : (uint32_t *)nullptr, fw);
 }
 
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                                   bool skip_runs, bool inblock, bool pdl)
+                                   bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
 {
     bool bf = l->in_shape[0].dtype == REEL_BF16;
     if (g.dh == 64)
-        return bf ? dm_run<__nv_bfloat16, 64>(l, st, g, nchunks, skip_runs, inblock, pdl)
-                  : dm_run<__half, 64>(l, st, g, nchunks, skip_runs, inblock, pdl);
-    return bf ? dm_run<__nv_bfloat16, 128>(l, st, g, nchunks, skip_runs, inblock, pdl)
-              : dm_run<__half, 128>(l, st, g, nchunks, skip_runs, inblock, pdl);
+        return bf ? dm_run<__nv_bfloat16, 64>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt)
+                  : dm_run<__half, 64>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt);
+    return bf ? dm_run<__nv_bfloat16, 128>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt)
+              : dm_run<__half, 128>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt);
 }
 
 } /* namespace reel_cu */

@@ -81,6 +81,7 @@ typedef struct gt_bufs {
     void *in[REEL_OP_MAX_IN], *out[REEL_OP_MAX_OUT];
     void *meta[5];
     void *err;
+    void *cnt; /* the attention counters, REEL_ATTN_CNT_MAX_WORDS zeroed words */
 } gt_bufs;
 
 static reel_status upload(reel_backend *be, reel_stream *s, const void *src, size_t bytes, void **dst)
@@ -104,6 +105,12 @@ static reel_status upload_meta(reel_backend *be, reel_stream *s, const gt_op *op
         .max_seqs = m->max_seqs, .max_blocks = m->max_blocks, .max_context = m->max_context,
         .err_word = b->err,
     };
+    if (!m->no_attn_cnt) {
+        REEL_TRY(be->vt->dev_alloc(be, 4 * REEL_ATTN_CNT_MAX_WORDS, &b->cnt));
+        REEL_TRY(be->vt->fill(be, s, b->cnt, 0, 4 * REEL_ATTN_CNT_MAX_WORDS));
+        mv->attn_cnt = b->cnt;
+        mv->attn_cnt_words = REEL_ATTN_CNT_MAX_WORDS;
+    }
     return REEL_OK;
 }
 
@@ -122,7 +129,13 @@ static reel_status download(reel_backend *be, reel_stream *s, const gt_op *op, c
         REEL_TRY(be->vt->copy(be, s, res->inout[i], b->in[i], bytes, REEL_COPY_D2H));
     }
     REEL_TRY(be->vt->copy(be, s, &res->err, b->err, sizeof res->err, REEL_COPY_D2H));
-    return be->vt->stream_sync(be, s);
+    static uint32_t cnt[REEL_ATTN_CNT_MAX_WORDS];
+    if (b->cnt)
+        REEL_TRY(be->vt->copy(be, s, cnt, b->cnt, sizeof cnt, REEL_COPY_D2H));
+    REEL_TRY(be->vt->stream_sync(be, s));
+    for (int i = 0; b->cnt && i < REEL_ATTN_CNT_MAX_WORDS; i++)
+        res->cnt_left += cnt[i] != 0;
+    return REEL_OK;
 }
 
 static reel_status run_on(reel_backend *be, reel_stream *s, const reel_op_impl *impl, const gt_op *op, gt_bufs *b,
@@ -176,6 +189,7 @@ reel_status gt_run(reel_backend *be, const reel_op_impl *impl, const gt_op *op, 
     for (int i = 0; i < 5; i++)
         be->vt->dev_free(be, b.meta[i]);
     be->vt->dev_free(be, b.err);
+    be->vt->dev_free(be, b.cnt);
     if (s)
         be->vt->stream_destroy(be, s);
     return st;
@@ -306,6 +320,8 @@ void gt_check_impl(reel_ctx *host, reel_ctx *cuda, const gt_op *op, const char *
     host_run(host, op, &want, what);
     cr_assert_eq(gt_run(cuda->be, impl, op, &got), REEL_OK, "%s: %s: %s", what, name, reel_ctx_last_error(cuda));
     compare_result(op, impl, &want, &got, seed, what);
+    cr_assert_eq(got.cnt_left, 0, "%s: %s left %lld attention counters non-zero", what, name,
+                 (long long)got.cnt_left);
     gt_result_free(&got);
     gt_result_free(&want);
 }

@@ -15,6 +15,7 @@ typedef struct gt_meta {
     int32_t *context_lens;                         /* [max_seqs] */
     int32_t *block_tables;                         /* [max_seqs * max_blocks] */
     int32_t max_seqs, max_blocks, max_context;
+    bool no_attn_cnt; /* no attention counters (meta.attn_cnt NULL): the two-kernel path */
 } gt_meta;
 
 typedef struct gt_op {
@@ -34,6 +35,7 @@ typedef struct gt_result {
     void *out[REEL_OP_MAX_OUT];
     void *inout[REEL_OP_MAX_IN];
     int32_t err;
+    int64_t cnt_left; /* attention counters not back at zero after the run */
 } gt_result;
 
 /* The byte every output is filled with before a run: a value no kernel

@@ -90,7 +90,7 @@ static void build(acase *c, int32_t max_context)
         c->slot[tok] = -1;
     }
     free(perm);
-    c->m = (gt_meta){c->pos, c->slot, c->tseq, c->ctxs, c->bt, c->nseq, mb, max_context};
+    c->m = (gt_meta){c->pos, c->slot, c->tseq, c->ctxs, c->bt, c->nseq, mb, max_context, false};
 }
 
 static void case_free(acase *c)
@@ -214,20 +214,26 @@ Test(gpu_attention, long_prefills_match_host, .init = setup, .fini = teardown, .
  * the attention): q and k arrive unrotated, the op rotates them in its KV
  * write and produces them as outputs 2 and 3; decode, prefill and mixed
  * batches, full and partial rotation, against the host reference. */
+static void add_rope(gt_op *op, const acase *c, int rot)
+{
+    op->nin = 6;
+    op->nout = 4;
+    op->attrs.attn.rope_rot_dim = rot;
+    op->attrs.attn.rope_theta = 10000.0f;
+    op->in[5] = gt_shape(REEL_I32, true, 1, (int64_t[]){c->t});
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)c->t);
+    cr_assert_not_null(pos);
+    memcpy(pos, c->pos, sizeof(int32_t) * (size_t)c->t);
+    op->data[5] = pos;
+    op->out[2] = op->in[0];
+    op->out[3] = op->in[1];
+}
+
 static void run_rope_case(acase *c, reel_dtype dt, int rot, const char *what)
 {
     build(c, 4096);
     gt_op op = op_of(dt, c);
-    op.nin = 6;
-    op.nout = 4;
-    op.attrs.attn.rope_rot_dim = rot;
-    op.attrs.attn.rope_theta = 10000.0f;
-    op.in[5] = gt_shape(REEL_I32, true, 1, (int64_t[]){c->t});
-    int32_t *pos = malloc(sizeof(int32_t) * (size_t)c->t);
-    memcpy(pos, c->pos, sizeof(int32_t) * (size_t)c->t);
-    op.data[5] = pos;
-    op.out[2] = op.in[0];
-    op.out[3] = op.in[1];
+    add_rope(&op, c, rot);
     char w[160];
     snprintf(w, sizeof w, "%s rope %d (%s, H %d/%d, dh %d, %lld tokens)", what, rot, reel_dtype_name(dt), c->h,
              c->hkv, c->dh, (long long)c->t);
@@ -281,6 +287,106 @@ Test(gpu_attention, guards_match_host, .init = setup, .fini = teardown, .timeout
             snprintf(w, sizeof w, "guard %d (%s)", breach, reel_dtype_name(dts[d]));
             gt_check_impl(hctx, cctx, &op, "cuda.paged_attention", seed, w);
             gt_op_free_data(&op);
+            case_free(&c);
+        }
+}
+
+/* The one-kernel decode (launches of at most REEL_ATTN_ONE_KERNEL_ROWS
+ * tokens write the cache inside the decode kernel, ops/cuda/attention.cu):
+ * the host's values, and the same bits (outputs, caches, error word) as the
+ * two-kernel path of the same launch (KV write, then decode: the launch
+ * without the plan's counters), with its counters back at zero. c is built;
+ * rot 0: no fused rope. */
+static void one_kernel_case(acase *c, reel_dtype dt, int rot, const char *what)
+{
+    gt_op op = op_of(dt, c);
+    if (rot)
+        add_rope(&op, c, rot);
+    char w[200];
+    snprintf(w, sizeof w, "one kernel: %s rope %d (%s, H %d/%d, dh %d, %lld tokens)", what, rot,
+             reel_dtype_name(dt), c->h, c->hkv, c->dh, (long long)c->t);
+    cr_assert(op.rows <= REEL_ATTN_ONE_KERNEL_ROWS, "%s: too many tokens for the one-kernel decode", w);
+    gt_check_impl(hctx, cctx, &op, "cuda.paged_attention", seed, w);
+    const reel_op_impl *impl = gt_cuda_impl("cuda.paged_attention");
+    gt_result one, two;
+    cr_assert_eq(gt_run(cctx->be, impl, &op, &one), REEL_OK, "%s", w);
+    c->m.no_attn_cnt = true;
+    cr_assert_eq(gt_run(cctx->be, impl, &op, &two), REEL_OK, "%s", w);
+    c->m.no_attn_cnt = false;
+    cr_assert_eq(one.cnt_left, 0, "%s: %lld counters left non-zero", w, (long long)one.cnt_left);
+    cr_assert_eq(one.err, two.err, "%s: error word %d, two kernels %d", w, one.err, two.err);
+    for (int i = 0; i < op.nout; i++)
+        if (!op.scratch[i])
+            cr_assert(memcmp(one.out[i], two.out[i], reel_shape_bytes(&op.out[i], op.rows)) == 0,
+                      "%s: output %d differs from the two-kernel path", w, i);
+    for (int i = 3; i < 5; i++)
+        cr_assert(memcmp(one.inout[i], two.inout[i], reel_shape_bytes(&op.in[i], op.rows)) == 0,
+                  "%s: cache %d differs from the two-kernel path", w, i);
+    gt_result_free(&one);
+    gt_result_free(&two);
+    gt_op_free_data(&op);
+}
+
+Test(gpu_attention, one_kernel_decode_matches, .init = setup, .fini = teardown, .timeout = 240)
+{
+    for (int d = 1; d < 3; d++)
+        for (int hd = 64; hd <= 128; hd *= 2)
+            for (int g = 0; g < 3; g++)
+                for (int r = 0; r < 3; r++) {
+                    int rot = r == 0 ? 0 : r == 1 ? hd : hd / 2;
+                    /* 15 decode tokens and a padding row, contexts across
+                     * chunk and block edges */
+                    acase dec = {.h = 16, .hkv = 16 / gqas[g], .dh = hd, .bs = 16, .nseq = 15, .npad = 1};
+                    for (int s = 0; s < 15; s++) {
+                        dec.qlen[s] = 1;
+                        dec.ctx[s] = 1 + 211 * s;
+                    }
+                    build(&dec, 4096);
+                    one_kernel_case(&dec, dts[d], rot, "decode");
+                    case_free(&dec);
+                    /* runs the prefill kernel takes after the decode */
+                    acase mix = {.h = 16, .hkv = 16 / gqas[g], .dh = hd, .bs = 32, .nseq = 5, .npad = 2};
+                    int32_t q[5] = {5, 1, 3, 1, 1}, x[5] = {40, 700, 3, 1, 2100};
+                    memcpy(mix.qlen, q, sizeof q);
+                    memcpy(mix.ctx, x, sizeof x);
+                    build(&mix, 4096);
+                    one_kernel_case(&mix, dts[d], rot, "mixed");
+                    case_free(&mix);
+                }
+}
+
+/* Every guard on a launch the one-kernel decode takes, and a block two
+ * sequences' tables share: sequence 1 attends the key sequence 0's token
+ * writes in this step (another block of the same kernel writes it), which
+ * the host's write-then-attend order shows it. */
+Test(gpu_attention, one_kernel_guards_and_shared_blocks, .init = setup, .fini = teardown, .timeout = 240)
+{
+    for (int d = 1; d < 3; d++)
+        for (int breach = 0; breach < 7; breach++) {
+            acase c = {.h = 4, .hkv = 2, .dh = 64, .bs = 16, .nseq = 3, .npad = 2};
+            int32_t q[3] = {1, 6, 1}, x[3] = {3000, 200, 50};
+            memcpy(c.qlen, q, sizeof q);
+            memcpy(c.ctx, x, sizeof x);
+            build(&c, 4096);
+            int32_t mb = c.m.max_blocks;
+            switch (breach) {
+            case 0: c.ctxs[0] = 4097; break;                          /* a context past max_context */
+            case 1: c.slot[3] = (int32_t)(c.nblocks * c.bs); break;   /* a slot outside the cache */
+            case 2: c.bt[0 * mb + 150] = -1; break;                   /* a hole late in a long decode */
+            case 3: c.bt[1 * mb + 11] = (int32_t)c.nblocks; break;    /* a block past the cache in a run */
+            case 4: c.pos[c.t - 3] = 60; break;                       /* a position past its context */
+            case 5: c.tseq[1] = 7; break;                             /* a sequence past max_seqs, in a run */
+            default: {
+                /* sequence 2 (context 50: keys 0 .. 49) reads, at key 16 +
+                 * o, the block sequence 0's token (position 2999) writes */
+                int32_t p0 = 2999, blk = c.bt[0 * mb + p0 / 16];
+                c.bt[2 * mb + 1] = blk;
+                cr_assert(16 + p0 % 16 < 49);
+            } break;
+            }
+            char w[64];
+            snprintf(w, sizeof w, "guard %d", breach);
+            one_kernel_case(&c, dts[d], breach == 6 ? 64 : 0, w);
             case_free(&c);
         }
 }

@@ -137,7 +137,7 @@ static void view_make(const dbatch *b, reel_dcp_view d, bview *v, void **kc, voi
     for (; tok < b->t; tok++)
         v->slot[tok] = -1;
     free(perm);
-    v->m = (gt_meta){ b->pos, v->slot, b->tseq, v->ctxs, v->bt, MAXS, mb, 4096 };
+    v->m = (gt_meta){ b->pos, v->slot, b->tseq, v->ctxs, v->bt, MAXS, mb, 4096, false };
 }
 
 static void view_free(bview *v) { free(v->slot), free(v->ctxs), free(v->bt); }

@@ -250,7 +250,7 @@ static void attn_meta(attn_case *c)
         c->pos[i] = poss[i];
         c->slot[i] = seqs[i] < 0 ? -1 : c->bt[seqs[i] * AMAXBLK + poss[i] / ABS] * ABS + poss[i] % ABS;
     }
-    c->m = (gt_meta){c->pos, c->slot, c->tseq, c->ctx, c->bt, AMAXSEQ, AMAXBLK, AMAXCTX};
+    c->m = (gt_meta){c->pos, c->slot, c->tseq, c->ctx, c->bt, AMAXSEQ, AMAXBLK, AMAXCTX, false};
 }
 
 static gt_op attn_op(reel_dtype dt, int hd, const attn_case *c)

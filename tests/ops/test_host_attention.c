@@ -104,7 +104,7 @@ static void attn_run(attn *a)
     memcpy(L.l.in, ptrs, sizeof ptrs);
     L.l.out[0] = a->out.p;
     a->meta = (reel_meta_view){ a->pos, a->slot, a->seq, a->ctx, a->bt, a->max_seqs, a->max_blocks,
-                                a->max_context, &a->err };
+                                a->max_context, &a->err, NULL, 0 };
     L.l.meta = &a->meta;
     tbuf_poison(&a->out);
     reel_host_paged_attention(&L.l);
