@@ -196,53 +196,98 @@ __global__ void __launch_bounds__(DM_THREADS)
     const int32_t *bt = m.block_tables + (int64_t)(tk.attend ? s : 0) * m.max_blocks;
     const int32_t bs = (int32_t)g.bs;
     __shared__ int64_t s_slot[REEL_ATTN_ONE_KERNEL_ROWS];
+    __shared__ int32_t s_sblk[REEL_ATTN_ONE_KERNEL_ROWS], s_soff[REEL_ATTN_ONE_KERNEL_ROWS];
     __shared__ uint32_t s_put;
+    __shared__ int32_t s_jown, s_nown;
     __shared__ float s_cs[DH];
     /* The rotated q heads of the one-kernel decode ([16][DH]) in the second
      * K stage, which no load fills before the q fragments are read. */
     T *s_q = ks_all[1];
     static_assert(DM_ROWS * DH <= DM_BN * LD, "16 heads fit one K stage");
     const bool writer = c == (!tk.run && tk.ok == 1 ? nact - 1 : 0);
+    /* The rope's positions are the step's metadata (uploaded before the
+     * step: readable before the wait) when they are that tensor. */
+    const bool pos_early = fw.on && fw.half > 0 && fw.pos == m.positions;
     double freq = 0.0;
     if (fw.on) {
-        /* The step's slots (metadata: readable before the wait), and the
-         * rope frequency of this thread's pair (no input at all). */
-        if (threadIdx.x < rows)
-            s_slot[threadIdx.x] = m.slot_mapping[threadIdx.x];
-        if (threadIdx.x == 0)
+        if (threadIdx.x < rows) {
+            int64_t sl = m.slot_mapping[threadIdx.x];
+            bool in = sl >= 0 && sl < fw.nslots;
+            s_slot[threadIdx.x] = sl;
+            s_sblk[threadIdx.x] = in ? (int32_t)(sl / bs) : -1;
+            s_soff[threadIdx.x] = in ? (int32_t)(sl % bs) : 0;
+        }
+        if (threadIdx.x == 0) {
             s_put = 0u;
-        if ((int)threadIdx.x < 2 * fw.half)
-            freq = rope_freq((int32_t)threadIdx.x % fw.half, fw.half, fw.theta);
+            s_jown = INT32_MAX;
+            s_nown = 0;
+        }
+        if ((int)threadIdx.x < 2 * fw.half) {
+            /* the frequency of this thread's pair (no input at all), and
+             * its angle's cosine or sine where the position is readable */
+            int32_t j = (int32_t)threadIdx.x;
+            freq = rope_freq(j < fw.half ? j : j - fw.half, fw.half, fw.theta);
+            if (pos_early) {
+                double ang = (double)fw.pos[t] * freq;
+                s_cs[j] = j < fw.half ? (float)cos(ang) : (float)sin(ang);
+            }
+        }
         __syncthreads();
     }
 
     /* The chunk's block ids, checked before any is used; with fw.on, which
-     * tokens' slots they hold at a key of the chunk (s_put). */
+     * slots of the step they hold at a key of the chunk: the token's own
+     * (s_jown, s_nown: patched into shared memory below) and the others'
+     * (s_put: written and read back). Then the chunk's K/V rows asked of
+     * L2: nothing before this kernel writes them in the step. */
     int mybad = 0;
-    if (tk.attend)
+    if (tk.attend) {
         for (int32_t b = attn_blk(g, k0) + threadIdx.x; b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
             int32_t blk = bt[b];
             mybad |= blk < 0 || blk >= g.nblocks;
             if (fw.on)
                 for (int u = 0; u < (int)rows; u++) {
-                    int64_t sl = s_slot[u];
-                    int32_t j = b * bs + (int32_t)(sl % bs);
-                    if (sl >= 0 && sl < fw.nslots && sl / bs == blk && j >= k0 && j < k1)
+                    int32_t j = b * bs + s_soff[u];
+                    if (s_sblk[u] != blk || j < k0 || j >= k1)
+                        continue;
+                    if (u == t) {
+                        atomicMin(&s_jown, j);
+                        atomicAdd(&s_nown, 1);
+                    } else {
                         atomicOr(&s_put, 1u << u);
+                    }
                 }
         }
+        constexpr int LINES = DH * (int)sizeof(T) / 128; /* 128-byte lines of a row's head */
+        for (int32_t i = threadIdx.x; i < (k1 - k0) * LINES; i += DM_THREADS) {
+            int32_t j = k0 + i / LINES, bi = bt[attn_blk(g, j)];
+            if (bi < 0 || bi >= g.nblocks)
+                continue;
+            int64_t row = ((int64_t)bi * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + (i % LINES) * (128 / (int)sizeof(T));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(kc + row));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(vc + row));
+        }
+    }
     /* Launched as a programmatic dependent, everything above overlapped the
-     * kernel before it; the cache, q, k and v are read after. */
+     * kernel before it; q, k, v and the cache are read after. */
     if (pdl)
         dm_wait_producer();
+    /* The token's own new key and value (rotated), where the chunk reads
+     * them: thread d holds dimension d, stored into the tile after its
+     * load (own), instead of a round trip through the cache. */
+    bool own = false;
+    float kown = 0.0f, vown = 0.0f;
     if (fw.on) {
         const int32_t half = fw.half;
-        const int32_t pos = half > 0 ? fw.pos[t] : 0;
-        if ((int)threadIdx.x < 2 * half) {
-            double ang = (double)pos * freq;
+        if (half > 0 && !pos_early && (int)threadIdx.x < 2 * half) {
+            double ang = (double)fw.pos[t] * freq;
             s_cs[threadIdx.x] = (int)threadIdx.x < half ? (float)cos(ang) : (float)sin(ang);
         }
-        __syncthreads(); /* s_cs, and s_put complete */
+        __syncthreads(); /* s_cs, and the matches complete */
+        uint32_t more = s_put;
+        own = s_nown == 1;
+        if (s_nown > 1)
+            more |= 1u << t; /* two keys of the chunk at the slot: through the cache */
         if (writer && hs == 0) {
             /* The token's own write, whatever it attends (the KV write
              * kernel's guard: slot -1 skipped, out of range reported). */
@@ -252,9 +297,20 @@ __global__ void __launch_bounds__(DM_THREADS)
                 report(&m, REEL_E_LIMIT);
             dm_put_kv<T, DH>(fw, g, t, kvh, put ? slot : -1, half > 0, s_cs);
         }
-        uint32_t more = s_put;
-        if (writer && hs == 0)
-            more &= ~(1u << t);
+        if (own && (int)threadIdx.x < DH) {
+            const T *kx = (const T *)fw.k + t * g.kvrow + kvh * DH;
+            const int d = (int)threadIdx.x;
+            vown = to_f(((const T *)fw.v)[t * g.kvrow + kvh * DH + d]);
+            if (half <= 0 || d >= 2 * half) {
+                kown = to_f(kx[d]);
+            } else {
+                /* rope_apply's formula for the pair d belongs to */
+                const int w = d < half ? d : d - half;
+                const float x1 = to_f(kx[w]), x2 = to_f(kx[half + w]), cw = s_cs[w], sw = s_cs[half + w];
+                kown = d < half ? to_f(from_f<T>(__fsub_rn(__fmul_rn(x1, cw), __fmul_rn(x2, sw))))
+                                : to_f(from_f<T>(__fadd_rn(__fmul_rn(x2, cw), __fmul_rn(x1, sw))));
+            }
+        }
         for (int u = 0; more; u++, more >>= 1)
             if (more & 1u)
                 dm_put_kv<T, DH>(fw, g, u, kvh, s_slot[u], false, u == t ? s_cs : nullptr);
@@ -266,7 +322,8 @@ __global__ void __launch_bounds__(DM_THREADS)
                 float cw = w < half ? s_cs[w] : 0.0f, sw = w < half ? s_cs[half + w] : 0.0f;
                 rope_apply<T, int32_t>(q + t * g.qrow + (h0 + hh) * DH, s_q + hh * DH, w, half, cw, sw);
             }
-        __threadfence(); /* the cache rows written above, before any block's read of them */
+        if (s_put | (s_nown > 1 ? 1u : 0u))
+            __threadfence(); /* the rows written above, before this block reads them back */
         __syncthreads();
         if (writer && half > 0) {
             typedef pack<T> P;
@@ -320,6 +377,8 @@ __global__ void __launch_bounds__(DM_THREADS)
             qf[kk][2] = in0 ? *(const uint32_t *)(q0 + d + 8) : 0u;
             qf[kk][3] = in1 ? *(const uint32_t *)(q1 + d + 8) : 0u;
         }
+        if (rot)
+            __syncthreads(); /* s_q is the second K stage, which the first tile's step fills */
     }
     const float qscale = g.scale * 1.4426950408889634f;
     float o[DTILES][4];
@@ -336,6 +395,14 @@ __global__ void __launch_bounds__(DM_THREADS)
             cp_async_commit();
         cp_async_wait_1();
         __syncthreads();
+        if (own && s_jown >= kt && s_jown < kt + DM_BN) {
+            /* the token's own key and value over what the cache held */
+            if ((int)threadIdx.x < DH) {
+                ks_all[it & 1][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(kown);
+                vs_all[it & 1][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(vown);
+            }
+            __syncthreads();
+        }
         const T *ks = ks_all[it & 1], *vs = vs_all[it & 1];
         const int32_t kw = kt + warp * 16; /* this warp's 16 keys */
         if (kw < k1) {
