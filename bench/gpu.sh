@@ -118,7 +118,7 @@ if [ "$san" != 0 ] && command -v compute-sanitizer >/dev/null; then
     # memory races (top-k, attention). Criterion forks each test: follow them.
     for run in "memcheck test_gpu_ops" "memcheck test_gpu_plan" "racecheck test_gpu_ops" \
                "memcheck test_gpu_attention *guards*" "racecheck test_gpu_attention *mixed*" \
-               "memcheck test_gpu_attention *one_kernel*" "racecheck test_gpu_attention *one_kernel*"; do
+               "memcheck test_gpu_attention *one_kernel*" "racecheck test_gpu_attention *one_kernel_guards*"; do
         set -f; set -- $run; set +f
         [ "$san" = attention ] && [ "$2" != test_gpu_attention ] && continue
         filter=${3:+--filter=$3}
