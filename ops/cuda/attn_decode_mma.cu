@@ -238,8 +238,9 @@ __global__ void __launch_bounds__(DM_THREADS)
     /* The chunk's block ids, checked before any is used; with fw.on, which
      * slots of the step they hold at a key of the chunk: the token's own
      * (s_jown, s_nown: patched into shared memory below) and the others'
-     * (s_put: written and read back). Then the chunk's K/V rows asked of
-     * L2: nothing before this kernel writes them in the step. */
+     * (s_put: written and read back). Then, where there is a kernel before
+     * to overlap, the chunk's K/V rows asked of L2: nothing before this
+     * kernel writes them in the step. */
     int mybad = 0;
     if (tk.attend) {
         for (int32_t b = attn_blk(g, k0) + threadIdx.x; b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
@@ -259,7 +260,7 @@ __global__ void __launch_bounds__(DM_THREADS)
                 }
         }
         constexpr int LINES = DH * (int)sizeof(T) / 128; /* 128-byte lines of a row's head */
-        for (int32_t i = threadIdx.x; i < (k1 - k0) * LINES; i += DM_THREADS) {
+        for (int32_t i = threadIdx.x; pdl && i < (k1 - k0) * LINES; i += DM_THREADS) {
             int32_t j = k0 + i / LINES, bi = bt[attn_blk(g, j)];
             if (bi < 0 || bi >= g.nblocks)
                 continue;
