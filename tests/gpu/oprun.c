@@ -35,6 +35,9 @@ int64_t gt_int(gt_rng *r, int64_t lo, int64_t hi)
 
 uint64_t gt_fresh_seed(void)
 {
+    const char *env = getenv("REEL_TEST_SEED"); /* a failure's seed, to run it again */
+    if (env && *env)
+        return strtoull(env, NULL, 10);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
