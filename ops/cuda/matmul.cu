@@ -110,8 +110,8 @@ static reel_status lt_pref_init(reel_err *ctx, cublasLtMatmulPreferenceOpaque_t 
     REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
                                       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c)));
     /* Split-K partials are summed in float32 (or in place), never in the
-     * output's 16-bit type: a [3, 4096] x [4096, 3] bf16 product summed in
-     * bf16 was 0.07 off the float32 answer, past the tests' tolerance. */
+     * output's 16-bit type: reel's matmuls accumulate in float32
+     * (docs/decisions.md). */
     uint32_t red = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
     REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
                                       pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red)));
