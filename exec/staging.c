@@ -69,6 +69,9 @@ void reel_staging_bind(reel_layout *L, char *stat_dev, char *stat_host, int32_t 
         .attn_cnt = attn_cnt_words > 0 ? (uint32_t *)(stat_dev + L->off_cnt) : NULL,
         .attn_cnt_words = attn_cnt_words,
     };
+    /* Nothing writes the counters' staging: zero once, every upload copies it. */
+    if (stat_host)
+        memset(stat_host + L->off_cnt, 0, L->cnt_bytes);
 }
 
 /* The step metadata of the static region as one range (what paged
@@ -99,7 +102,6 @@ size_t reel_staging_fill(reel_plan *p, const reel_layout *L, const reel_step_inf
     int32_t n = s ? s->num_tokens : 0, ns = s && p->has_attention ? s->num_seqs : 0;
     int64_t rows = L->rows;
     *(int32_t *)(h + L->off_err) = 0;
-    memset(h + L->off_cnt, 0, L->cnt_bytes);
     for (int i = 0; i < p->ninputs; i++) {
         uint32_t t = p->input_ids[i];
         const reel_tinfo *ti = &p->tensors[t];

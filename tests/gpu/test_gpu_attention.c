@@ -262,26 +262,44 @@ Test(gpu_attention, fused_rope_matches_host, .init = setup, .fini = teardown, .t
             }
 }
 
+/* The guards' batch: a decode at context 3000, a run of run_len tokens at
+ * 200, a decode at 50 and 2 padding rows, built, with breach b applied:
+ * 0-5 the reference's guards, 6 a block sequences 0 and 2 share. */
+enum { GUARD_BREACHES = 6, GUARD_SHARED_BLOCK = 6 };
+
+static void guard_case(acase *c, int run_len, int b)
+{
+    *c = (acase){.h = 4, .hkv = 2, .dh = 64, .bs = 16, .nseq = 3, .npad = 2};
+    int32_t q[3] = {1, run_len, 1}, x[3] = {3000, 200, 50};
+    memcpy(c->qlen, q, sizeof q);
+    memcpy(c->ctx, x, sizeof x);
+    build(c, 4096);
+    int32_t mb = c->m.max_blocks;
+    switch (b) {
+    case 0: c->ctxs[0] = 4097; break;                          /* a context past max_context */
+    case 1: c->slot[3] = (int32_t)(c->nblocks * c->bs); break; /* a slot outside the cache */
+    case 2: c->bt[0 * mb + 150] = -1; break;                   /* a hole late in a long decode */
+    case 3: c->bt[1 * mb + 11] = (int32_t)c->nblocks; break;   /* a block past the cache in a run */
+    case 4: c->pos[c->t - 3] = 60; break;                      /* a position past its context */
+    case 5: c->tseq[1] = 7; break;                             /* a sequence past max_seqs, in a run */
+    default: {
+        /* sequence 2 (context 50: keys 0 .. 49) reads, at key 16 + 7, the
+         * block sequence 0's token (position 2999, offset 7) writes */
+        int32_t p0 = 2999;
+        c->bt[2 * mb + 1] = c->bt[0 * mb + p0 / 16];
+        cr_assert(16 + p0 % 16 < 49);
+    } break;
+    }
+}
+
 /* Every guard of the reference, on a decode token split into many chunks
  * (the bad block in a late chunk) and on a prefill run. */
 Test(gpu_attention, guards_match_host, .init = setup, .fini = teardown, .timeout = 240)
 {
     for (int d = 0; d < 3; d++)
-        for (int breach = 0; breach < 6; breach++) {
-            acase c = {.h = 4, .hkv = 2, .dh = 64, .bs = 16, .nseq = 3, .npad = 2};
-            int32_t q[3] = {1, 40, 1}, x[3] = {3000, 200, 50};
-            memcpy(c.qlen, q, sizeof q);
-            memcpy(c.ctx, x, sizeof x);
-            build(&c, 4096);
-            int32_t mb = c.m.max_blocks;
-            switch (breach) {
-            case 0: c.ctxs[0] = 4097; break;                 /* a context past max_context */
-            case 1: c.slot[3] = (int32_t)(c.nblocks * c.bs); break; /* a slot outside the cache */
-            case 2: c.bt[0 * mb + 150] = -1; break;          /* a hole late in a long decode */
-            case 3: c.bt[1 * mb + 11] = (int32_t)c.nblocks; break; /* a block past the cache in a run */
-            case 4: c.pos[c.t - 3] = 60; break;              /* a position past its context */
-            default: c.tseq[1] = 7; break;                   /* a sequence past max_seqs, in a run */
-            }
+        for (int breach = 0; breach < GUARD_BREACHES; breach++) {
+            acase c;
+            guard_case(&c, 40, breach);
             gt_op op = op_of(dts[d], &c);
             char w[64];
             snprintf(w, sizeof w, "guard %d (%s)", breach, reel_dtype_name(dts[d]));
@@ -362,31 +380,12 @@ Test(gpu_attention, one_kernel_decode_matches, .init = setup, .fini = teardown, 
 Test(gpu_attention, one_kernel_guards_and_shared_blocks, .init = setup, .fini = teardown, .timeout = 240)
 {
     for (int d = 1; d < 3; d++)
-        for (int breach = 0; breach < 7; breach++) {
-            acase c = {.h = 4, .hkv = 2, .dh = 64, .bs = 16, .nseq = 3, .npad = 2};
-            int32_t q[3] = {1, 6, 1}, x[3] = {3000, 200, 50};
-            memcpy(c.qlen, q, sizeof q);
-            memcpy(c.ctx, x, sizeof x);
-            build(&c, 4096);
-            int32_t mb = c.m.max_blocks;
-            switch (breach) {
-            case 0: c.ctxs[0] = 4097; break;                          /* a context past max_context */
-            case 1: c.slot[3] = (int32_t)(c.nblocks * c.bs); break;   /* a slot outside the cache */
-            case 2: c.bt[0 * mb + 150] = -1; break;                   /* a hole late in a long decode */
-            case 3: c.bt[1 * mb + 11] = (int32_t)c.nblocks; break;    /* a block past the cache in a run */
-            case 4: c.pos[c.t - 3] = 60; break;                       /* a position past its context */
-            case 5: c.tseq[1] = 7; break;                             /* a sequence past max_seqs, in a run */
-            default: {
-                /* sequence 2 (context 50: keys 0 .. 49) reads, at key 16 +
-                 * o, the block sequence 0's token (position 2999) writes */
-                int32_t p0 = 2999, blk = c.bt[0 * mb + p0 / 16];
-                c.bt[2 * mb + 1] = blk;
-                cr_assert(16 + p0 % 16 < 49);
-            } break;
-            }
+        for (int breach = 0; breach <= GUARD_SHARED_BLOCK; breach++) {
+            acase c;
+            guard_case(&c, 6, breach);
             char w[64];
             snprintf(w, sizeof w, "guard %d", breach);
-            one_kernel_case(&c, dts[d], breach == 6 ? 64 : 0, w);
+            one_kernel_case(&c, dts[d], breach == GUARD_SHARED_BLOCK ? 64 : 0, w);
             case_free(&c);
         }
 }
