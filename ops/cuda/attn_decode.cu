@@ -326,12 +326,16 @@ int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt
     return n < 1 ? 1 : (int)n;
 }
 
+#ifndef REEL_ATTN_INBLOCK_MAX
+#define REEL_ATTN_INBLOCK_MAX 8
+#endif
+
 bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nchunks)
 {
     /* Measured on an H200 (docs/benchmarks.md): a win at 2 chunks (batch 1,
      * context 128: 9.7 -> 7.5 us a layer), a loss at 32 (context 2048: the
      * last block's merge of 32 partials costs more than the combine launch). */
-    if (!attn_decode_mma_supports(dt, g.dh) || nchunks <= 1 || nchunks > 8)
+    if (!attn_decode_mma_supports(dt, g.dh) || nchunks <= 1 || nchunks > REEL_ATTN_INBLOCK_MAX)
         return false;
     int64_t G = attn_decode_mma_group(), nh = g.group < G ? g.group : G;
     int64_t groups = g.hkv * ((g.group + G - 1) / G);
