@@ -4,7 +4,8 @@
 # against tree B, built with REEL_AB_ARGS (default -DREEL_GEMV_NARROW=1:
 # the first, narrower rule), same run, bench_decode's GPU time.
 #   bench/gemv_ab.sh   (REEL_AB_HIDDEN="1024 2048", REEL_AB_BATCHES=1,8, REEL_AB_CONTEXTS=128,2048,
-#                       REEL_AB_ARGS=-DREEL_GEMV_NARROW=1)
+#                       REEL_AB_ARGS=-DREEL_GEMV_NARROW=1, or REEL_AB_SRC_B=DIR: tree B from
+#                       another source tree, e.g. an older snapshot)
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/reel-step-out}
@@ -12,10 +13,16 @@ mkdir -p "$OUT"
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
 export PATH=/usr/local/cuda/bin:$PATH
 A=/tmp/reel-step-build B=/tmp/reel-step-b
+# REEL_AB_SRC_B: tree B from another source tree (an older snapshot), no args.
+src_b=${REEL_AB_SRC_B:-.}
+[ -n "${REEL_AB_SRC_B:-}" ] && REEL_AB_ARGS=" "
 for t in "$A:" "$B:${REEL_AB_ARGS:--DREEL_GEMV_NARROW=1}"; do
     d=${t%%:*} args=${t#*:}
-    [ -d "$d" ] || meson setup "$d" -Dcuda=enabled -Dbuildtype=release -Dtests=false ${args:+-Dcuda_args=$args} \
-        >"$OUT/ab-setup.log" 2>&1 || { tail -20 "$OUT/ab-setup.log"; exit 1; }
+    args=${args# }
+    src=.
+    [ "$d" = "$B" ] && src=$src_b
+    [ -d "$d" ] || (cd "$src" && meson setup "$d" -Dcuda=enabled -Dbuildtype=release -Dtests=false \
+        ${args:+-Dcuda_args=$args}) >"$OUT/ab-setup.log" 2>&1 || { tail -20 "$OUT/ab-setup.log"; exit 1; }
     timeout 300 ninja -C "$d" bench/bench_decode >"$OUT/ab-build.log" 2>&1 || { tail -20 "$OUT/ab-build.log"; exit 1; }
 done
 for h in ${REEL_AB_HIDDEN:-1024 2048}; do

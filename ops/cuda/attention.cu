@@ -391,7 +391,7 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
         uint32_t *cnt = l->meta->attn_cnt + (int64_t)l->attrs->attn.cnt_slot * l->meta->attn_cnt_words;
         e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, l->pdl, fw, cnt);
         if (e == cudaSuccess && prefill)
-            e = attn_prefill_launch(l, st, g);
+            e = attn_prefill_launch(l, st, g, be->caps.pdl);
         return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
     }
     const bool pdl = be->caps.pdl && l->rows <= 16;
@@ -401,7 +401,7 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     uint32_t *cnt = inblock ? attn_ws_counters((float *)l->out[1], g) : nullptr;
     REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g, cnt, ny, l->pdl));
     if (prefill)
-        e = attn_prefill_launch(l, st, g);
+        e = attn_prefill_launch(l, st, g, pdl);
     if (e == cudaSuccess)
         e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, pdl, fw, cnt);
     return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);

@@ -291,7 +291,9 @@ int64_t attn_decode_mma_smem_floats(int64_t dh);
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
                                    bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt);
 bool attn_prefill_supports(reel_dtype dt, int64_t dh);
-cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g);
+/* pdl: launched as a programmatic dependent of the kernel before it (the
+ * decode or the KV write, both of which let it launch early). */
+cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl);
 /* The KV write of a layout (attn_kv_layout.cu): DCP writes the tokens this
  * rank owns at the slots its block table gives; CP every rank's gathered
  * rows at kv_slots. attn_kv_layout says whether a node has one. Issues

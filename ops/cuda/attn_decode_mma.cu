@@ -28,11 +28,21 @@
 
 namespace reel_cu {
 
-enum { DM_BN = 64, DM_WARPS = 4, DM_THREADS = DM_WARPS * 32, DM_PAD = 8, DM_ROWS = 16 };
+enum { DM_BN = 64, DM_WARPS = 4, DM_THREADS = DM_WARPS * 32, DM_PAD = 8, DM_ROWS = 16, DM_BT = 256 };
+static constexpr int64_t DM_PREFETCH_BYTES = 16ll << 20;
+
+/* K/V tiles in flight: three at head dim 64 (18 KB a stage; five blocks an
+ * SM still fit), two at 128 (35 KB a stage). A block's loads are its
+ * memory parallelism: with two stages it has one tile in flight while it
+ * computes the other. */
+template <int DH> static constexpr int dm_stages()
+{
+    return DH == 64 ? 3 : 2;
+}
 
 template <typename T, int DH> static constexpr size_t dm_stage_bytes()
 {
-    return sizeof(T) * 2 * 2 * DM_BN * (DH + DM_PAD); /* 2 stages of K and V */
+    return sizeof(T) * 2 * dm_stages<DH>() * DM_BN * (DH + DM_PAD); /* the stages of K and V */
 }
 
 template <typename T, int DH> static constexpr size_t dm_merge_bytes()
@@ -165,13 +175,18 @@ __global__ void __launch_bounds__(DM_THREADS)
     attn_decode_mma_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                            T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g,
                            int64_t rows, int nchunks, int hsplit, bool skip_runs, uint32_t *cnt, attn_fw fw,
-                           bool pdl)
+                           int32_t pf_keys, bool pdl)
 {
-    constexpr int LD = DH + DM_PAD;
+    constexpr int LD = DH + DM_PAD, NS = dm_stages<DH>();
     constexpr int KSTEPS = DH / 16, DTILES = DH / 8, CPR = DH / 8;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* The op's next kernel may launch now: it waits for this grid's
+     * completion before it reads what this one writes. */
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
     extern __shared__ __align__(16) unsigned char dm_smem_raw[];
     T(*ks_all)[DM_BN * LD] = (T(*)[DM_BN * LD])dm_smem_raw;
-    T(*vs_all)[DM_BN * LD] = (T(*)[DM_BN * LD])(dm_smem_raw + sizeof(T) * 2 * DM_BN * LD);
+    T(*vs_all)[DM_BN * LD] = (T(*)[DM_BN * LD])(dm_smem_raw + sizeof(T) * NS * DM_BN * LD);
     float *mrg = (float *)dm_smem_raw; /* after the loop: [warp][row][DH + 2] */
 
     const int64_t ny = g.hkv * hsplit;
@@ -200,6 +215,10 @@ __global__ void __launch_bounds__(DM_THREADS)
     __shared__ uint32_t s_put;
     __shared__ int32_t s_jown, s_nown;
     __shared__ float s_cs[DH];
+    /* The chunk's first DM_BT block ids, read once before the wait: a
+     * tile's loads then need no dependent global read of the table. */
+    __shared__ int32_t s_bt[DM_BT];
+    const int32_t b0 = tk.attend ? attn_blk(g, k0) : 0;
     /* The rotated q heads of the one-kernel decode ([16][DH]) in the second
      * K stage, which no load fills before the q fragments are read. */
     T *s_q = ks_all[1];
@@ -243,9 +262,11 @@ __global__ void __launch_bounds__(DM_THREADS)
      * kernel writes them in the step. */
     int mybad = 0;
     if (tk.attend) {
-        for (int32_t b = attn_blk(g, k0) + threadIdx.x; b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
+        for (int32_t b = b0 + threadIdx.x; b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
             int32_t blk = bt[b];
             mybad |= blk < 0 || blk >= g.nblocks;
+            if (b - b0 < DM_BT)
+                s_bt[b - b0] = blk;
             if (fw.on)
                 for (int u = 0; u < (int)rows; u++) {
                     int32_t j = b * bs + s_soff[u];
@@ -260,7 +281,8 @@ __global__ void __launch_bounds__(DM_THREADS)
                 }
         }
         constexpr int LINES = DH * (int)sizeof(T) / 128; /* 128-byte lines of a row's head */
-        for (int32_t i = threadIdx.x; pdl && i < (k1 - k0) * LINES; i += DM_THREADS) {
+        const int32_t npf = min(k1 - k0, pf_keys); /* the launch's L2 budget (dm_run) */
+        for (int32_t i = threadIdx.x; pdl && i < npf * LINES; i += DM_THREADS) {
             int32_t j = k0 + i / LINES, bi = bt[attn_blk(g, j)];
             if (bi < 0 || bi >= g.nblocks)
                 continue;
@@ -351,7 +373,9 @@ __global__ void __launch_bounds__(DM_THREADS)
             const T *ksrc = kc, *vsrc = vc;
             int bytes = 0;
             if (j < k1) {
-                int64_t row = ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
+                const int32_t bj = attn_blk(g, j);
+                const int32_t blk = bj - b0 < DM_BT ? s_bt[bj - b0] : bt[bj];
+                int64_t row = ((int64_t)blk * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
                 ksrc = kc + row;
                 vsrc = vc + row;
                 bytes = 16;
@@ -379,7 +403,15 @@ __global__ void __launch_bounds__(DM_THREADS)
             qf[kk][3] = in1 ? *(const uint32_t *)(q1 + d + 8) : 0u;
         }
         if (rot)
-            __syncthreads(); /* s_q is the second K stage, which the first tile's step fills */
+            __syncthreads(); /* s_q is the second K stage, which the second tile fills */
+    }
+    /* The other stages but one: tiles 1 .. NS-2, one commit group each. */
+#pragma unroll
+    for (int st = 1; st < NS - 1; st++) {
+        if (st < ntiles)
+            load_tile(k0 + st * DM_BN, st);
+        else
+            cp_async_commit();
     }
     const float qscale = g.scale * 1.4426950408889634f;
     float o[DTILES][4];
@@ -390,21 +422,22 @@ __global__ void __launch_bounds__(DM_THREADS)
 
     for (int it = 0; it < ntiles; it++) {
         const int32_t kt = k0 + it * DM_BN;
-        if (it + 1 < ntiles)
-            load_tile(kt + DM_BN, (it + 1) & 1);
+        const int stage = it % NS;
+        if (it + NS - 1 < ntiles)
+            load_tile(kt + (NS - 1) * DM_BN, (it + NS - 1) % NS);
         else
             cp_async_commit();
-        cp_async_wait_1();
+        cp_async_wait<NS - 1>(); /* tile it has landed */
         __syncthreads();
         if (own && s_jown >= kt && s_jown < kt + DM_BN) {
             /* the token's own key and value over what the cache held */
             if ((int)threadIdx.x < DH) {
-                ks_all[it & 1][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(kown);
-                vs_all[it & 1][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(vown);
+                ks_all[stage][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(kown);
+                vs_all[stage][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(vown);
             }
             __syncthreads();
         }
-        const T *ks = ks_all[it & 1], *vs = vs_all[it & 1];
+        const T *ks = ks_all[stage], *vs = vs_all[stage];
         const int32_t kw = kt + warp * 16; /* this warp's 16 keys */
         if (kw < k1) {
             float sc[2][4];
@@ -473,7 +506,7 @@ __global__ void __launch_bounds__(DM_THREADS)
                 mma_op<T>::run(o[n + 1], a, b + 2);
             }
         }
-        __syncthreads(); /* the next prefetch reuses this stage */
+        __syncthreads(); /* the next iteration's load reuses this stage */
     }
 
     /* Merge the warps: each writes its rows' (O, m, l); fixed order below. */
@@ -558,13 +591,21 @@ static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom
     if (e != cudaSuccess)
         return e;
     int hsplit = (int)((g.group + DM_ROWS - 1) / DM_ROWS);
-    dim3 grid((unsigned)(l->rows * nchunks * g.hkv * hsplit));
+    const int64_t blocks = l->rows * nchunks * g.hkv * hsplit;
+    dim3 grid((unsigned)blocks);
     float *ws = (float *)l->out[1];
     /* The one-kernel decode rotates q itself: it reads the op's q. */
     const T *q = (const T *)(fw.on ? l->in[0] : attn_q(l));
+    /* What a block asks L2 for before its wait: its chunk's first keys, at
+     * most DM_PREFETCH_BYTES for the whole grid (whole chunks at batch 1,
+     * one tile where the K/V of the step is far past what L2 holds). */
+    const int64_t per_key = 2 * DH * (int64_t)sizeof(T);
+    const int64_t bn = DM_BN;
+    int64_t pf = DM_PREFETCH_BYTES / (blocks * per_key) / bn * bn;
+    const int32_t pf_keys = (int32_t)(pf < bn ? bn : pf > INT32_MAX ? INT32_MAX : pf);
     return launch(attn_decode_mma_kernel<T, DH>, grid, DM_THREADS, dm_smem<T, DH>(), st, pdl, q,
                   (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows, nchunks,
-                  hsplit, skip, inblock ? cnt : (uint32_t *)nullptr, fw);
+                  hsplit, skip, inblock ? cnt : (uint32_t *)nullptr, fw, pf_keys);
 }
 
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,

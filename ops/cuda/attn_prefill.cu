@@ -23,7 +23,7 @@ enum { PF_BM = 64, PF_BN = 64, PF_STAGES = 2, PF_WARPS = 4, PF_THREADS = PF_WARP
 template <typename T, int DH>
 __global__ void __launch_bounds__(PF_THREADS)
     attn_prefill_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
-                        T *__restrict__ out, reel_meta_view m, attn_geom g, int64_t rows)
+                        T *__restrict__ out, reel_meta_view m, attn_geom g, int64_t rows, bool pdl)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cudaTriggerProgrammaticLaunchCompletion(); /* a decode launched as our dependent may start its metadata reads */
@@ -51,6 +51,12 @@ __global__ void __launch_bounds__(PF_THREADS)
     const float qscale = g.scale * 1.4426950408889634f;
     const int32_t bs = (int32_t)g.bs;
 
+    /* The rows' classes from the metadata alone (readable before the wait:
+     * the step's upload precedes every kernel of it); launched as a
+     * programmatic dependent of the decode, a block of a step without runs
+     * has done its work by the time the decode ends. Its stores, and every
+     * read of q and the cache, follow the wait. */
+    int zero = 0, bad = 0;
     if (threadIdx.x < PF_BM) {
         int i = threadIdx.x;
         int64_t t = t0 + i;
@@ -61,17 +67,26 @@ __global__ void __launch_bounds__(PF_THREADS)
             if (ok == 1 && p >= 0) {
                 st = 1;
             } else {
-                if (ok != 1)
-                    report(&m, REEL_E_LIMIT); /* in a run, so not padding */
-                for (int64_t d = 0; d < DH; d++) /* a breach, or an empty DCP shard: (0, -inf) */
-                    out[t * g.qrow + h * DH + d] = from_f<T>(0.0f);
-                if (g.lse)
-                    g.lse[t * g.h + h] = -INFINITY;
+                zero = 1;
+                bad = ok != 1; /* in a run, so not padding */
             }
         }
         s_seq[i] = s;
         s_pos[i] = p;
         s_state[i] = st;
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (pdl)
+        cudaGridDependencySynchronize();
+#endif
+    if (zero) {
+        const int64_t t = t0 + threadIdx.x;
+        if (bad)
+            report(&m, REEL_E_LIMIT);
+        for (int64_t d = 0; d < DH; d++) /* a breach, or an empty DCP shard: (0, -inf) */
+            out[t * g.qrow + h * DH + d] = from_f<T>(0.0f);
+        if (g.lse)
+            g.lse[t * g.h + h] = -INFINITY;
     }
     __syncthreads();
 
@@ -327,24 +342,23 @@ template <typename T, int DH> static cudaError_t prefill_opt_in()
     return smem_opt_in(attn_prefill_kernel<T, DH>, prefill_smem<T, DH>(), done);
 }
 
-template <typename T, int DH> static cudaError_t prefill_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)
+template <typename T, int DH>
+static cudaError_t prefill_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl)
 {
     cudaError_t e = prefill_opt_in<T, DH>();
     if (e != cudaSuccess)
         return e;
     dim3 grid((unsigned)((l->rows + PF_BM - 1) / PF_BM * g.h));
-    attn_prefill_kernel<T, DH><<<grid, PF_THREADS, prefill_smem<T, DH>(), st>>>((const T *)attn_q(l), (const T *)l->in[3],
-                                                            (const T *)l->in[4], (T *)l->out[0], *l->meta, g,
-                                                            l->rows);
-    return cudaSuccess;
+    return launch(attn_prefill_kernel<T, DH>, grid, PF_THREADS, prefill_smem<T, DH>(), st, pdl, (const T *)attn_q(l),
+                  (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], *l->meta, g, l->rows);
 }
 
-cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g)
+cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl)
 {
     bool bf = l->in_shape[0].dtype == REEL_BF16;
     if (g.dh == 64)
-        return bf ? prefill_run<__nv_bfloat16, 64>(l, st, g) : prefill_run<__half, 64>(l, st, g);
-    return bf ? prefill_run<__nv_bfloat16, 128>(l, st, g) : prefill_run<__half, 128>(l, st, g);
+        return bf ? prefill_run<__nv_bfloat16, 64>(l, st, g, pdl) : prefill_run<__half, 64>(l, st, g, pdl);
+    return bf ? prefill_run<__nv_bfloat16, 128>(l, st, g, pdl) : prefill_run<__half, 128>(l, st, g, pdl);
 }
 
 } /* namespace reel_cu */

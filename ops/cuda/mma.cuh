@@ -74,6 +74,12 @@ __device__ __forceinline__ void cp_async_wait_1()
     asm volatile("cp.async.wait_group 1;\n" ::);
 }
 
+/* Waits until at most N committed groups are still in flight. */
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 /* Raises a kernel's dynamic shared memory limit past the default 48 KB,
  * once per device (the attribute is the device's): at the kernel's first
  * launch on it, a warm-up before any capture as for every op. */
