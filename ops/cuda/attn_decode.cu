@@ -310,6 +310,10 @@ bool attn_decode_supports(reel_dtype dt, int64_t dh)
 /* The chunk count of a launch: a function of the launch alone (rows, the
  * heads a block takes, the device's SM count, the plan's max_context), so
  * replay and eager chunk alike (docs/attention.md). */
+#ifndef REEL_ATTN_BLOCKS_PER_SM
+#define REEL_ATTN_BLOCKS_PER_SM 4
+#endif
+
 int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
                        int32_t max_context)
 {
@@ -319,7 +323,7 @@ int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt
     /* Four blocks an SM in one wave (the tensor-core decode's occupancy at
      * head dim 64): rounded down, so the grid never spills into a second
      * wave of a few blocks. */
-    int64_t n = 4 * sms / units;
+    int64_t n = REEL_ATTN_BLOCKS_PER_SM * sms / units;
     int64_t cap_ws = (REEL_ATTN_SPLIT_SLOTS - 1) / (rows > 0 ? rows : 1); /* the last slot: counters */
     int64_t cap_ctx = ((int64_t)max_context + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
     if (n > cap_ws)

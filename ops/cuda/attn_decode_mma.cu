@@ -35,9 +35,13 @@ static constexpr int64_t DM_PREFETCH_BYTES = 16ll << 20;
  * SM still fit), two at 128 (35 KB a stage). A block's loads are its
  * memory parallelism: with two stages it has one tile in flight while it
  * computes the other. */
+#ifndef REEL_ATTN_DM_STAGES64
+#define REEL_ATTN_DM_STAGES64 3
+#endif
+
 template <int DH> static constexpr int dm_stages()
 {
-    return DH == 64 ? 3 : 2;
+    return DH == 64 ? REEL_ATTN_DM_STAGES64 : 2;
 }
 
 template <typename T, int DH> static constexpr size_t dm_stage_bytes()

@@ -1,0 +1,195 @@
+/* Communicators: the public calls of include/reel/comm.h. The id says which
+ * implementation a rank joins (host rendezvous or NCCL); the lifecycle
+ * rule (plans first) is kept here for both. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/comm.h"
+#include "backend/fault.h"
+#include "backend/ctx.h"
+#include "core/opts.h"
+#include "reel_config.h"
+
+static const unsigned char id_magic[4] = {'r', 'e', 'e', 'l'};
+
+/* The size of the first sized form of reel_comm_opts: no caller's struct is
+ * shorter. */
+#define COMM_OPTS_FIRST_SIZE (offsetof(reel_comm_opts, timeout_ms) + sizeof(int))
+#define COMM_TIMEOUT_DEFAULT_MS 300000
+
+static reel_status load_opts(reel_err *err, const reel_comm_opts *opts, int *timeout_ms)
+{
+    reel_comm_opts o = REEL_COMM_OPTS_INIT;
+    if (opts)
+        REEL_TRY(reel_opts_load(&o, sizeof o, opts, COMM_OPTS_FIRST_SIZE, err, "comm", "REEL_COMM_OPTS_INIT"));
+    o.timeout_ms = reel_opt_int(o.timeout_ms, COMM_TIMEOUT_DEFAULT_MS);
+    if (o.timeout_ms < 0)
+        return reel_seterr(err, REEL_E_INVALID_ARG, "comm: timeout_ms %d is negative (0: wait forever)", o.timeout_ms);
+    *timeout_ms = o.timeout_ms;
+    return REEL_OK;
+}
+
+reel_status reel_comm_unique_id(reel_ctx *ctx, reel_comm_id *out)
+{
+    if (!ctx || !out)
+        return reel_seterr(reel_ctx_err(ctx), REEL_E_INVALID_ARG, "comm unique_id: NULL context or id");
+    memset(out, 0, sizeof *out);
+    memcpy(out->bytes, id_magic, sizeof id_magic);
+    if (ctx->kind == REEL_BACKEND_CUDA) {
+        out->bytes[4] = REEL_COMM_ID_NCCL;
+        return reel_nccl_unique_id(&ctx->err, out->bytes + REEL_COMM_ID_HEAD);
+    }
+    out->bytes[4] = REEL_COMM_ID_HOST;
+    reel_host_comm_token(out->bytes + REEL_COMM_ID_HEAD);
+    return REEL_OK;
+}
+
+reel_status reel_comm_id_to_hex(const reel_comm_id *id, char *buf, size_t len)
+{
+    static const char digits[] = "0123456789abcdef";
+    if (!id || !buf || len < 2 * REEL_COMM_ID_BYTES + 1)
+        return REEL_E_INVALID_ARG;
+    for (int i = 0; i < REEL_COMM_ID_BYTES; i++) {
+        buf[2 * i] = digits[id->bytes[i] >> 4];
+        buf[2 * i + 1] = digits[id->bytes[i] & 15];
+    }
+    buf[2 * REEL_COMM_ID_BYTES] = '\0';
+    return REEL_OK;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+reel_status reel_comm_id_from_hex(const char *hex, reel_comm_id *out)
+{
+    if (!hex || !out || strlen(hex) != 2 * REEL_COMM_ID_BYTES)
+        return REEL_E_INVALID_ARG;
+    reel_comm_id id;
+    for (int i = 0; i < REEL_COMM_ID_BYTES; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return REEL_E_INVALID_ARG;
+        id.bytes[i] = (unsigned char)(hi << 4 | lo);
+    }
+    if (memcmp(id.bytes, id_magic, sizeof id_magic) != 0)
+        return REEL_E_INVALID_ARG;
+    *out = id;
+    return REEL_OK;
+}
+
+reel_status reel_comm_create(reel_ctx *ctx, const reel_comm_id *id, int rank, int nranks,
+                             const reel_comm_opts *opts, reel_comm **out)
+{
+    if (out)
+        *out = NULL;
+    if (!ctx || !id || !out)
+        return reel_seterr(reel_ctx_err(ctx), REEL_E_INVALID_ARG, "comm create: NULL context, id or out");
+    if (nranks < 1 || nranks > 4096 || rank < 0 || rank >= nranks)
+        return reel_seterr(&ctx->err, REEL_E_INVALID_ARG, "comm create: rank %d of %d: need 0 <= rank < nranks <= 4096",
+                           rank, nranks);
+    int timeout_ms = 0;
+    REEL_TRY(load_opts(&ctx->err, opts, &timeout_ms));
+    if (memcmp(id->bytes, id_magic, sizeof id_magic) != 0)
+        return reel_seterr(&ctx->err, REEL_E_INVALID_ARG, "comm create: rank %d: not an id from reel_comm_unique_id",
+                           rank);
+    int want = ctx->kind == REEL_BACKEND_CUDA ? REEL_COMM_ID_NCCL : REEL_COMM_ID_HOST;
+    if (id->bytes[4] != want)
+        return reel_seterr(&ctx->err, REEL_E_INVALID_ARG,
+                           "comm create: rank %d: the id is for %s communicators, the context is '%s'", rank,
+                           id->bytes[4] == REEL_COMM_ID_NCCL ? "NCCL" : "host", reel_backend_name(ctx->kind));
+    const unsigned char *payload = id->bytes + REEL_COMM_ID_HEAD;
+    reel_status st = want == REEL_COMM_ID_NCCL ? reel_nccl_comm_create(ctx, payload, rank, nranks, timeout_ms, out)
+                                               : reel_host_comm_join(ctx, payload, rank, nranks, timeout_ms, out);
+#if REEL_FAULT_INJECTION
+    if (st == REEL_OK)
+        reel_fault_wrap_comm(*out);
+#endif
+    return st;
+}
+
+reel_status reel_comm_create_group(reel_ctx *const *ctxs, int n, const reel_comm_opts *opts, reel_comm **comms)
+{
+    if (!ctxs || !comms || n < 1 || n > 4096)
+        return REEL_E_INVALID_ARG;
+    for (int r = 0; r < n; r++)
+        comms[r] = NULL;
+    for (int r = 0; r < n; r++)
+        if (!ctxs[r])
+            return REEL_E_INVALID_ARG;
+    int timeout_ms = 0;
+    REEL_TRY(load_opts(&ctxs[0]->err, opts, &timeout_ms));
+    for (int r = 1; r < n; r++)
+        if (ctxs[r]->kind != ctxs[0]->kind)
+            return reel_seterr(&ctxs[r]->err, REEL_E_INVALID_ARG,
+                               "comm create_group: rank %d's context is '%s', rank 0's '%s'", r,
+                               reel_backend_name(ctxs[r]->kind), reel_backend_name(ctxs[0]->kind));
+    reel_status st = ctxs[0]->kind == REEL_BACKEND_CUDA ? reel_nccl_comm_group(ctxs, n, timeout_ms, comms)
+                                                        : reel_host_comm_group(ctxs, n, timeout_ms, comms);
+#if REEL_FAULT_INJECTION
+    for (int r = 0; st == REEL_OK && r < n; r++)
+        reel_fault_wrap_comm(comms[r]);
+#endif
+    return st;
+}
+
+reel_status reel_comm_destroy(reel_comm *c)
+{
+    if (!c)
+        return REEL_OK;
+    int plans = __atomic_load_n(&c->plans, __ATOMIC_ACQUIRE);
+    if (plans > 0)
+        return reel_seterr(c->err, REEL_E_INVALID_USAGE,
+                           "comm destroy: rank %d of %d: %d plan%s still use%s this communicator; destroy %s first",
+                           c->rank, c->nranks, plans, plans == 1 ? "" : "s", plans == 1 ? "s" : "",
+                           plans == 1 ? "it" : "them");
+    c->vt->destroy(c);
+    return REEL_OK;
+}
+
+int reel_comm_rank(const reel_comm *c) { return c ? c->rank : -1; }
+int reel_comm_size(const reel_comm *c) { return c ? c->nranks : -1; }
+
+reel_status reel_comm_async_error(reel_comm *c)
+{
+    if (!c)
+        return REEL_E_INVALID_ARG;
+    return c->vt->async_error(c);
+}
+
+reel_status reel_comm_abort(reel_comm *c)
+{
+    if (!c)
+        return REEL_E_INVALID_ARG;
+    c->vt->abort(c);
+    return REEL_OK;
+}
+
+#if !REEL_HAVE_NCCL
+reel_status reel_nccl_unique_id(reel_err *err, unsigned char *payload)
+{
+    (void)payload;
+    return reel_seterr(err, REEL_E_UNSUPPORTED, "comm: reel was built without NCCL");
+}
+
+reel_status reel_nccl_comm_create(reel_ctx *ctx, const unsigned char *payload, int rank, int nranks, int timeout_ms,
+                                  reel_comm **out)
+{
+    (void)payload, (void)nranks, (void)timeout_ms;
+    *out = NULL;
+    return reel_seterr(&ctx->err, REEL_E_UNSUPPORTED, "comm create: rank %d: reel was built without NCCL", rank);
+}
+
+reel_status reel_nccl_comm_group(reel_ctx *const *ctxs, int n, int timeout_ms, reel_comm **comms)
+{
+    (void)n, (void)timeout_ms, (void)comms;
+    return reel_seterr(&ctxs[0]->err, REEL_E_UNSUPPORTED, "comm create_group: reel was built without NCCL");
+}
+#endif

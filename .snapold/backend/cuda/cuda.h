@@ -1,0 +1,77 @@
+/* Internal (L1): CUDA backend specifics used by the CUDA kernels (ops/cuda)
+ * and the gpu tests. Included from C and from CUDA C++. */
+#ifndef REEL_BACKEND_CUDA_H
+#define REEL_BACKEND_CUDA_H
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend/backend.h"
+#include "core/err.h"
+
+/* Turn a CUDA runtime / cuBLAS result into a status. On failure they record
+ * "file:line: call: NAME: library message" into err, clear the runtime's
+ * non-sticky last error, and return REEL_E_OOM for allocation failures,
+ * REEL_E_BACKEND otherwise. Use them through REEL_CUDA_CHECK. */
+reel_status reel_cuda_status(reel_err *err, cudaError_t e, const char *file, int line, const char *call);
+reel_status reel_cublas_status(reel_err *err, cublasStatus_t e, const char *file, int line, const char *call);
+
+/* The stream's CUDA handle (non-blocking stream). */
+cudaStream_t reel_cuda_stream_handle(reel_stream *s);
+/* The stream's cuBLAS handle. Each reel stream owns one, bound to that
+ * stream and to the stream's workspace at stream creation: a stream is used
+ * by one thread at a time, so no per-call cublasSetStream (and no lock) is
+ * needed, and nothing is allocated later, inside a capture. */
+cublasHandle_t reel_cuda_blas_handle(reel_stream *s);
+/* The stream's matmul workspace (cuBLASLt and cuBLAS), allocated once at
+ * stream creation: one per stream so that matmuls on concurrent streams never
+ * share scratch bytes. */
+void *reel_cuda_stream_workspace(reel_stream *s, size_t *bytes);
+/* The backend's cuBLASLt handle (stateless apart from the device; the stream
+ * is passed per call). */
+cublasLtHandle_t reel_cuda_lt_handle(reel_backend *be);
+/* Makes the backend's device current for the calling thread. */
+reel_status reel_cuda_use_device(reel_backend *be);
+
+/* A small per-backend memo (thread-safe) for results worth computing once per
+ * shape, such as cuBLASLt heuristics: keys and values are plain bytes.
+ * get returns true and copies the value when the key is present; put keeps
+ * at most REEL_CUDA_MEMO_SLOTS entries (later puts are dropped: callers then
+ * recompute, which stays correct). */
+#define REEL_CUDA_MEMO_SLOTS 256
+#define REEL_CUDA_MEMO_KEY_MAX 64
+#define REEL_CUDA_MEMO_VAL_MAX 128
+bool reel_cuda_memo_get(reel_backend *be, const void *key, size_t klen, void *val, size_t vlen);
+void reel_cuda_memo_put(reel_backend *be, const void *key, size_t klen, const void *val, size_t vlen);
+
+/* Capability probe helper (backend/cuda/probe.cu): the largest number of
+ * 2-block clusters of a small kernel that can be co-resident, through
+ * cudaOccupancyMaxActiveClusters; 0 below compute capability 9.0. */
+cudaError_t reel_cuda_probe_clusters(int cc_major, int *out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+
+/* One macro for every CUDA and cuBLAS call: overloads pick the library. */
+static inline reel_status reel_cuda_check_(reel_err *err, cudaError_t e, const char *f, int l, const char *s)
+{
+    return e == cudaSuccess ? REEL_OK : reel_cuda_status(err, e, f, l, s);
+}
+static inline reel_status reel_cuda_check_(reel_err *err, cublasStatus_t e, const char *f, int l, const char *s)
+{
+    return e == CUBLAS_STATUS_SUCCESS ? REEL_OK : reel_cublas_status(err, e, f, l, s);
+}
+#define REEL_CUDA_CHECK(err, call) reel_cuda_check_((err), (call), __FILE__, __LINE__, #call)
+#else
+/* The controlling expression of _Generic is not evaluated: `call` runs once. */
+#define REEL_CUDA_CHECK(err, call)                                                           \
+    _Generic((call), cudaError_t: reel_cuda_status, cublasStatus_t: reel_cublas_status)( \
+        (err), (call), __FILE__, __LINE__, #call)
+#endif
+
+#endif

@@ -1,0 +1,918 @@
+/* The decode step side by side with PyTorch (bench/torch_model.py): reel's
+ * half, and the reel columns of the decode matrix (bench/decode_matrix.sh).
+ * A Llama-style model (default: 8 layers, hidden 1024, 16 heads, 16 kv
+ * heads, SwiGLU ffn 4 x hidden, vocab 32000, bf16, rmsnorm eps 1e-5, rope
+ * theta 10000, untied embeddings, paged KV cache in blocks of 16) is declared
+ * through the public API only, with weights drawn from a fixed seed
+ * (make_weights: the hook for a checkpoint). For each context C:
+ *   1. three plans share one KV cache (reel_plan_bind_state): "replay"
+ *      (buckets = the batch list, one graph each), "eager" (no graphs, every
+ *      op dispatched) and "logits" (eager, also outputs the logits); their
+ *      compile time, the replay plan's memory (reel_plan_memory_get, and on
+ *      CUDA the device memory it took, cudaMemGetInfo, and the graph-memory
+ *      attributes) are written down;
+ *   2. the largest batch's sequences are prefilled to C tokens (eager steps
+ *      of at most --prefill-tokens tokens; the prompt token of sequence s at
+ *      position p is bench_token(seed, s, p), below);
+ *   3. for each batch B (sequences 0 .. B-1): --warmup + --steps decode
+ *      steps, step i at position C + i for every sequence, fed the prompt
+ *      token there (teacher forcing: both programs see the same inputs
+ *      whatever they predict), each timed as a serving loop pays it (fill
+ *      the metadata, set the token ids, reel_step, read the next ids back:
+ *      host wall clock) and on the device (reel_plan_time_steps: upload,
+ *      replay or kernels, download); on the replay plan, then on the eager
+ *      plan; then the first step once more on the logits plan, whose logits
+ *      are written for the PyTorch side. Each run writes positions C .. C+N-1
+ *      before it reads them, so runs sharing the cache see the same keys.
+ *
+ * Files written into --dir (default /tmp/reel-decode):
+ *   weights.bin      the model; format below
+ *   reel_decode.txt  "config" (the model, steps, backend), one "plan" line
+ *                    per context (compile, capture, memory), one "case" line
+ *                    per (B, C) (medians of wall and device time, floor),
+ *                    and one "tokens" line per decode step with the B next
+ *                    ids (argmax) of the replay plan
+ *   logits_b<B>_c<C>.f32  [B, vocab] float32 logits of the first decode step
+ *
+ * weights.bin, little endian: the 8 bytes "REELW001"; int32 layers, hidden,
+ * heads, kv_heads, head_dim, ffn, vocab, block_size; float32 rms_eps,
+ * rope_theta; uint64 seed; int32 tensor count; then per tensor: int32 name
+ * length, the name (no NUL), int32 ndim, int64 dims[ndim], then the bf16 data,
+ * row major. Tensors, in this order, with PyTorch's nn.Linear layout
+ * ([out, in], used by reel through matmul's w_transposed):
+ *   embed [vocab, hidden]
+ *   per layer i: l<i>.attn_norm [hidden], l<i>.wq [heads*hd, hidden],
+ *     l<i>.wk [kv*hd, hidden], l<i>.wv [kv*hd, hidden], l<i>.wo [hidden, heads*hd],
+ *     l<i>.ffn_norm [hidden], l<i>.w_gate_up [2*ffn, hidden] (gate rows first:
+ *     silu(x W[:ffn]^T) * (x W[ffn:]^T)), l<i>.w_down [hidden, ffn]
+ *   final_norm [hidden], lm_head [vocab, hidden]
+ *
+ * bench_token(seed, s, p) = splitmix64_mix(seed ^ (s << 32) ^ p) % vocab with
+ * splitmix64_mix(x): z = x + 0x9E3779B97F4A7C15; z = (z ^ z >> 30) *
+ * 0xBF58476D1CE4E5B9; z = (z ^ z >> 27) * 0x94D049BB133111EB; z ^ z >> 31
+ * (all mod 2^64); seed is --seed + 1.
+ *
+ * The floor of each point: (weights read + K/V read) / 4.25 TB/s (the H200's
+ * measured copy bandwidth), weights read = every parameter but the embedding
+ * table, plus B of its rows; K/V read = layers * 2 * B * (C + 1) * kv_heads *
+ * head_dim * 2 bytes.
+ *
+ * Runs on any backend (REEL_BACKEND=host at small sizes for debugging):
+ *   bench_decode [--layers N --hidden N --heads N --kv-heads N --ffn N
+ *                 --vocab N --batches 1,8,64 --contexts 128,2048 --steps 50
+ *                 --warmup 10 --prefill-tokens 4096 --seed 1 --dir DIR
+ *                 --no-eager --no-logits]
+ * (--ffn 0: 4 x hidden.) Exits 1 when replay and eager disagree on an id or
+ * a timed step did not replay.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "reel/reel.h"
+
+#ifdef BENCH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define FLOOR_TBPS 4.25
+#define MAX_LIST 12
+
+typedef struct cfg {
+    int layers, hidden, heads, kv_heads, ffn, vocab, block_size;
+    float eps, theta;
+    uint64_t seed;
+    int batches[MAX_LIST], nbatches;
+    int contexts[MAX_LIST], ncontexts;
+    int steps, warmup, prefill_tokens;
+    bool eager, logits;
+    const char *dir;
+} cfg;
+
+static int head_dim(const cfg *c) { return c->hidden / c->heads; }
+
+static reel_ctx *g_ctx;
+
+
+static void die(const char *what, reel_status st)
+{
+    fprintf(stderr, "bench_decode: %s: %s: %s\n", what, reel_status_str(st), g_ctx ? reel_ctx_last_error(g_ctx) : "");
+    exit(1);
+}
+
+#define RK(what, call)                       \
+    do {                                     \
+        reel_status s_ = (call);             \
+        if (s_ != REEL_OK) die((what), s_);  \
+    } while (0)
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "bench_decode: out of host memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- seeded numbers ------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t x)
+{
+    uint64_t z = x + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int32_t bench_token(const cfg *c, int s, int p)
+{
+    return (int32_t)(mix64((c->seed + 1) ^ ((uint64_t)s << 32) ^ (uint64_t)p) % (uint64_t)c->vocab);
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- weights -------------------------------------------------------------- */
+
+typedef struct wtensor {
+    char name[48];
+    int ndim;
+    int64_t dims[2];
+    size_t n;
+    uint16_t *data; /* bf16 */
+} wtensor;
+
+typedef struct weights {
+    wtensor *t;
+    int n, cap;
+    uint16_t **qkv;  /* [layers] the fused q/k/v weight of each layer (param_qkv) */
+} weights;
+
+/* Uniform in [center - scale, center + scale], from a stream that depends on
+ * the seed and the tensor's name only. */
+static void add_tensor(weights *w, const cfg *c, const char *name, int ndim, int64_t d0, int64_t d1,
+                       float center, float scale)
+{
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 64;
+        w->t = realloc(w->t, (size_t)w->cap * sizeof *w->t);
+        if (!w->t) die("weights", REEL_E_OOM);
+    }
+    wtensor *t = &w->t[w->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->dims[0] = d0;
+    t->dims[1] = ndim > 1 ? d1 : 1;
+    t->n = (size_t)(d0 * t->dims[1]);
+    t->data = xmalloc(t->n * 2);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *s = name; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    uint64_t st = mix64(c->seed ^ h);
+    for (size_t i = 0; i < t->n; i++) {
+        st += 0x9E3779B97F4A7C15ull;
+        uint64_t z = st;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        double u = (double)(z >> 11) * (1.0 / 9007199254740992.0);
+        t->data[i] = f32_to_bf16(center + scale * (float)(2.0 * u - 1.0));
+    }
+}
+
+/* The model's weights, seeded: the one place they are made. torch_model.py
+ * reads them from weights.bin, so both sides run the same numbers. To run
+ * a checkpoint instead (safetensors, Hugging Face names), fill `w` from it
+ * here, under the names listed at the top, and keep write_weights: the
+ * PyTorch side then follows without a change. */
+static void make_weights(weights *w, const cfg *c)
+{
+    const int64_t D = c->hidden, Q = (int64_t)c->heads * head_dim(c), KV = (int64_t)c->kv_heads * head_dim(c);
+    const int64_t F = c->ffn, V = c->vocab;
+    char n[48];
+    memset(w, 0, sizeof *w);
+    /* sqrt(3 / fan_in): unit variance of a matmul's outputs. */
+    float sD = sqrtf(3.0f / (float)D), sQ = sqrtf(3.0f / (float)Q), sF = sqrtf(3.0f / (float)F);
+    add_tensor(w, c, "embed", 2, V, D, 0.0f, 1.0f);
+    for (int i = 0; i < c->layers; i++) {
+#define T2(suffix, a, b, s) (snprintf(n, sizeof n, "l%d." suffix, i), add_tensor(w, c, n, 2, (a), (b), 0.0f, (s)))
+#define T1(suffix, a) (snprintf(n, sizeof n, "l%d." suffix, i), add_tensor(w, c, n, 1, (a), 0, 1.0f, 0.1f))
+        T1("attn_norm", D);
+        T2("wq", Q, D, sD);
+        T2("wk", KV, D, sD);
+        T2("wv", KV, D, sD);
+        T2("wo", D, Q, sQ);
+        T1("ffn_norm", D);
+        T2("w_gate_up", 2 * F, D, sD);
+        T2("w_down", D, F, sF);
+#undef T1
+#undef T2
+    }
+    add_tensor(w, c, "final_norm", 1, D, 0, 1.0f, 0.1f);
+    add_tensor(w, c, "lm_head", 2, V, D, 0.0f, sD);
+    w->qkv = xmalloc((size_t)c->layers * sizeof *w->qkv);
+    memset(w->qkv, 0, (size_t)c->layers * sizeof *w->qkv);
+}
+
+static const wtensor *find_w(const weights *w, const char *name)
+{
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->t[i].name, name) == 0) return &w->t[i];
+    fprintf(stderr, "bench_decode: no weight %s\n", name);
+    exit(1);
+}
+
+static void write_weights(const weights *w, const cfg *c, const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "bench_decode: %s: %s\n", path, strerror(errno));
+        exit(1);
+    }
+    int32_t hdr[8] = {c->layers, c->hidden, c->heads, c->kv_heads, head_dim(c), c->ffn, c->vocab, c->block_size};
+    float fl[2] = {c->eps, c->theta};
+    int32_t count = w->n;
+    bool ok = fwrite("REELW001", 1, 8, f) == 8 && fwrite(hdr, sizeof hdr, 1, f) == 1 &&
+              fwrite(fl, sizeof fl, 1, f) == 1 && fwrite(&c->seed, 8, 1, f) == 1 && fwrite(&count, 4, 1, f) == 1;
+    for (int i = 0; ok && i < w->n; i++) {
+        const wtensor *t = &w->t[i];
+        int32_t len = (int32_t)strlen(t->name), nd = t->ndim;
+        ok = fwrite(&len, 4, 1, f) == 1 && fwrite(t->name, 1, (size_t)len, f) == (size_t)len &&
+             fwrite(&nd, 4, 1, f) == 1 && fwrite(t->dims, 8, (size_t)nd, f) == (size_t)nd &&
+             fwrite(t->data, 2, t->n, f) == t->n;
+    }
+    if (fclose(f) != 0 || !ok) {
+        fprintf(stderr, "bench_decode: writing %s failed\n", path);
+        exit(1);
+    }
+}
+
+/* Bytes a decode step of B sequences must read at context C (see the top). */
+static double floor_us(const cfg *c, const weights *w, int B, int C)
+{
+    double bytes = 0;
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->t[i].name, "embed") != 0) bytes += 2.0 * (double)w->t[i].n;
+    bytes += 2.0 * B * c->hidden;
+    bytes += (double)c->layers * 2 * B * (C + 1) * c->kv_heads * head_dim(c) * 2.0;
+    return bytes / (FLOOR_TBPS * 1e12) * 1e6;
+}
+
+/* ---- graph ---------------------------------------------------------------- */
+
+/* Layer i's q, k and v projections as one [Q + 2 KV, D] weight (rows of the
+ * three checkpoint tensors one after another), bound to param "l<i>.wqkv";
+ * made once per layer and kept in w->qkv (every plan's graph borrows it). */
+static reel_tensor param_qkv(reel_graph *g, weights *w, int i)
+{
+    char n[48];
+    const wtensor *t[3];
+    static const char *const part[3] = {"wq", "wk", "wv"};
+    int64_t rows = 0;
+    for (int j = 0; j < 3; j++) {
+        snprintf(n, sizeof n, "l%d.%s", i, part[j]);
+        t[j] = find_w(w, n);
+        rows += t[j]->dims[0];
+    }
+    if (!w->qkv[i]) {
+        uint16_t *data = xmalloc((size_t)(t[0]->n + t[1]->n + t[2]->n) * 2);
+        size_t at = 0;
+        for (int j = 0; j < 3; j++) {
+            memcpy(data + at, t[j]->data, t[j]->n * 2);
+            at += t[j]->n;
+        }
+        w->qkv[i] = data;
+    }
+    int64_t dims[2] = {rows, t[0]->dims[1]};
+    snprintf(n, sizeof n, "l%d.wqkv", i);
+    reel_tensor p = reel_param(g, n, REEL_BF16, 2, dims);
+    if (p.id != 0) reel_param_bind(g, p, w->qkv[i]);
+    return p;
+}
+
+static reel_tensor param(reel_graph *g, const weights *w, const char *name)
+{
+    const wtensor *t = find_w(w, name);
+    reel_tensor p = reel_param(g, name, REEL_BF16, t->ndim, t->dims);
+    if (p.id != 0) reel_param_bind(g, p, t->data);
+    return p;
+}
+
+/* One transformer layer on the residual h: the model's code, one place. */
+static reel_tensor layer(reel_graph *g, const cfg *c, weights *w, int i, reel_tensor h, reel_tensor pos,
+                         int num_blocks)
+{
+    const int Dh = head_dim(c);
+    char n[48];
+    int64_t cache_dims[4] = {num_blocks, c->block_size, c->kv_heads, Dh};
+    reel_attn_params ap = {c->heads, c->kv_heads, Dh, c->block_size, 0.0f};
+#define P(suffix) (snprintf(n, sizeof n, "l%d." suffix, i), param(g, w, n))
+    reel_tensor x = reel_rmsnorm(g, h, P("attn_norm"), c->eps);
+    /* One q/k/v projection split by views, as the Hugging Face models run
+     * (tools/model.c): the checkpoint's three weights one after another
+     * (param_qkv), one kernel on the GPU. REEL_BENCH_QKV=0: three separate
+     * projections, to measure what the fusion gives. */
+    reel_tensor q, k, v;
+    if (!getenv("REEL_BENCH_QKV") || atoi(getenv("REEL_BENCH_QKV")) != 0) {
+        const int64_t Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
+        reel_tensor qkv = reel_matmul(g, x, param_qkv(g, w, i), true);
+        q = reel_view_cols(g, qkv, 0, Q);
+        k = reel_view_cols(g, qkv, Q, KV);
+        v = reel_view_cols(g, qkv, Q + KV, KV);
+    } else {
+        q = reel_matmul(g, x, P("wq"), true);
+        k = reel_matmul(g, x, P("wk"), true);
+        v = reel_matmul(g, x, P("wv"), true);
+    }
+    q = reel_rope(g, q, pos, Dh, Dh, c->theta);
+    k = reel_rope(g, k, pos, Dh, Dh, c->theta);
+    snprintf(n, sizeof n, "l%d.k_cache", i);
+    reel_tensor kc = reel_state(g, n, REEL_BF16, 4, cache_dims);
+    snprintf(n, sizeof n, "l%d.v_cache", i);
+    reel_tensor vc = reel_state(g, n, REEL_BF16, 4, cache_dims);
+    reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
+    h = reel_add(g, h, reel_matmul(g, a, P("wo"), true));
+    x = reel_rmsnorm(g, h, P("ffn_norm"), c->eps);
+    reel_tensor f = reel_silu_and_mul(g, reel_matmul(g, x, P("w_gate_up"), true));
+    h = reel_add(g, h, reel_matmul(g, f, P("w_down"), true));
+#undef P
+    return h;
+}
+
+static reel_graph *build(const cfg *c, weights *w, int num_blocks, bool with_logits)
+{
+    reel_graph *g;
+    RK("creating the graph", reel_graph_create(g_ctx, &g));
+    int64_t tok_dims[1] = {REEL_DIM_TOKENS};
+    reel_tensor ids = reel_input(g, "tokens", REEL_I32, 1, tok_dims);
+    reel_tensor pos = reel_positions(g);
+    reel_tensor h = reel_embedding(g, param(g, w, "embed"), ids);
+    for (int i = 0; i < c->layers; i++) h = layer(g, c, w, i, h, pos, num_blocks);
+    h = reel_rmsnorm(g, h, param(g, w, "final_norm"), c->eps);
+    reel_tensor logits = reel_matmul(g, h, param(g, w, "lm_head"), true);
+    reel_set_name(g, logits, "logits");
+    reel_output(g, "next_token", reel_argmax(g, logits));
+    if (with_logits) reel_output(g, "logits", logits);
+    RK("building the graph", reel_graph_status(g));
+    return g;
+}
+
+/* ---- sequences and steps -------------------------------------------------- */
+
+typedef struct batch {
+    int B, bps;              /* sequences (the largest batch), blocks per sequence */
+    int32_t *block_tables;   /* [B][bps], a seeded permutation of the blocks */
+    /* step buffers, sized for the largest step */
+    int32_t *tokens, *positions, *slots, *query_start, *context_lens, *tables;
+} batch;
+
+static void batch_init(batch *b, const cfg *c, int B, int bps, int max_tokens)
+{
+    b->B = B;
+    b->bps = bps;
+    int nb = B * bps;
+    b->block_tables = xmalloc((size_t)nb * 4);
+    for (int i = 0; i < nb; i++) b->block_tables[i] = i;
+    uint64_t s = c->seed * 7 + (uint64_t)B;
+    for (int i = nb - 1; i > 0; i--) {
+        int j = (int)(mix64(s++) % (uint64_t)(i + 1));
+        int32_t t = b->block_tables[i];
+        b->block_tables[i] = b->block_tables[j];
+        b->block_tables[j] = t;
+    }
+    int T = max_tokens > B ? max_tokens : B;
+    b->tokens = xmalloc((size_t)T * 4);
+    b->positions = xmalloc((size_t)T * 4);
+    b->slots = xmalloc((size_t)T * 4);
+    b->query_start = xmalloc((size_t)(B + 1) * 4);
+    b->context_lens = xmalloc((size_t)B * 4);
+    b->tables = xmalloc((size_t)nb * 4);
+}
+
+static void batch_destroy(batch *b)
+{
+    free(b->block_tables);
+    free(b->tokens);
+    free(b->positions);
+    free(b->slots);
+    free(b->query_start);
+    free(b->context_lens);
+    free(b->tables);
+}
+
+static int32_t slot_of(const batch *b, const cfg *c, int s, int p)
+{
+    return b->block_tables[(size_t)s * (size_t)b->bps + (size_t)(p / c->block_size)] * c->block_size +
+           p % c->block_size;
+}
+
+static void prefill_flush(reel_plan *p, batch *b, int T, int S)
+{
+    b->query_start[S] = T;
+    reel_step_info si = {.num_tokens = T, .num_seqs = S, .query_start = b->query_start,
+                         .positions = b->positions, .slot_mapping = b->slots, .context_lens = b->context_lens,
+                         .block_tables = b->tables, .block_table_stride = b->bps};
+    RK("setting prefill tokens", reel_plan_set_input(p, "tokens", b->tokens, T));
+    RK("prefill step", reel_step(p, &si));
+}
+
+/* Prefill: every sequence's positions [from, to), in eager steps of at most
+ * c->prefill_tokens tokens; a sequence appears at most once in a step, its
+ * pieces in order. */
+static void prefill(reel_plan *p, batch *b, const cfg *c, int from, int to)
+{
+    int cap = c->prefill_tokens, T = 0, S = 0, last = -1;
+    for (int s = 0; s < b->B; s++) {
+        for (int a = from, e; a < to; a = e) {
+            e = a + cap < to ? a + cap : to;
+            if (T > 0 && (T + (e - a) > cap || last == s)) {
+                prefill_flush(p, b, T, S);
+                T = S = 0;
+            }
+            b->query_start[S] = T;
+            b->context_lens[S] = e;
+            memcpy(b->tables + (size_t)S * (size_t)b->bps, b->block_tables + (size_t)s * (size_t)b->bps,
+                   (size_t)b->bps * 4);
+            for (int q = a; q < e; q++, T++) {
+                b->tokens[T] = bench_token(c, s, q);
+                b->positions[T] = q;
+                b->slots[T] = slot_of(b, c, s, q);
+            }
+            S++;
+            last = s;
+        }
+    }
+    if (T > 0) prefill_flush(p, b, T, S);
+}
+
+/* One decode step of sequences 0 .. B-1 at position pos, timed as a serving
+ * loop pays it (host wall, returned) and on the device (*gpu_us, -1 when the
+ * plan does not time its steps); the next ids land in next[B]. */
+static double decode_step(reel_plan *p, batch *b, const cfg *c, int B, const int32_t *tokens, int pos, int32_t *next,
+                          double *gpu_us)
+{
+    double t0 = now_s();
+    for (int s = 0; s < B; s++) {
+        b->query_start[s] = s;
+        b->positions[s] = pos;
+        b->slots[s] = slot_of(b, c, s, pos);
+        b->context_lens[s] = pos + 1;
+    }
+    b->query_start[B] = B;
+    reel_step_info si = {.num_tokens = B, .num_seqs = B, .query_start = b->query_start,
+                         .positions = b->positions, .slot_mapping = b->slots,
+                         .context_lens = b->context_lens, .block_tables = b->block_tables,
+                         .block_table_stride = b->bps};
+    RK("setting the step's tokens", reel_plan_set_input(p, "tokens", tokens, B));
+    RK("decode step", reel_step(p, &si));
+    const void *out;
+    int64_t rows;
+    RK("reading next_token", reel_plan_output(p, "next_token", &out, &rows));
+    memcpy(next, out, (size_t)B * 4);
+    double t = now_s() - t0;
+    if (rows != B) {
+        fprintf(stderr, "bench_decode: next_token has %" PRId64 " rows, want %d\n", rows, B);
+        exit(1);
+    }
+    if (gpu_us && reel_plan_last_step_device_us(p, gpu_us) != REEL_OK) *gpu_us = -1.0;
+    return t;
+}
+
+typedef struct run_result {
+    double wall_us, gpu_us;  /* medians of the timed steps; gpu -1: not timed */
+    int replays;             /* timed steps that replayed a graph */
+} run_result;
+
+/* warmup + steps decode steps of B sequences from position C; writes every
+ * step's next ids into next[(warmup+steps)*B]. */
+static run_result decode_run(reel_plan *p, batch *b, const cfg *c, int B, int C, int32_t *next)
+{
+    int N = c->warmup + c->steps;
+    double *us = xmalloc((size_t)c->steps * sizeof *us), *gpu = xmalloc((size_t)c->steps * sizeof *gpu);
+    int32_t *tok = xmalloc((size_t)N * (size_t)B * 4);
+    for (int i = 0; i < N; i++)
+        for (int s = 0; s < B; s++) tok[(size_t)i * (size_t)B + (size_t)s] = bench_token(c, s, C + i);
+    run_result r = {0, 0, 0};
+    bool timed = true;
+    for (int i = 0; i < N; i++) {
+        double g = -1.0;
+        double t = decode_step(p, b, c, B, tok + (size_t)i * (size_t)B, C + i, next + (size_t)i * (size_t)B, &g);
+        if (i >= c->warmup) {
+            us[i - c->warmup] = t * 1e6;
+            gpu[i - c->warmup] = g;
+            timed = timed && g >= 0;
+            r.replays += reel_plan_last_fallback(p) == REEL_FALLBACK_NONE;
+        }
+    }
+    r.wall_us = median(us, c->steps);
+    r.gpu_us = timed ? median(gpu, c->steps) : -1.0;
+    free(us);
+    free(gpu);
+    free(tok);
+    return r;
+}
+
+/* ---- options -------------------------------------------------------------- */
+
+static int parse_list(const char *s, int *out)
+{
+    int n = 0;
+    while (*s) {
+        if (n == MAX_LIST) return -1;
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 1 << 20) return -1;
+        out[n++] = (int)v;
+        if (*end && *end != ',') return -1;
+        s = *end == ',' ? end + 1 : end;
+    }
+    for (int i = 1; i < n; i++)
+        if (out[i] <= out[i - 1]) return -1; /* ascending: the batches are the plan's buckets */
+    return n;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: bench_decode [--layers N] [--hidden N] [--heads N] [--kv-heads N] [--ffn N (0: 4 x hidden)]\n"
+            "                    [--vocab N] [--batches 1,8,64] [--contexts 128,2048] [--steps 50] [--warmup 10]\n"
+            "                    [--prefill-tokens 4096] [--seed 1] [--dir /tmp/reel-decode] [--no-eager] [--no-logits]\n");
+    exit(2);
+}
+
+static void parse(int argc, char **argv, cfg *c)
+{
+    *c = (cfg){.layers = 8, .hidden = 1024, .heads = 16, .kv_heads = 0, .ffn = 0, .vocab = 32000,
+               .block_size = 16, .eps = 1e-5f, .theta = 10000.0f, .seed = 1,
+               .batches = {1, 8, 64}, .nbatches = 3, .contexts = {128, 2048}, .ncontexts = 2,
+               .steps = 50, .warmup = 10, .prefill_tokens = 4096, .eager = true, .logits = true,
+               .dir = "/tmp/reel-decode"};
+    static const struct option lo[] = {
+        {"layers", 1, 0, 'L'}, {"hidden", 1, 0, 'D'}, {"heads", 1, 0, 'H'}, {"kv-heads", 1, 0, 'K'},
+        {"ffn", 1, 0, 'F'}, {"vocab", 1, 0, 'V'}, {"batches", 1, 0, 'b'}, {"contexts", 1, 0, 'c'},
+        {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"prefill-tokens", 1, 0, 'p'}, {"seed", 1, 0, 'S'},
+        {"dir", 1, 0, 'd'}, {"no-eager", 0, 0, 'e'}, {"no-logits", 0, 0, 'l'}, {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (o) {
+        case 'L': c->layers = atoi(optarg); break;
+        case 'D': c->hidden = atoi(optarg); break;
+        case 'H': c->heads = atoi(optarg); break;
+        case 'K': c->kv_heads = atoi(optarg); break;
+        case 'F': c->ffn = atoi(optarg); break;
+        case 'V': c->vocab = atoi(optarg); break;
+        case 'b': if ((c->nbatches = parse_list(optarg, c->batches)) < 1) usage(); break;
+        case 'c': if ((c->ncontexts = parse_list(optarg, c->contexts)) < 1) usage(); break;
+        case 's': c->steps = atoi(optarg); break;
+        case 'w': c->warmup = atoi(optarg); break;
+        case 'p': c->prefill_tokens = atoi(optarg); break;
+        case 'S': c->seed = strtoull(optarg, NULL, 10); break;
+        case 'd': c->dir = optarg; break;
+        case 'e': c->eager = false; break;
+        case 'l': c->logits = false; break;
+        default: usage();
+        }
+    }
+    if (optind != argc) usage();
+    if (c->kv_heads == 0) c->kv_heads = c->heads;
+    if (c->ffn == 0) c->ffn = 4 * c->hidden;
+    if (c->layers < 1 || c->heads < 1 || c->hidden < 1 || c->hidden % c->heads || head_dim(c) % 2 ||
+        c->kv_heads < 1 || c->heads % c->kv_heads || c->ffn < 1 || c->vocab < 2 || c->steps < 1 ||
+        c->warmup < 0 || c->prefill_tokens < 1 || c->nbatches > REEL_MAX_BUCKETS) {
+        fprintf(stderr, "bench_decode: inconsistent model or run options\n");
+        usage();
+    }
+}
+
+/* ---- device memory -------------------------------------------------------- */
+
+/* What the device has free (CUDA), 0 elsewhere. */
+static size_t dev_free_bytes(void)
+{
+#ifdef BENCH_CUDA
+    size_t f = 0, t = 0;
+    if (reel_ctx_backend(g_ctx) == REEL_BACKEND_CUDA && cudaMemGetInfo(&f, &t) == cudaSuccess) return f;
+#endif
+    return 0;
+}
+
+/* Graph-memory attributes (memory of graph allocation nodes), -1 unknown. */
+static void graph_mem_attrs(long long *used, long long *reserved)
+{
+    *used = *reserved = -1;
+#ifdef BENCH_CUDA
+    if (reel_ctx_backend(g_ctx) != REEL_BACKEND_CUDA) return;
+    int dev = 0;
+    uint64_t u = 0, r = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetGraphMemAttribute(dev, cudaGraphMemAttrUsedMemCurrent, &u) == cudaSuccess &&
+        cudaDeviceGetGraphMemAttribute(dev, cudaGraphMemAttrReservedMemCurrent, &r) == cudaSuccess) {
+        *used = (long long)u;
+        *reserved = (long long)r;
+    }
+#endif
+}
+
+/* The KV caches the three plans of a context share: device memory on CUDA,
+ * host memory on the host backend (reel_plan_bind_state). */
+static void *cache_alloc(size_t bytes)
+{
+#ifdef BENCH_CUDA
+    if (reel_ctx_backend(g_ctx) == REEL_BACKEND_CUDA) {
+        void *p = NULL;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+            fprintf(stderr, "bench_decode: cudaMalloc of %zu bytes for a KV cache failed\n", bytes);
+            exit(1);
+        }
+        return p;
+    }
+#endif
+    return xmalloc(bytes);
+}
+
+static void cache_free(void *p)
+{
+#ifdef BENCH_CUDA
+    if (reel_ctx_backend(g_ctx) == REEL_BACKEND_CUDA) {
+        cudaFree(p);
+        return;
+    }
+#endif
+    free(p);
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+static reel_plan *compile(const cfg *c, weights *w, int num_blocks, int max_context, bool no_capture,
+                          bool with_logits, double *ms)
+{
+    reel_graph *g = build(c, w, num_blocks, with_logits);
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = c->nbatches;
+    for (int i = 0; i < c->nbatches; i++) o.buckets[i] = c->batches[i];
+    o.max_context = max_context;
+    o.max_seqs = c->batches[c->nbatches - 1];
+    o.no_capture = no_capture;
+    reel_plan *p;
+    double t0 = now_s();
+    RK("compiling", reel_compile(g, &o, &p));
+    *ms = (now_s() - t0) * 1e3;
+    reel_graph_destroy(g);
+    return p;
+}
+
+static void bind_caches(const cfg *c, reel_plan *p, void **caches, size_t bytes)
+{
+    char n[48];
+    for (int i = 0; i < c->layers; i++) {
+        snprintf(n, sizeof n, "l%d.k_cache", i);
+        RK("binding a k cache", reel_plan_bind_state(p, n, caches[2 * i], bytes));
+        snprintf(n, sizeof n, "l%d.v_cache", i);
+        RK("binding a v cache", reel_plan_bind_state(p, n, caches[2 * i + 1], bytes));
+    }
+}
+
+static void write_logits(const cfg *c, reel_plan *p, int B, int C)
+{
+    const void *out;
+    int64_t rows;
+    RK("reading logits", reel_plan_output(p, "logits", &out, &rows));
+    size_t n = (size_t)B * (size_t)c->vocab;
+    float *f = xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++) f[i] = bf16_to_f32(((const uint16_t *)out)[i]);
+    char path[512];
+    snprintf(path, sizeof path, "%s/logits_b%d_c%d.f32", c->dir, B, C);
+    FILE *fp = fopen(path, "wb");
+    if (!fp || fwrite(f, 4, n, fp) != n || fclose(fp) != 0) {
+        fprintf(stderr, "bench_decode: writing %s failed\n", path);
+        exit(1);
+    }
+    free(f);
+}
+
+static void fmt_us(char *s, size_t n, double v) { v >= 0 ? snprintf(s, n, "%.1f", v) : snprintf(s, n, "-"); }
+
+/* One context: the three plans over one cache, the prefill, every batch.
+ * Returns false when replay and eager disagree or a step did not replay. */
+static bool run_context(const cfg *c, weights *w, int C, FILE *res)
+{
+    const int N = c->warmup + c->steps, maxB = c->batches[c->nbatches - 1];
+    const int bps = (C + N + 1 + c->block_size - 1) / c->block_size;
+    const int num_blocks = maxB * bps, max_context = bps * c->block_size;
+    const size_t cache_bytes = (size_t)num_blocks * (size_t)c->block_size * (size_t)c->kv_heads *
+                               (size_t)head_dim(c) * 2;
+    void **caches = xmalloc((size_t)c->layers * 2 * sizeof *caches);
+    for (int i = 0; i < 2 * c->layers; i++) caches[i] = cache_alloc(cache_bytes);
+
+    double ms_r, ms_e = 0, ms_c = 0, t0;
+    size_t free0 = dev_free_bytes();
+    reel_plan *rp = compile(c, w, num_blocks, max_context, false, false, &ms_r);
+    size_t free1 = dev_free_bytes();
+    long long gm_used, gm_res;
+    graph_mem_attrs(&gm_used, &gm_res);
+    reel_plan_stats st;
+    RK("plan stats", reel_plan_stats_get(rp, &st));
+    reel_plan_memory mem = REEL_PLAN_MEMORY_INIT;
+    RK("plan memory", reel_plan_memory_get(rp, &mem));
+    t0 = now_s();
+    bind_caches(c, rp, caches, cache_bytes);
+    double bind_ms = (now_s() - t0) * 1e3;
+    RK("timing steps", reel_plan_time_steps(rp, 1));
+    reel_plan *ep = NULL, *lp = NULL;
+    if (c->eager) {
+        ep = compile(c, w, num_blocks, max_context, true, false, &ms_e);
+        bind_caches(c, ep, caches, cache_bytes);
+        RK("timing steps", reel_plan_time_steps(ep, 1));
+    }
+    /* The prefill runs on a plan without graphs (any of them would run it
+     * eagerly): the logits plan when there is one. */
+    if (c->logits || !ep) {
+        lp = compile(c, w, num_blocks, max_context, true, c->logits, &ms_c);
+        bind_caches(c, lp, caches, cache_bytes);
+    }
+    /* Device bytes the replay plan took at compile beside its params and its
+     * own states (freed again by the bind): arena, step region, graphs, and
+     * what the backend holds for the plan's streams. */
+    long long dev_delta = free0 && free1 ? (long long)free0 - (long long)free1 : -1;
+    long long other = dev_delta >= 0 ? dev_delta - (long long)(mem.param_bytes + mem.state_bytes) : -1;
+    fprintf(res,
+            "plan context=%d buckets=%d compile_ms=%.1f capture_ms=%.1f reel_compile_ms=%.1f bind_ms=%.1f "
+            "eager_compile_ms=%.1f arena_bytes=%zu static_bytes=%zu graph_bytes_known=%d graph_bytes=%zu "
+            "param_bytes=%zu state_bytes=%zu device_bytes=%zu dev_delta_bytes=%lld dev_other_bytes=%lld "
+            "graph_mem_used=%lld graph_mem_reserved=%lld graphs=%" PRIu64 "\n",
+            C, c->nbatches, st.compile_ms, st.capture_ms, ms_r, bind_ms, ms_e, mem.arena_bytes, mem.static_bytes,
+            mem.graph_bytes_known, mem.graph_bytes, mem.param_bytes, mem.state_bytes, mem.device_bytes, dev_delta,
+            other, gm_used, gm_res, st.graphs_captured);
+    fflush(res);
+
+    batch b;
+    batch_init(&b, c, maxB, bps, c->prefill_tokens);
+    t0 = now_s();
+    prefill(lp ? lp : ep, &b, c, 0, C);
+    reel_plan_trim(lp ? lp : ep);
+    fprintf(stderr, "bench_decode: context %d: plans %.0f / %.0f / %.0f ms, bind %.0f ms, prefill of %d x %d: %.2f s\n",
+            C, ms_r, ms_e, ms_c, bind_ms, maxB, C, now_s() - t0);
+
+    bool ok = true;
+    int32_t *next_r = xmalloc((size_t)N * (size_t)maxB * 4), *next_e = xmalloc((size_t)N * (size_t)maxB * 4);
+    int32_t *next_c = xmalloc((size_t)maxB * 4), *t0k = xmalloc((size_t)maxB * 4);
+    for (int bi = 0; bi < c->nbatches; bi++) {
+        const int B = c->batches[bi];
+        run_result rr = decode_run(rp, &b, c, B, C, next_r);
+        run_result re = {-1.0, -1.0, 0};
+        if (ep) re = decode_run(ep, &b, c, B, C, next_e);
+        int same_e = 0, same_c = 0;
+        if (c->logits) {
+            for (int s = 0; s < B; s++) t0k[s] = bench_token(c, s, C);
+            decode_step(lp, &b, c, B, t0k, C, next_c, NULL);
+            write_logits(c, lp, B, C);
+        }
+        for (size_t i = 0; ep && i < (size_t)N * (size_t)B; i++) same_e += next_r[i] == next_e[i];
+        for (int s = 0; c->logits && s < B; s++) same_c += next_r[s] == next_c[s];
+        bool eq = (!ep || same_e == N * B) && (!c->logits || same_c == B);
+        if (!eq) {
+            fprintf(stderr, "bench_decode: batch %d context %d: replay and eager differ (%d/%d ids), logits plan %d/%d\n",
+                    B, C, same_e, N * B, same_c, B);
+            ok = false;
+        }
+        if (rr.replays != c->steps) {
+            fprintf(stderr, "bench_decode: batch %d context %d: only %d of %d timed steps replayed (%s)\n", B, C,
+                    rr.replays, c->steps, reel_fallback_str(reel_plan_last_fallback(rp)));
+            ok = false;
+        }
+        double fl = floor_us(c, w, B, C);
+        char s1[32], s2[32], s3[32], s4[32];
+        fmt_us(s1, sizeof s1, rr.wall_us);
+        fmt_us(s2, sizeof s2, rr.gpu_us);
+        fmt_us(s3, sizeof s3, re.wall_us);
+        fmt_us(s4, sizeof s4, re.gpu_us);
+        printf("| %d | %d | %s | %s | %s | %s | %.1f | %.2f | %s |\n", B, C, s1, s2, s3, s4, fl, rr.wall_us / fl,
+               eq ? "yes" : "NO");
+        fflush(stdout);
+        fprintf(res, "case batch=%d context=%d replay_us=%.3f replay_gpu_us=%.3f eager_us=%.3f eager_gpu_us=%.3f "
+                     "floor_us=%.3f replays=%d replay_eq_eager=%d\n",
+                B, C, rr.wall_us, rr.gpu_us, re.wall_us, re.gpu_us, fl, rr.replays, eq ? 1 : 0);
+        for (int i = 0; i < N; i++) {
+            fprintf(res, "tokens batch=%d context=%d step=%d :", B, C, i);
+            for (int s = 0; s < B; s++) fprintf(res, " %d", next_r[(size_t)i * (size_t)B + (size_t)s]);
+            fputc('\n', res);
+        }
+        fflush(res);
+    }
+    free(next_r);
+    free(next_e);
+    free(next_c);
+    free(t0k);
+    reel_plan_destroy(rp);
+    reel_plan_destroy(ep);
+    reel_plan_destroy(lp);
+    batch_destroy(&b);
+    for (int i = 0; i < 2 * c->layers; i++) cache_free(caches[i]);
+    free(caches);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    cfg c;
+    parse(argc, argv, &c);
+    if (mkdir(c.dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bench_decode: mkdir %s: %s\n", c.dir, strerror(errno));
+        return 1;
+    }
+    reel_ctx_opts co = REEL_CTX_OPTS_INIT;
+    RK("creating the context", reel_ctx_create(&co, &g_ctx));
+    weights w;
+    double t0 = now_s();
+    make_weights(&w, &c);
+    char path[512];
+    snprintf(path, sizeof path, "%s/weights.bin", c.dir);
+    write_weights(&w, &c, path);
+    fprintf(stderr, "bench_decode: weights generated and written to %s in %.1f s\n", path, now_s() - t0);
+
+    snprintf(path, sizeof path, "%s/reel_decode.txt", c.dir);
+    FILE *res = fopen(path, "w");
+    if (!res) {
+        fprintf(stderr, "bench_decode: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    char blist[128] = "", clist[128] = "";
+    for (int i = 0, n = 0; i < c.nbatches; i++)
+        n += snprintf(blist + n, sizeof blist - (size_t)n, "%s%d", i ? "," : "", c.batches[i]);
+    for (int i = 0, n = 0; i < c.ncontexts; i++)
+        n += snprintf(clist + n, sizeof clist - (size_t)n, "%s%d", i ? "," : "", c.contexts[i]);
+    fprintf(res, "config layers=%d hidden=%d heads=%d kv_heads=%d head_dim=%d ffn=%d vocab=%d block_size=%d "
+                 "seed=%" PRIu64 " steps=%d warmup=%d backend=%s batches=%s contexts=%s eager=%d version=%d\n",
+            c.layers, c.hidden, c.heads, c.kv_heads, head_dim(&c), c.ffn, c.vocab, c.block_size, c.seed, c.steps,
+            c.warmup, reel_backend_name(reel_ctx_backend(g_ctx)), blist, clist, c.eager ? 1 : 0, reel_version());
+
+    printf("reel decode step: %d layers, hidden %d, %d heads of %d (%d kv), ffn %d, vocab %d, bf16, "
+           "KV blocks of %d; backend %s; buckets %s\n",
+           c.layers, c.hidden, c.heads, head_dim(&c), c.kv_heads, c.ffn, c.vocab, c.block_size,
+           reel_backend_name(reel_ctx_backend(g_ctx)), blist);
+    printf("wall: host time per step (set tokens + metadata, reel_step, next ids back); gpu: device time of the "
+           "step (reel_plan_time_steps); medians of %d after %d warm-up\n\n",
+           c.steps, c.warmup);
+    printf("| batch | context | replay wall us | replay gpu us | eager wall us | eager gpu us | floor us | "
+           "replay / floor | replay == eager |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    fflush(stdout);
+
+    bool ok = true;
+    for (int ci = 0; ci < c.ncontexts; ci++) ok = run_context(&c, &w, c.contexts[ci], res) && ok;
+    fclose(res);
+    printf("\nfloor: (weights but the embedding table + K/V of C+1 positions) / %.2f TB/s.\n", FLOOR_TBPS);
+    printf("results for bench/torch_model.py: %s/reel_decode.txt\n", c.dir);
+    for (int i = 0; i < w.n; i++) free(w.t[i].data);
+    for (int i = 0; i < c.layers; i++) free(w.qkv[i]);
+    free(w.qkv);
+    free(w.t);
+    reel_ctx_destroy(g_ctx);
+    if (!ok) {
+        fprintf(stderr, "bench_decode: replay and eager (or the logits plan) disagree, or steps did not replay\n");
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,268 @@
+/* Op nodes: operand checks, shape inference through the op's schema, and
+ * the node and its output tensors. A refused op adds nothing. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "graph/builder.h"
+
+/* Appends "; x 'h' is [T,256] f32, w 'wq' is [512,1024] f32" for the
+ * present operands, so every shape message names the tensors. */
+static void describe_operands(const reel_graph *g, const reel_op_schema *sc, const uint32_t *in, char *buf,
+                              size_t len)
+{
+    size_t at = strlen(buf);
+    const char *sep = "; ";
+    for (int i = 0; i < sc->nin && at < len; i++) {
+        if (!in[i])
+            continue;
+        const reel_tinfo *t = &g->tensors[in[i]];
+        char sh[64];
+        int n = snprintf(buf + at, len - at, "%s%s '%s' is %s %s", sep, sc->in_names[i], t->name,
+                         reel_shape_format(&t->shape, sh, sizeof sh), reel_dtype_name(t->shape.dtype));
+        at += n > 0 ? (size_t)n : 0;
+        sep = ", ";
+    }
+}
+
+/* Checks the operand handles. REEL_OK, or the status to refuse with; an
+ * invalid handle after an earlier failure is refused without a new error. */
+static reel_status check_operands(reel_graph *g, const reel_op_schema *sc, const uint32_t *in, uint32_t optional)
+{
+    for (int i = 0; i < sc->nin; i++) {
+        if (reel_graph_has(g, in[i]) || (in[i] == 0 && (optional & (1u << i))))
+            continue;
+        if (in[i] == 0 && g->err != REEL_OK)
+            return g->err;
+        if (in[i] == 0)
+            return reel_graph_fail(g, REEL_E_INVALID_ARG,
+                                   "op '%s' (node %d): input %d (%s) is an invalid tensor (from a failed call?)",
+                                   sc->name, g->nnodes, i + 1, sc->in_names[i]);
+        return reel_graph_fail(g, REEL_E_INVALID_ARG,
+                               "op '%s' (node %d): input %d (%s) is tensor id %u, unknown to this graph "
+                               "(a handle of another graph?)",
+                               sc->name, g->nnodes, i + 1, sc->in_names[i], in[i]);
+    }
+    return REEL_OK;
+}
+
+/* The caches are written by the op: they must be states, never weights or
+ * activations (which the planner may reuse). */
+static reel_status caches_are_states(reel_graph *g, const uint32_t *in)
+{
+    for (int i = 3; i <= 4; i++) {
+        const reel_tinfo *t = &g->tensors[in[i]];
+        if (t->kind != REEL_T_STATE)
+            return reel_graph_fail(g, REEL_E_INVALID_ARG,
+                                   "op 'paged_attention' (node %d): %s '%s' is %s %s, not a state", g->nnodes,
+                                   i == 3 ? "k_cache" : "v_cache", t->name,
+                                   t->kind == REEL_T_INPUT || t->kind == REEL_T_ACT ? "an" : "a",
+                                   reel_tensor_kind_name(t->kind));
+    }
+    return REEL_OK;
+}
+
+/* Adds a node of kind op over inputs in (0 = absent optional input, allowed
+ * where bit i of optional is set). Writes the output handles to outs. */
+static reel_status add_node(reel_graph *g, reel_op_kind op, const uint32_t *in, uint32_t optional,
+                            const reel_op_attrs *a, reel_tensor *outs)
+{
+    const reel_op_schema *sc = reel_op_schema_get(op);
+    for (int i = 0; i < sc->nout; i++)
+        outs[i] = (reel_tensor){ 0 };
+    reel_status st = check_operands(g, sc, in, optional);
+    if (st != REEL_OK)
+        return st;
+    if (op == REEL_OP_PAGED_ATTENTION && (st = caches_are_states(g, in)) != REEL_OK)
+        return st;
+    reel_shape ish[REEL_OP_MAX_IN] = { { 0 } }, osh[REEL_OP_MAX_OUT] = { { 0 } };
+    for (int i = 0; i < sc->nin; i++)
+        if (in[i])
+            ish[i] = g->tensors[in[i]].shape;
+    char why[REEL_ERRMSG_MAX] = "";
+    st = sc->infer(ish, sc->nin, a, osh, why, sizeof why);
+    if (st != REEL_OK) {
+        describe_operands(g, sc, in, why, sizeof why);
+        return reel_graph_fail(g, st, "op '%s' (node %d): %s", sc->name, g->nnodes, why);
+    }
+    /* Trailing outputs the inference left without dims are absent (paged
+     * attention's lse): the node has fewer outputs than its schema. */
+    int nout = sc->nout;
+    while (nout > 1 && osh[nout - 1].ndim == 0)
+        nout--;
+    if (reel_graph_reserve(g, nout, 1) != REEL_OK)
+        return reel_graph_fail(g, REEL_E_OOM, "op '%s' (node %d): out of host memory", sc->name, g->nnodes);
+    int id = g->nnodes++;
+    reel_node *n = &g->nodes[id];
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->attrs = *a;
+    n->nin = sc->nin;
+    n->nout = nout;
+    memcpy(n->in, in, sizeof n->in);
+    for (int i = 0; i < nout; i++) {
+        char name[REEL_NAME_MAX];
+        if (i == 0)
+            snprintf(name, sizeof name, "%s#%d", sc->name, id);
+        else
+            snprintf(name, sizeof name, "%s#%d.%d", sc->name, id, i);
+        uint32_t t = reel_graph_push_tensor(g, name, REEL_T_ACT, &osh[i]);
+        g->tensors[t].producer = id;
+        g->tensors[t].out_index = i;
+        n->out[i] = t;
+        outs[i] = (reel_tensor){ t };
+    }
+    return REEL_OK;
+}
+
+static reel_tensor node1(reel_graph *g, reel_op_kind op, uint32_t a0, uint32_t a1, const reel_op_attrs *a)
+{
+    reel_tensor out = { 0 };
+    if (!g)
+        return out;
+    uint32_t in[REEL_OP_MAX_IN] = { a0, a1 };
+    add_node(g, op, in, 0, a, &out);
+    return out;
+}
+
+reel_tensor reel_embedding(reel_graph *g, reel_tensor table, reel_tensor ids)
+{
+    return node1(g, REEL_OP_EMBEDDING, table.id, ids.id, &(reel_op_attrs){ { 0 } });
+}
+
+reel_tensor reel_matmul(reel_graph *g, reel_tensor x, reel_tensor w, bool w_transposed)
+{
+    reel_op_attrs a = { .matmul = { .w_transposed = w_transposed } };
+    return node1(g, REEL_OP_MATMUL, x.id, w.id, &a);
+}
+
+reel_tensor reel_add(reel_graph *g, reel_tensor a, reel_tensor b)
+{
+    return node1(g, REEL_OP_ADD, a.id, b.id, &(reel_op_attrs){ { 0 } });
+}
+
+reel_tensor reel_mul(reel_graph *g, reel_tensor a, reel_tensor b)
+{
+    return node1(g, REEL_OP_MUL, a.id, b.id, &(reel_op_attrs){ { 0 } });
+}
+
+reel_tensor reel_rmsnorm(reel_graph *g, reel_tensor x, reel_tensor w, float eps)
+{
+    reel_op_attrs a = { .rmsnorm = { eps } };
+    return node1(g, REEL_OP_RMSNORM, x.id, w.id, &a);
+}
+
+reel_tensor reel_silu_and_mul(reel_graph *g, reel_tensor x)
+{
+    return node1(g, REEL_OP_SILU_AND_MUL, x.id, 0, &(reel_op_attrs){ { 0 } });
+}
+
+reel_tensor reel_rope(reel_graph *g, reel_tensor x, reel_tensor positions, int head_dim, int rot_dim, float theta)
+{
+    reel_op_attrs a = { .rope = { head_dim, rot_dim, theta } };
+    return node1(g, REEL_OP_ROPE, x.id, positions.id, &a);
+}
+
+reel_tensor reel_softmax(reel_graph *g, reel_tensor x)
+{
+    return node1(g, REEL_OP_SOFTMAX, x.id, 0, &(reel_op_attrs){ { 0 } });
+}
+
+reel_tensor reel_view_cols(reel_graph *g, reel_tensor x, int64_t col, int64_t ncols)
+{
+    reel_op_attrs a = { .view = { col, ncols } };
+    return node1(g, REEL_OP_VIEW_COLS, x.id, 0, &a);
+}
+
+reel_tensor reel_argmax(reel_graph *g, reel_tensor x)
+{
+    return node1(g, REEL_OP_ARGMAX, x.id, 0, &(reel_op_attrs){ { 0 } });
+}
+
+reel_tensor reel_graph_paged_attention(reel_graph *g, const uint32_t *in, const reel_attn_params *p,
+                                       const reel_attn_layout *lay, reel_tensor *lse)
+{
+    reel_tensor out = { 0 };
+    if (lse)
+        *lse = out;
+    if (!g)
+        return out;
+    if (!p) {
+        reel_graph_fail(g, REEL_E_INVALID_ARG, "op 'paged_attention' (node %d): params are NULL", g->nnodes);
+        return out;
+    }
+    reel_op_attrs a = { .attn = { .p = *p } };
+    if (lay)
+        a.attn.lay = *lay;
+    /* The second output is the op's split-KV workspace, not the caller's;
+     * the third, with a layout that asks for it, the lse. */
+    reel_tensor res[REEL_OP_MAX_OUT] = { { 0 } };
+    if (add_node(g, REEL_OP_PAGED_ATTENTION, in, 1u << 5, &a, res) != REEL_OK)
+        return out;
+    out = res[0];
+    if (lse)
+        *lse = res[2];
+    /* Resolved once here so every backend uses the same scale. */
+    reel_attn_params *np = &g->nodes[g->nnodes - 1].attrs.attn.p;
+    if (np->scale == 0.0f)
+        np->scale = 1.0f / sqrtf((float)np->head_dim);
+    return out;
+}
+
+reel_tensor reel_paged_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel_tensor v,
+                                 reel_tensor k_cache, reel_tensor v_cache, const reel_attn_params *p)
+{
+    uint32_t in[REEL_OP_MAX_IN] = { q.id, k.id, v.id, k_cache.id, v_cache.id, 0 };
+    return reel_graph_paged_attention(g, in, p, NULL, NULL);
+}
+
+reel_tensor reel_topk(reel_graph *g, reel_tensor scores, reel_tensor lengths, reel_tensor page_table, int k,
+                      int page_size)
+{
+    reel_tensor out = { 0 };
+    if (!g)
+        return out;
+    /* An absent page table is the invalid handle, stored as in[2] = 0. */
+    reel_op_attrs a = { .topk = { k, page_size, page_table.id != 0 } };
+    uint32_t in[REEL_OP_MAX_IN] = { scores.id, lengths.id, page_table.id };
+    add_node(g, REEL_OP_TOPK, in, 1u << 2, &a, &out);
+    return out;
+}
+
+reel_status reel_lse_combine(reel_graph *g, reel_tensor outs, reel_tensor lses, int num_heads, reel_tensor *out,
+                             reel_tensor *lse)
+{
+    reel_tensor res[REEL_OP_MAX_OUT] = { { 0 } };
+    reel_status st = REEL_E_INVALID_ARG;
+    if (g && out && lse) {
+        reel_op_attrs a = { .lse = { num_heads, false, REEL_F32 } };
+        uint32_t in[REEL_OP_MAX_IN] = { outs.id, lses.id };
+        st = add_node(g, REEL_OP_LSE_COMBINE, in, 0, &a, res);
+    } else if (g) {
+        st = reel_graph_fail(g, REEL_E_INVALID_ARG, "op 'lse_combine' (node %d): out or lse is NULL", g->nnodes);
+    }
+    if (out)
+        *out = res[0];
+    if (lse)
+        *lse = res[1];
+    return st;
+}
+
+reel_status reel_graph_lse_combine_packed(reel_graph *g, reel_tensor packed, int num_heads, reel_dtype out_dtype,
+                                          reel_tensor *out, reel_tensor *lse)
+{
+    reel_tensor res[REEL_OP_MAX_OUT] = { { 0 } };
+    reel_op_attrs a = { .lse = { num_heads, true, out_dtype } };
+    uint32_t in[REEL_OP_MAX_IN] = { packed.id, 0 };
+    reel_status st = add_node(g, REEL_OP_LSE_COMBINE, in, 1u << 1, &a, res);
+    *out = res[0];
+    *lse = res[1];
+    return st;
+}
+
+/* For the builders of other files (graph/builder_comm.c). */
+reel_status reel_graph_add_op(reel_graph *g, reel_op_kind op, const uint32_t *in, uint32_t optional,
+                              const reel_op_attrs *a, reel_tensor *outs)
+{
+    return add_node(g, op, in, optional, a, outs);
+}

@@ -1,0 +1,519 @@
+/*
+ * reel: a graph-capture execution runtime for model serving.
+ *
+ * A model is declared once as a static DAG of ops, compiled into a plan
+ * (order, streams, memory layout, kernel choice), captured as one graph per
+ * token bucket, and replayed every serving step. A step beyond the limits the
+ * graphs were captured with runs eagerly through the same kernels, with a
+ * reason counted in the plan's stats (or refused, in strict mode).
+ *
+ *     reel_ctx *ctx;
+ *     reel_ctx_opts o = REEL_CTX_OPTS_INIT;          // backend: auto
+ *     reel_ctx_create(&o, &ctx);
+ *     reel_graph *g;  reel_graph_create(ctx, &g);
+ *     int64_t d[] = {REEL_DIM_TOKENS, 4};
+ *     reel_tensor a = reel_input(g, "a", REEL_F32, 2, d);
+ *     reel_tensor b = reel_input(g, "b", REEL_F32, 2, d);
+ *     reel_output(g, "sum", reel_add(g, a, b));
+ *     reel_plan *p;   reel_compile(g, NULL, &p);    // default buckets
+ *     reel_plan_set_input(p, "a", host_a, 3);  reel_plan_set_input(p, "b", host_b, 3);
+ *     reel_step_info s = { .num_tokens = 3 };
+ *     reel_step(p, &s);                              // replays bucket 4
+ *     const void *sum; int64_t rows; reel_plan_output(p, "sum", &sum, &rows);
+ *
+ * Errors: every call that can fail returns a reel_status; the detail (the op,
+ * tensor or limit at fault) is in reel_ctx_last_error() (of NULL for calls
+ * without a context, reel_ctx_create among them). No call aborts,
+ * exits or prints on bad input. Handles are opaque; destructors accept NULL.
+ *
+ * Threads: a reel_ctx may be used from several threads, but each graph is
+ * built by one thread at a time and each plan is stepped by one thread at a
+ * time (a plan holds its serving loop's state). The last-error text of a
+ * context is per context, not per thread; reel_ctx_last_error hands each
+ * reading thread its own copy.
+ */
+#ifndef REEL_REEL_H
+#define REEL_REEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define REEL_VERSION_MAJOR 0
+#define REEL_VERSION_MINOR 1
+#define REEL_VERSION_PATCH 0
+#define REEL_VERSION_NUMBER \
+    (REEL_VERSION_MAJOR * 10000 + REEL_VERSION_MINOR * 100 + REEL_VERSION_PATCH)
+
+/* The version of the library actually linked (REEL_VERSION_NUMBER form). */
+int reel_version(void);
+
+typedef enum reel_status {
+    REEL_OK = 0,
+    REEL_E_INVALID_ARG,   /* a bad value was passed (NULL, negative size, ...) */
+    REEL_E_INVALID_USAGE, /* a call out of order (step before compile, ...) */
+    REEL_E_SHAPE,         /* shapes of an op's operands disagree */
+    REEL_E_DTYPE,         /* dtypes of an op's operands disagree or are unsupported */
+    REEL_E_NOT_FOUND,     /* unknown input, output, parameter or tensor */
+    REEL_E_UNBOUND,       /* a parameter has no data */
+    REEL_E_NO_OUTPUT,     /* a graph output is never produced / graph has none */
+    REEL_E_OOM,           /* host or device memory exhausted */
+    REEL_E_LIMIT,         /* a kernel refused a step past the limit its graph was captured
+                             with, or a fixed capacity of reel was reached (a step past a
+                             limit normally runs eagerly instead: see reel_fallback) */
+    REEL_E_FALLBACK,      /* strict mode: the step would have run eagerly */
+    REEL_E_BACKEND,       /* the backend (CUDA, cuBLAS, threads) failed */
+    REEL_E_UNSUPPORTED,   /* backend or configuration outside what reel validates */
+    REEL_E_VERSION,       /* header and library versions differ */
+    REEL_E_HAZARD,        /* the hazard checker found unordered access */
+    REEL_E_INTERNAL,      /* an invariant of reel itself failed */
+    REEL_STATUS_COUNT
+} reel_status;
+
+/* Static name of a status, "REEL_OK" ... ; never NULL. */
+const char *reel_status_str(reel_status s);
+
+/* ---- context ----------------------------------------------------------- */
+
+typedef struct reel_ctx reel_ctx;
+
+typedef enum reel_backend_kind {
+    REEL_BACKEND_AUTO = 0, /* REEL_BACKEND env var, else CUDA if built and a device is visible, else host */
+    REEL_BACKEND_HOST,
+    REEL_BACKEND_CUDA,
+} reel_backend_kind;
+
+/* Option structs (reel_ctx_opts, reel_compile_opts) follow one rule, NCCL's:
+ * - initialise every one with its _INIT macro: it records the struct's size
+ *   and the header's version, and sets every option to REEL_UNDEF_INT
+ *   ("undefined": the library's default);
+ * - then set the options you want by name (o.max_context = 8192);
+ * - new options are only ever appended at the end, so a program built
+ *   against an older header keeps working with a newer library (its struct
+ *   is shorter; the options it does not know take their defaults).
+ * The library refuses (REEL_E_VERSION) only what cannot work: a struct that
+ * was not initialised (size 0), a header of another major version, or a
+ * struct larger than the library knows (a newer header's options it cannot
+ * honour). */
+#define REEL_UNDEF_INT (-2147483647 - 1)
+
+typedef struct reel_ctx_opts {
+    size_t size;               /* sizeof(reel_ctx_opts) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    int backend;               /* a reel_backend_kind; an explicit choice wins over REEL_BACKEND;
+                                  undefined: REEL_BACKEND_AUTO */
+    int device;                /* CUDA device ordinal; undefined: 0 */
+} reel_ctx_opts;
+
+#define REEL_CTX_OPTS_INIT { sizeof(reel_ctx_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, REEL_UNDEF_INT }
+
+/* Creates a context. opts may be NULL (defaults). On failure *out is NULL
+ * and the reason is in reel_ctx_last_error(NULL) (this thread's).
+ * REEL_E_VERSION when opts breaks the option-struct rule above;
+ * REEL_E_UNSUPPORTED when the CUDA backend is asked for and not available. */
+reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out);
+/* Destroys the context. All graphs and plans of it must be destroyed first. */
+void reel_ctx_destroy(reel_ctx *ctx);
+/* The message of the last failed call on this context ("" if none), copied
+ * under the context's lock into a buffer of the calling thread: valid and
+ * unchanged until this thread calls reel_ctx_last_error again. ctx NULL:
+ * this thread's last failure that had no context to record on
+ * (reel_ctx_create, reel_backend_parse, a call with a NULL graph or plan).
+ * Every call that returns a status other than REEL_OK leaves a message. */
+const char *reel_ctx_last_error(const reel_ctx *ctx);
+reel_backend_kind reel_ctx_backend(const reel_ctx *ctx);
+/* "auto", "host", "cuda"; NULL for an unknown value. */
+const char *reel_backend_name(reel_backend_kind k);
+/* Parses "auto" | "host" | "cuda". */
+reel_status reel_backend_parse(const char *name, reel_backend_kind *out);
+
+/* ---- graph builder ------------------------------------------------------ */
+
+typedef struct reel_graph reel_graph;
+
+typedef enum reel_dtype { REEL_F32 = 0, REEL_F16, REEL_BF16, REEL_I32, REEL_DTYPE_COUNT } reel_dtype;
+size_t reel_dtype_size(reel_dtype t);
+const char *reel_dtype_name(reel_dtype t);
+
+/* The symbolic token dimension; only dims[0] may be symbolic. */
+#define REEL_DIM_TOKENS (-1)
+#define REEL_MAX_DIMS 4
+
+/* A tensor handle: small, borrowed, owned by its graph. id 0 is invalid. */
+typedef struct reel_tensor { uint32_t id; } reel_tensor;
+
+/* Graph construction is deferred-error (like building a ggml graph): a
+ * builder call that fails returns the invalid handle and records the first
+ * error on the graph, with a message naming the op and tensor. Any later op
+ * that uses an invalid handle is refused too. reel_graph_status() returns the
+ * first error; reel_compile() returns it as well. */
+reel_status reel_graph_create(reel_ctx *ctx, reel_graph **out);
+void reel_graph_destroy(reel_graph *g);
+reel_status reel_graph_status(const reel_graph *g);
+
+/* Inputs are written before each step with reel_plan_set_input. */
+reel_tensor reel_input(reel_graph *g, const char *name, reel_dtype dt, int ndim, const int64_t *dims);
+/* Parameters (weights): no token dimension. Bind data before compile with
+ * reel_param_bind (the pointer is borrowed by the graph: each reel_compile
+ * of it copies the data, so it must stay valid until the graph's last
+ * compile returns), or mark the parameter deferred and write it into the
+ * plan with reel_plan_write_param before the first step. */
+reel_tensor reel_param(reel_graph *g, const char *name, reel_dtype dt, int ndim, const int64_t *dims);
+reel_status reel_param_bind(reel_graph *g, reel_tensor param, const void *data);
+reel_status reel_param_defer(reel_graph *g, reel_tensor param);
+/* State tensors persist across steps (a KV cache). Zero at compile. */
+reel_tensor reel_state(reel_graph *g, const char *name, reel_dtype dt, int ndim, const int64_t *dims);
+/* The step's token positions, [T] int32, filled from reel_step_info. */
+reel_tensor reel_positions(reel_graph *g);
+/* Marks t as an output named name; readable after each step. */
+reel_status reel_output(reel_graph *g, const char *name, reel_tensor t);
+/* Names a tensor (used in error messages, stats and pictures). */
+reel_status reel_set_name(reel_graph *g, reel_tensor t, const char *name);
+/* Runs the op that produces t on stream s (0 <= s < REEL_MAX_STREAMS).
+ * Cross-stream inputs are ordered by events that reel inserts. */
+#define REEL_MAX_STREAMS 4
+reel_status reel_set_stream(reel_graph *g, reel_tensor t, int stream);
+
+/* Ops. Unless said otherwise, x has a token dimension [T, ...] and the
+ * result has x's dtype; f32, f16 and bf16 storage, float32 compute. */
+/* table [V, D], ids [T] int32 -> [T, D]; an id outside [0, V) gives a zero row. */
+reel_tensor reel_embedding(reel_graph *g, reel_tensor table, reel_tensor ids);
+/* x [T, K] times w [K, N] (or w [N, K] with w_transposed) -> [T, N]. */
+reel_tensor reel_matmul(reel_graph *g, reel_tensor x, reel_tensor w, bool w_transposed);
+/* Elementwise; b has a's shape or is a row [last dim of a] broadcast over rows. */
+reel_tensor reel_add(reel_graph *g, reel_tensor a, reel_tensor b);
+reel_tensor reel_mul(reel_graph *g, reel_tensor a, reel_tensor b);
+/* x [T, D], w [D]: x / sqrt(mean(x^2) + eps) * w. */
+reel_tensor reel_rmsnorm(reel_graph *g, reel_tensor x, reel_tensor w, float eps);
+/* x [T, 2F] -> silu(x[:, :F]) * x[:, F:], [T, F]. */
+reel_tensor reel_silu_and_mul(reel_graph *g, reel_tensor x);
+/* Neox-style rotary embedding of x [T, H*head_dim] at positions [T] int32;
+ * rotates the first rot_dim dims of each head (rot_dim even, <= head_dim). */
+reel_tensor reel_rope(reel_graph *g, reel_tensor x, reel_tensor positions, int head_dim, int rot_dim, float theta);
+/* Row softmax of x [T, N]. */
+reel_tensor reel_softmax(reel_graph *g, reel_tensor x);
+/* Row argmax of x [T, N] -> [T] int32 (lowest index on ties; NaN never wins). */
+reel_tensor reel_argmax(reel_graph *g, reel_tensor x);
+/* Columns [col, col + ncols) of x [T, N] -> [T, ncols]: how a fused
+ * projection (one matmul to [T, (H + 2 Hkv) Dh]) is split into q, k and v.
+ * Where every reader of x is such a view, the views tile x's columns, x is
+ * a matmul's result and not a graph output, compile makes the matmul write
+ * each view's columns as a block of their own and the views alias those
+ * bytes: no copy, no kernel. Otherwise (or with no_fuse) a view is a copy. */
+reel_tensor reel_view_cols(reel_graph *g, reel_tensor x, int64_t col, int64_t ncols);
+
+typedef struct reel_attn_params {
+    int num_heads, num_kv_heads, head_dim, block_size;
+    float scale; /* 0: 1/sqrt(head_dim) */
+} reel_attn_params;
+/* Paged attention for a mixed prefill/decode batch. q [T, H*Dh], k and v
+ * [T, Hkv*Dh]; k_cache and v_cache are states [num_blocks, block_size, Hkv, Dh]
+ * of q's dtype. For each token it first writes k and v into the slot that
+ * the step's slot mapping gives (skipped for slot -1), then the token attends
+ * causally over its sequence's cached context, positions 0 .. its own
+ * position, through the sequence's block table. Result [T, H*Dh]. A context
+ * longer than the plan's max_context is refused inside a captured graph
+ * (REEL_E_LIMIT), never truncated. */
+reel_tensor reel_paged_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel_tensor v,
+                                 reel_tensor k_cache, reel_tensor v_cache, const reel_attn_params *p);
+/* Top-k over rows of scores [T, N] f32 with lengths [T] int32: positions at
+ * or past a row's length count as NaN; NaN is never selected; -inf is a valid
+ * candidate. A row with fewer than k candidates gives its valid indices, then
+ * -1. With a page table [T, P] int32 (pass the invalid handle for none),
+ * index i becomes page_table[i / page_size] * page_size + i % page_size;
+ * -1 stays -1; a result past INT32_MAX (or a page past P) gives -1 and fails
+ * the step with REEL_E_LIMIT. Result [T, k] int32, order of equal scores
+ * unspecified. */
+reel_tensor reel_topk(reel_graph *g, reel_tensor scores, reel_tensor lengths, reel_tensor page_table,
+                      int k, int page_size);
+/* Combines P partial attention results: outs [T, P, H*Dh], lses [T, P, H] f32
+ * -> out [T, H*Dh] (outs' dtype) and lse [T, H] f32. An empty partial is
+ * (0, -inf); +inf and NaN lse count as -inf; a zero-weight partial adds
+ * exactly 0 even if its output is NaN; an all-empty row gives (0, -inf). */
+reel_status reel_lse_combine(reel_graph *g, reel_tensor outs, reel_tensor lses, int num_heads,
+                             reel_tensor *out, reel_tensor *lse);
+
+/* ---- compile ------------------------------------------------------------ */
+
+typedef struct reel_plan reel_plan;
+typedef struct reel_comm reel_comm; /* reel/comm.h */
+
+#define REEL_MAX_BUCKETS 16
+
+typedef struct reel_compile_opts {
+    size_t size;                          /* sizeof(reel_compile_opts) of the caller's header */
+    int version;                          /* REEL_VERSION_NUMBER of the caller's header */
+    int num_buckets;                      /* undefined or 0: default {1,2,4,8,16,32,64} */
+    int32_t buckets[REEL_MAX_BUCKETS];    /* ascending token counts to capture */
+    int32_t max_context;                  /* per-sequence context limit of the graphs; undefined: 4096 */
+    int32_t max_seqs;                     /* sequences per step in the graphs; undefined: 64 */
+    /* Flags: nonzero for yes; undefined: no. */
+    int strict;                           /* a fallback is an error, not an eager step */
+    int no_capture;                       /* compile no graphs: every step eager (reason no bucket) */
+    int check_hazards;                    /* run every step under the hazard checker */
+    int pdl;                              /* programmatic dependent launch between kernels of
+                                             one stream, where the device has it (CUDA): nonzero
+                                             for every kernel that honours it, 0 for none;
+                                             undefined: by grid size, for kernels of at most
+                                             one wave (blocks <= multiprocessors, docs/fusion.md) */
+    /* Appended in 0.1 (issue 10). */
+    reel_comm *comm;                      /* this rank's communicator (reel/comm.h), borrowed:
+                                             the plan holds a reference until destroyed.
+                                             Required by a graph with collective ops;
+                                             undefined (NULL): none */
+    /* Appended in 0.1 (issue 8). */
+    int no_fuse;                          /* nonzero: no fusion pass (docs/fusion.md): every op of
+                                             the graph is its own kernel, for comparing fused and
+                                             unfused results; undefined: fuse */
+} reel_compile_opts;
+
+#define REEL_COMPILE_OPTS_INIT                                                                         \
+    { sizeof(reel_compile_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, {0}, REEL_UNDEF_INT, REEL_UNDEF_INT, \
+      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, NULL, REEL_UNDEF_INT }
+
+/* Validates, orders, plans memory, selects kernels, allocates and captures
+ * one graph per bucket. opts may be NULL. The graph is not consumed: it may
+ * be destroyed after compile. Errors name the op and tensor at fault. */
+reel_status reel_compile(reel_graph *g, const reel_compile_opts *opts, reel_plan **out);
+void reel_plan_destroy(reel_plan *p);
+
+/* ---- step --------------------------------------------------------------- */
+
+/* Per-step metadata. Tokens of a sequence are contiguous:
+ * sequence s owns tokens query_start[s] .. query_start[s+1]-1. A plan
+ * without paged attention never reads the sequence arrays (they may be NULL
+ * whatever num_seqs says); positions default to 0 when NULL. */
+typedef struct reel_step_info {
+    int32_t num_tokens;
+    int32_t num_seqs;
+    const int32_t *query_start;   /* [num_seqs + 1] */
+    const int32_t *positions;     /* [num_tokens] position of each token in its sequence */
+    const int32_t *slot_mapping;  /* [num_tokens] KV slot to write, -1 for none */
+    const int32_t *context_lens;  /* [num_seqs] context length after this step */
+    const int32_t *block_tables;  /* [num_seqs][block_table_stride] */
+    int32_t block_table_stride;
+} reel_step_info;
+
+typedef enum reel_fallback {
+    REEL_FALLBACK_NONE = 0,          /* replayed */
+    REEL_FALLBACK_NO_BUCKET,         /* the plan captured no graphs */
+    REEL_FALLBACK_TOKENS_OVER_LIMIT, /* num_tokens > largest bucket */
+    REEL_FALLBACK_SEQS_OVER_LIMIT,   /* num_seqs > max_seqs */
+    REEL_FALLBACK_CONTEXT_OVER_LIMIT,/* a context length > max_context */
+    REEL_FALLBACK_OP_NOT_CAPTURABLE, /* an op of the plan cannot be captured */
+    REEL_FALLBACK_CAPTURE_FAILED,    /* capture of the bucket failed at compile */
+    REEL_FALLBACK_COUNT
+} reel_fallback;
+const char *reel_fallback_str(reel_fallback f);
+
+/* Copies rows of an input into the plan's staging buffer for the next step.
+ * rows must equal the next step's num_tokens for token inputs (parameters of
+ * the input's shape otherwise: rows 1 for inputs without a token dim). */
+reel_status reel_plan_set_input(reel_plan *p, const char *name, const void *data, int64_t rows);
+/* Runs one step: replays the smallest bucket >= num_tokens, or runs eagerly
+ * with a counted reason (REEL_E_FALLBACK in strict mode). On return outputs
+ * are readable. */
+reel_status reel_step(reel_plan *p, const reel_step_info *s);
+/* A step's output (host memory owned by the plan, valid until the next step
+ * or destroy), sliced to the step's num_tokens rows. */
+reel_status reel_plan_output(reel_plan *p, const char *name, const void **data, int64_t *rows);
+/* An output's element type and elements per token row (all elements for an
+ * output without a token dimension). Valid from compile on. */
+reel_status reel_plan_output_desc(const reel_plan *p, const char *name, reel_dtype *dtype, int64_t *row_elems);
+/* Writes a deferred (or any) parameter. bytes must equal its size. */
+reel_status reel_plan_write_param(reel_plan *p, const char *name, const void *data, size_t bytes);
+/* Reads or writes a state tensor (for tests and cache transfer). */
+reel_status reel_plan_read_state(reel_plan *p, const char *name, void *dst, size_t bytes);
+reel_status reel_plan_write_state(reel_plan *p, const char *name, const void *src, size_t bytes);
+/* Points a state tensor at caller-owned memory of exactly its size (device
+ * memory; host memory on the host backend), e.g. one KV cache shared by a
+ * prefill plan and a decode plan. The plan's own buffer is freed; the caller's
+ * memory is borrowed until the plan is destroyed or the state bound again.
+ * Only kernel parameters change: every captured graph is re-captured and
+ * updated in place where the backend can (cudaGraphExecUpdate), replaced
+ * otherwise; stats count both. A bucket whose re-capture fails never replays
+ * its old graph again: it runs eagerly ("capture failed"), or, in strict
+ * mode, the call fails. Waits for the plan's streams first. */
+reel_status reel_plan_bind_state(reel_plan *p, const char *name, void *mem, size_t bytes);
+/* Gives back the memory of eager steps past the fixed limits (the overflow
+ * layout and the workspace allocator's cache): waits for the streams that
+ * used it, then frees it. The next such step allocates again. */
+reel_status reel_plan_trim(reel_plan *p);
+/* Why the last step ran eagerly (REEL_FALLBACK_NONE if it replayed). */
+reel_fallback reel_plan_last_fallback(const reel_plan *p);
+/* Device time of steps, off by default. With on != 0, every following step
+ * records a timing event on the plan's first stream just before its upload
+ * and one after its download, before the host waits for it; the time
+ * between them is what the device spent on the step: the upload, the replay
+ * (or, eagerly, the kernels and the gaps while the host issued them), the
+ * download. CUDA: cudaEventElapsedTime (about 0.5 us resolution); host
+ * backend: the stream thread's clock as it reaches each event. Costs two
+ * event records a step. REEL_E_UNSUPPORTED on a backend without timers.
+ * Waits for the plan's streams first. */
+reel_status reel_plan_time_steps(reel_plan *p, int on);
+/* The device time of the last step, in microseconds. REEL_E_INVALID_USAGE
+ * when timing is off, no step ran since it was turned on, or the last step
+ * failed before its download. */
+reel_status reel_plan_last_step_device_us(const reel_plan *p, double *us);
+
+typedef struct reel_plan_stats {
+    uint64_t steps, replays, eager_steps;
+    uint64_t eager_by_reason[REEL_FALLBACK_COUNT];
+    uint64_t op_dispatches;          /* executor kernel dispatches (eager path and capture) */
+    uint64_t graphs_captured, graph_updates, graph_reinstantiations;
+    int num_buckets;
+    int32_t buckets[REEL_MAX_BUCKETS];
+    size_t arena_bytes;                              /* shared by all buckets */
+    size_t bucket_arena_bytes[REEL_MAX_BUCKETS];     /* planned per bucket */
+    size_t bucket_lower_bound[REEL_MAX_BUCKETS];     /* per bucket: peak, over the points between
+                                                        two ops, of bytes produced before and
+                                                        needed after (reachable only if every op
+                                                        could work in place) */
+    size_t bucket_node_bound[REEL_MAX_BUCKETS];      /* per bucket: peak, over ops, of bytes that
+                                                        must coexist at an op (its inputs, outputs
+                                                        and what lives across it; an in-place pair
+                                                        once): no plan goes below it */
+    size_t static_bytes, param_bytes, state_bytes;
+    int num_nodes, num_streams;
+    double compile_ms, capture_ms;
+    uint64_t hazards;                /* found by the hazard checker (check_hazards) */
+    size_t workspace_bytes;          /* device bytes held by the workspace allocator (eager
+                                        steps past the limits take their arena there) */
+    size_t workspace_peak;           /* most workspace bytes handed out at once */
+} reel_plan_stats;
+reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out);
+
+/* Where one activation lives in a bucket's memory plan. */
+typedef struct reel_placement {
+    const char *name;      /* owned by the plan */
+    int stream;            /* stream of its producer */
+    int first, last;       /* schedule positions of its producer and last reader
+                              (num_nodes: read back as an output) */
+    size_t offset, bytes;  /* in the arena */
+} reel_placement;
+/* The i-th activation (0-based, build order) of bucket b's plan;
+ * REEL_E_NOT_FOUND past the last one or for a bucket out of range. */
+reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_placement *out);
+
+/* ---- observability ------------------------------------------------------ */
+
+/* Sized result structs (reel_node_info, reel_plan_memory) follow the option
+ * rule the other way round: initialise with the _INIT macro (size and
+ * version of the caller's header); the library fills only the fields the
+ * caller's struct has, so fields are only ever appended. */
+
+/* The library never prints. A log hook gets a few events worth a line:
+ * at compile, each phase as it ends (INFO: kernels chosen, parameters and
+ * states allocated, each bucket laid out with its arena; DEBUG: the memory
+ * planner's figures per bucket), the warm-up announced before it runs and
+ * when done, each bucket captured (INFO) or failed (WARN); each eager step
+ * and its reason (DEBUG), each graph updated or re-instantiated by
+ * reel_plan_bind_state (INFO). Called on the thread making the reel call,
+ * never from a stream's worker; msg is valid during the call only. */
+typedef enum reel_log_level { REEL_LOG_DEBUG = 0, REEL_LOG_INFO, REEL_LOG_WARN, REEL_LOG_ERROR } reel_log_level;
+typedef void (*reel_log_fn)(void *user, reel_log_level level, const char *msg);
+/* Events at min_level and above go to fn (NULL: none, the default). Set it
+ * while no other thread uses the context. */
+reel_status reel_set_log_hook(reel_ctx *ctx, reel_log_fn fn, void *user, reel_log_level min_level);
+
+#define REEL_NODE_MAX_IN 6
+#define REEL_NODE_MAX_OUT 2
+/* One node of the plan, in schedule order. */
+typedef struct reel_node_info {
+    size_t size;                          /* sizeof(reel_node_info) of the caller's header */
+    int version;
+    const char *op;                       /* "matmul"; static */
+    const char *name;                     /* its first output's name; owned by the plan */
+    int stream;
+    const char *kernel;                   /* the registry's choice, "host.matmul.ref"; static */
+    int priority;                         /* of that kernel */
+    int capturable, inplace_ok, pdl;      /* of that kernel; pdl: launched with PDL (largest bucket) */
+    int nin, nout;
+    const char *in[REEL_NODE_MAX_IN];     /* operand names (NULL: an absent optional operand) */
+    const char *in_kind[REEL_NODE_MAX_IN];/* "act", "input", "param", "state", "positions" */
+    int in_node[REEL_NODE_MAX_IN];        /* schedule position of an act's producer; -1 otherwise */
+    const char *out[REEL_NODE_MAX_OUT];
+    int is_output[REEL_NODE_MAX_OUT];     /* read back as a graph output */
+    char why[320];                        /* why that kernel: the impls the registry has for the op,
+                                             which refused the node's shapes and which lost on priority */
+    const char *output_name[REEL_NODE_MAX_OUT]; /* the graph output's name (reel_output), NULL if none */
+    /* Appended in 0.1 (issue 8). */
+    const char *fused;                    /* what the fusion pass folded into this node, "" if
+                                             nothing: "add+rmsnorm", "matmul+add(bias)",
+                                             "matmul+silu_and_mul", "matmul->3 views"; owned by the plan */
+} reel_node_info;
+#ifdef __cplusplus
+#define REEL_NODE_INFO_INIT { sizeof(reel_node_info), REEL_VERSION_NUMBER }
+#else
+#define REEL_NODE_INFO_INIT { .size = sizeof(reel_node_info), .version = REEL_VERSION_NUMBER }
+#endif
+/* Node i (0 .. num_nodes-1 of the stats, schedule order). REEL_E_NOT_FOUND
+ * past the last node; REEL_E_VERSION for a struct not initialised. */
+reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out);
+/* Kernel launches in bucket b's captured graph (CUDA: its kernel nodes;
+ * host: its kernel items), what one replay runs. REEL_E_NOT_FOUND for a
+ * bucket out of range or not captured. */
+reel_status reel_plan_graph_kernels(const reel_plan *p, int bucket, int *kernels);
+
+/* The plan's own memory, known right after compile: what a serving stack
+ * subtracts before it sizes a KV cache (states, the KV caches among them,
+ * are listed apart). */
+typedef struct reel_plan_memory {
+    size_t size;                          /* sizeof(reel_plan_memory) of the caller's header */
+    int version;
+    int num_buckets;
+    size_t arena_bytes;                   /* device: activations, shared by all buckets */
+    size_t static_bytes;                  /* device: the step region (inputs, metadata) */
+    size_t pinned_bytes;                  /* pinned host: the step region's staging, the outputs */
+    size_t param_bytes, state_bytes;      /* device: parameters; states (bound ones included) */
+    int graph_bytes_known;                /* the backend reports graph memory (host: yes, 0) */
+    size_t graph_bytes;                   /* device memory of the captured graphs, where known */
+    size_t device_bytes;                  /* arena + static + graphs: the library's device memory
+                                             besides params and states (and the workspace of
+                                             eager steps past the limits) */
+    size_t bucket_arena_bytes[REEL_MAX_BUCKETS];  /* planned per bucket */
+    size_t bucket_graph_bytes[REEL_MAX_BUCKETS];  /* per captured bucket, where known */
+    size_t bucket_device_bytes[REEL_MAX_BUCKETS]; /* replaying bucket b alone: its arena, the
+                                                     static region, its graph */
+} reel_plan_memory;
+#ifdef __cplusplus
+#define REEL_PLAN_MEMORY_INIT { sizeof(reel_plan_memory), REEL_VERSION_NUMBER }
+#else
+#define REEL_PLAN_MEMORY_INIT { .size = sizeof(reel_plan_memory), .version = REEL_VERSION_NUMBER }
+#endif
+reel_status reel_plan_memory_get(const reel_plan *p, reel_plan_memory *out);
+
+/* Op spans: the start and end of each kernel on its stream, for traces.
+ * Host backend: taken on the stream's worker thread around each kernel
+ * (replayed or eager), CLOCK_MONOTONIC in microseconds. CUDA: none
+ * (REEL_E_UNSUPPORTED); a trace there has the steps' host times. */
+typedef struct reel_op_span {
+    int node;                             /* schedule position */
+    int stream;
+    double start_us, end_us;              /* CLOCK_MONOTONIC */
+} reel_op_span;
+/* Starts (on != 0) or stops recording op spans of the following steps. On
+ * the host backend every op of every step (replays included); on CUDA the
+ * ops of eager steps, timed with CUDA events (a replay's kernels run inside
+ * one graph launch and are not timed one by one). */
+reel_status reel_plan_trace_ops(reel_plan *p, int on);
+/* Moves up to cap recorded spans into buf (oldest first) and sets *n; call
+ * after a step (its kernels are done when reel_step returns). */
+reel_status reel_plan_take_op_spans(reel_plan *p, reel_op_span *buf, int cap, int *n);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* The allocator-safety API (hazard checker) lives in its own header, and
+ * so do communicators and collective ops, and the CP and DCP layouts of
+ * attention. */
+#include "reel/memory.h"
+#include "reel/comm.h"
+#include "reel/parallel.h"
+
+#endif /* REEL_REEL_H */

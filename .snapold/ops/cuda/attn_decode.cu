@@ -1,0 +1,412 @@
+/* Split-KV decode attention (flash-decoding) and the combine of its
+ * partials; see attention.cuh for how the op's kernels share the work.
+ *
+ * Grid: x = (token, chunk), y = (kv head, head group). A block attends the
+ * G query heads of one kv head (GQA: each K/V byte is read once per token)
+ * over one chunk of the token's keys. Each thread owns a 16-byte slice of a
+ * cache row: TPK threads cover one key's row, a warp KPW keys at a time, and
+ * each thread keeps U keys in flight (U loads of K and of V issued before
+ * any arithmetic). Scores of those keys are reduced over the TPK lanes by
+ * shuffles, then folded into a per-thread online softmax (base 2); the
+ * threads' states are merged at the end in a fixed order (lanes, then
+ * warps), so a launch always gives the same bits. The chunk's block ids are
+ * read into shared memory once per tile of keys and checked there.
+ *
+ * A token whose keys fit one chunk writes its output directly; otherwise
+ * each chunk writes (out, lse) into the op's planned workspace and the
+ * combine kernel merges them ((0, -inf) is the identity: a chunk's weight is
+ * exp2(lse - max), exactly 0 for an empty one). */
+#include "ops/cuda/attention.cuh"
+
+namespace reel_cu {
+
+enum { DEC_WARPS = 4, DEC_THREADS = DEC_WARPS * 32, DEC_TILE = 256 };
+
+__device__ __forceinline__ float merge_scale(float m, float M)
+{
+    return m == -INFINITY ? 0.0f : exp2f(m - M);
+}
+
+/* Resident blocks per SM the register budget is held to: enough warps to
+ * keep loads in flight (Nsight Compute showed 164 registers and 3 blocks
+ * an SM for G = 1 without it). */
+template <int G> struct dec_occupancy {
+    static constexpr int blocks = G <= 2 ? 6 : G <= 4 ? 4 : 3;
+};
+
+template <typename T, int DH, int G, int U>
+__global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
+    attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
+                       T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g, int64_t rows,
+                       int nchunks, int hsplit, bool skip_runs)
+{
+    typedef pack<T> P;
+    constexpr int VEC = P::n;
+    constexpr int TPK = DH / VEC;
+    static_assert(DH % VEC == 0 && TPK >= 1 && TPK <= 32 && (TPK & (TPK - 1)) == 0, "a row per 1..32 lanes");
+    constexpr int KPW = 32 / TPK;
+    constexpr int KPB = KPW * DEC_WARPS;
+    constexpr int KIT = KPB * U;
+    static_assert(DEC_TILE % KIT == 0, "tiles hold whole iterations");
+    __shared__ int32_t s_blk[DEC_TILE + 1];
+    __shared__ float s_red[DEC_WARPS][G][DH + 2];
+
+    /* kv heads vary fastest: blocks that run together read neighbouring
+     * bytes of the same cache rows. */
+    const int64_t ny = g.hkv * hsplit;
+    const int64_t y = blockIdx.x % ny, tc = blockIdx.x / ny;
+    const int64_t t = tc / nchunks;
+    const int c = (int)(tc % nchunks);
+    const int64_t kvh = y / hsplit;
+    const int hs = (int)(y % hsplit);
+    const int64_t h0 = kvh * g.group + (int64_t)hs * G;
+    const int nh = (int)min((int64_t)G, g.group - (int64_t)hs * G);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int kl = lane % TPK, ks = lane / TPK;
+
+    T *orow = out + t * g.qrow + h0 * DH;
+    int32_t s, k0, k1;
+    int nact;
+    if (!attn_decode_begin(m, g, t, rows, c, nchunks, skip_runs, orow, h0, nh, &s, &k0, &k1, &nact))
+        return;
+
+    const float qscale = g.scale * 1.4426950408889634f; /* scores in base 2 */
+    float qr[G][VEC], acc[G][VEC], mx[G], sm[G];
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        P qp;
+        if (i < nh)
+            qp = *(const P *)(q + t * g.qrow + (h0 + i) * DH + kl * VEC);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) {
+            qr[i][e] = i < nh ? to_f(qp.v[e]) * qscale : 0.0f;
+            acc[i][e] = 0.0f;
+        }
+        mx[i] = -INFINITY;
+        sm[i] = 0.0f;
+    }
+
+    const int32_t *bt = m.block_tables + (int64_t)s * m.max_blocks;
+    const int32_t bs = (int32_t)g.bs;
+    const T *kb = kc + kvh * DH + kl * VEC, *vb = vc + kvh * DH + kl * VEC;
+    int bad = 0;
+    for (int32_t tile0 = k0; tile0 < k1; tile0 += DEC_TILE) {
+        const int32_t tile1 = min(k1, tile0 + (int32_t)DEC_TILE);
+        const int32_t b0 = tile0 / bs, nb = (tile1 - 1) / bs - b0 + 1;
+        __syncthreads(); /* the previous tile's ids are no longer read */
+        int mybad = 0;
+        for (int i = threadIdx.x; i < nb; i += DEC_THREADS) {
+            int32_t blk = bt[b0 + i];
+            mybad |= blk < 0 || blk >= g.nblocks;
+            s_blk[i] = blk;
+        }
+        if (__syncthreads_or(mybad)) {
+            bad = 1;
+            break;
+        }
+        for (int32_t j0 = tile0; j0 < tile1; j0 += KIT) {
+            P kp[U], vp[U];
+            bool live[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int32_t j = j0 + u * KPB + warp * KPW + ks;
+                live[u] = j < tile1;
+                if (live[u]) {
+                    int64_t row = ((int64_t)s_blk[attn_blk(g, j) - b0] * bs + attn_in_blk(g, j)) * g.kvrow;
+                    kp[u] = *(const P *)(kb + row);
+                    vp[u] = *(const P *)(vb + row);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        kp[u].v[e] = vp[u].v[e] = from_f<T>(0.0f);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < G; i++) {
+                float sc[U];
+                float mnew = mx[i];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    float d = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        d = fmaf(qr[i][e], to_f(kp[u].v[e]), d);
+#pragma unroll
+                    for (int o = TPK / 2; o > 0; o >>= 1)
+                        d += __shfl_xor_sync(0xffffffffu, d, o);
+                    sc[u] = live[u] ? d : -INFINITY;
+                    mnew = fmaxf(mnew, sc[u]);
+                }
+                if (mnew == -INFINITY)
+                    continue;
+                float corr = merge_scale(mx[i], mnew);
+                float psum = 0.0f, pu[U];
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    pu[u] = exp2f(sc[u] - mnew);
+                    psum += pu[u];
+                }
+                sm[i] = sm[i] * corr + psum;
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    float a = acc[i][e] * corr;
+#pragma unroll
+                    for (int u = 0; u < U; u++)
+                        a = fmaf(pu[u], to_f(vp[u].v[e]), a);
+                    acc[i][e] = a;
+                }
+                mx[i] = mnew;
+            }
+        }
+    }
+
+    if (bad) {
+        attn_chunk_refuse(m, g, ws, t, c, nchunks, nact, h0, nh, orow);
+        return;
+    }
+
+    /* The key slots of a warp, then the warps, in a fixed order. */
+#pragma unroll
+    for (int o = TPK; o < 32; o <<= 1) {
+#pragma unroll
+        for (int i = 0; i < G; i++) {
+            float mo = __shfl_xor_sync(0xffffffffu, mx[i], o);
+            float so = __shfl_xor_sync(0xffffffffu, sm[i], o);
+            float M = fmaxf(mx[i], mo);
+            float f1 = M == -INFINITY ? 0.0f : merge_scale(mx[i], M);
+            float f2 = M == -INFINITY ? 0.0f : merge_scale(mo, M);
+            sm[i] = sm[i] * f1 + so * f2;
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                float ao = __shfl_xor_sync(0xffffffffu, acc[i][e], o);
+                acc[i][e] = acc[i][e] * f1 + ao * f2;
+            }
+            mx[i] = M;
+        }
+    }
+    if (ks == 0) {
+#pragma unroll
+        for (int i = 0; i < G; i++) {
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                s_red[warp][i][kl * VEC + e] = acc[i][e];
+            if (kl == 0) {
+                s_red[warp][i][DH] = mx[i];
+                s_red[warp][i][DH + 1] = sm[i];
+            }
+        }
+    }
+    __syncthreads();
+    float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
+    for (int x = threadIdx.x; x < nh * DH; x += DEC_THREADS) {
+        int i = x / DH, d = x % DH;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++)
+            M = fmaxf(M, s_red[w][i][DH]);
+        float L = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) {
+            float f = merge_scale(s_red[w][i][DH], M);
+            L += s_red[w][i][DH + 1] * f;
+            o += s_red[w][i][d] * f;
+        }
+        if (nact == 1) {
+            orow[x] = from_f<T>(o / L);
+            if (g.lse && d == 0)
+                g.lse[t * g.h + h0 + i] = (M + log2f(L)) * REEL_ATTN_LN2;
+        } else {
+            slot[(h0 + i) * DH + d] = o / L;
+            if (d == 0)
+                slot[g.qrow + h0 + i] = M + log2f(L);
+        }
+    }
+}
+
+/* One block per (token, head): the chunks' weights exp2(lse - max) into
+ * shared memory, then each thread sums a dimension over a share of the
+ * chunks, and the shares are added in a fixed order. */
+template <typename T>
+__global__ void __launch_bounds__(DEC_THREADS)
+    attn_combine_kernel(T *__restrict__ out, const float *__restrict__ ws, reel_meta_view m, attn_geom g,
+                        int64_t rows, int nchunks, bool skip_runs)
+{
+    __shared__ float s_w[REEL_ATTN_SPLIT_SLOTS];
+    __shared__ float s_part[DEC_THREADS];
+    __shared__ int s_bad;
+    const int64_t t = blockIdx.x / g.h, h = blockIdx.x % g.h;
+    if (skip_runs && attn_in_run(m, t, rows))
+        return;
+    int32_t s, p;
+    if (attn_token_ok(m, g, t, &s, &p) != 1 || p < 0)
+        return; /* chunk 0 wrote zeros (and lse -inf) */
+    int32_t clen;
+    const int nact = attn_chunking(p, nchunks, &clen);
+    if (nact == 1)
+        return; /* written directly */
+    const int64_t stride = g.qrow + g.h;
+    const float *base = ws + t * nchunks * stride;
+    if (threadIdx.x == 0)
+        s_bad = 0;
+    __syncthreads();
+    float l = -INFINITY;
+    for (int c = threadIdx.x; c < nact; c += DEC_THREADS) {
+        float x = base[c * stride + g.qrow + h];
+        if (__float_as_uint(x) == REEL_ATTN_BAD_LSE)
+            s_bad = 1;
+        else
+            l = fmaxf(l, x);
+    }
+    const float M = block_reduce<true>(l);
+    float lsum = 0.0f;
+    for (int c = threadIdx.x; c < nact; c += DEC_THREADS) {
+        float w = merge_scale(base[c * stride + g.qrow + h], M);
+        s_w[c] = w;
+        lsum += w;
+    }
+    const float L = block_reduce<false>(lsum); /* its barriers publish s_w and s_bad */
+    T *orow = out + t * g.qrow + h * g.dh;
+    if (s_bad || L == 0.0f) {
+        for (int64_t d = threadIdx.x; d < g.dh; d += DEC_THREADS)
+            orow[d] = from_f<T>(0.0f);
+        attn_put_lse(g, t, h, 1, -INFINITY);
+        return;
+    }
+    attn_put_lse(g, t, h, 1, (M + log2f(L)) * REEL_ATTN_LN2);
+    const float *ob = base + h * g.dh;
+    const int ng = g.dh >= DEC_THREADS ? 1 : DEC_THREADS / (int)g.dh;
+    const int j = (int)(threadIdx.x / (ng > 1 ? g.dh : DEC_THREADS));
+    for (int64_t d0 = 0; d0 < g.dh; d0 += DEC_THREADS / ng) {
+        int64_t d = d0 + threadIdx.x % (DEC_THREADS / ng);
+        float o = 0.0f;
+        if (j < ng && d < g.dh) {
+#pragma unroll 4
+            for (int c = j; c < nact; c += ng)
+                o = fmaf(s_w[c], ob[c * stride + d], o);
+        }
+        s_part[threadIdx.x] = o;
+        __syncthreads();
+        if (j == 0 && d < g.dh) {
+            for (int k = 1; k < ng; k++)
+                o += s_part[k * (DEC_THREADS / ng) + threadIdx.x];
+            orow[d] = from_f<T>(o / L);
+        }
+        __syncthreads();
+    }
+}
+
+static int head_group(const attn_geom &g)
+{
+    return g.group >= 8 ? 8 : g.group >= 4 ? 4 : g.group >= 2 ? 2 : 1;
+}
+
+bool attn_decode_supports(reel_dtype dt, int64_t dh)
+{
+    int vec = dt == REEL_F32 ? 4 : 8;
+    return (dt == REEL_F32 || dt == REEL_F16 || dt == REEL_BF16) &&
+           (dh == 64 || dh == 128 || (dh == 256 && dh / vec <= 32));
+}
+
+/* The chunk count of a launch: a function of the launch alone (rows, the
+ * heads a block takes, the device's SM count, the plan's max_context), so
+ * replay and eager chunk alike (docs/attention.md). */
+int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
+                       int32_t max_context)
+{
+    int64_t G = attn_decode_mma_supports(dt, g.dh) ? attn_decode_mma_group() : head_group(g);
+    int64_t units = rows * g.hkv * ((g.group + G - 1) / G);
+    int64_t sms = be->caps.sm_count > 0 ? be->caps.sm_count : 132;
+    int64_t n = (4 * sms + units - 1) / units;
+    int64_t cap_ws = (REEL_ATTN_SPLIT_SLOTS - 1) / (rows > 0 ? rows : 1); /* the last slot: counters */
+    int64_t cap_ctx = ((int64_t)max_context + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
+    if (n > cap_ws)
+        n = cap_ws;
+    if (n > cap_ctx)
+        n = cap_ctx;
+    return n < 1 ? 1 : (int)n;
+}
+
+#ifndef REEL_ATTN_INBLOCK_MAX
+#define REEL_ATTN_INBLOCK_MAX 8
+#endif
+
+bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nchunks)
+{
+    /* Measured on an H200 (docs/benchmarks.md): a win at 2 chunks (batch 1,
+     * context 128: 9.7 -> 7.5 us a layer), a loss at 32 (context 2048: the
+     * last block's merge of 32 partials costs more than the combine launch). */
+    if (!attn_decode_mma_supports(dt, g.dh) || nchunks <= 1 || nchunks > REEL_ATTN_INBLOCK_MAX)
+        return false;
+    int64_t G = attn_decode_mma_group(), nh = g.group < G ? g.group : G;
+    int64_t groups = g.hkv * ((g.group + G - 1) / G);
+    return rows * groups <= attn_ws_slot_floats(g) &&
+           nh * g.dh * nchunks + nh * nchunks + G <= attn_decode_mma_smem_floats(g.dh);
+}
+
+template <typename T>
+static void combine_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip)
+{
+    if (nchunks > 1)
+        attn_combine_kernel<T><<<(unsigned)(l->rows * g.h), DEC_THREADS, 0, st>>>(
+            (T *)l->out[0], (const float *)l->out[1], *l->meta, g, l->rows, nchunks, skip);
+}
+
+template <typename T, int DH, int G>
+static cudaError_t decode_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip)
+{
+    constexpr int U = G >= 8 ? 2 : 4;
+    int hsplit = (int)((g.group + G - 1) / G);
+    dim3 grid((unsigned)(l->rows * nchunks * g.hkv * hsplit));
+    float *ws = (float *)l->out[1];
+    attn_decode_kernel<T, DH, G, U><<<grid, DEC_THREADS, 0, st>>>(
+        (const T *)attn_q(l), (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows,
+        nchunks, hsplit, skip);
+    return cudaSuccess;
+}
+
+template <typename T, int DH>
+static cudaError_t decode_dh(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip)
+{
+    switch (head_group(g)) {
+    case 1: return decode_run<T, DH, 1>(l, st, g, nchunks, skip);
+    case 2: return decode_run<T, DH, 2>(l, st, g, nchunks, skip);
+    case 4: return decode_run<T, DH, 4>(l, st, g, nchunks, skip);
+    default: return decode_run<T, DH, 8>(l, st, g, nchunks, skip);
+    }
+}
+
+template <typename T>
+static cudaError_t decode_t(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip)
+{
+    if (g.dh == 64)
+        return decode_dh<T, 64>(l, st, g, nchunks, skip);
+    if (g.dh == 128)
+        return decode_dh<T, 128>(l, st, g, nchunks, skip);
+    return decode_dh<T, 256>(l, st, g, nchunks, skip);
+}
+
+template <>
+cudaError_t decode_t<float>(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip)
+{
+    if (g.dh == 64)
+        return decode_dh<float, 64>(l, st, g, nchunks, skip);
+    return decode_dh<float, 128>(l, st, g, nchunks, skip);
+}
+
+cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
+                               bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
+{
+    cudaError_t e = cudaSuccess;
+    reel_dtype dt = l->in_shape[0].dtype;
+    if (attn_decode_mma_supports(dt, g.dh))
+        e = attn_decode_mma_launch(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt);
+    else if (fw.on)
+        return cudaErrorInvalidValue; /* attention.cu asks the tensor-core decode only */
+    else
+        REEL_CU_DISPATCH(dt, e = decode_t<T>(l, st, g, nchunks, skip_runs));
+    if (e == cudaSuccess && !inblock)
+        REEL_CU_DISPATCH(dt, combine_run<T>(l, st, g, nchunks, skip_runs));
+    return e;
+}
+
+} /* namespace reel_cu */

@@ -1,0 +1,581 @@
+/* Split-KV decode on tensor cores (f16/bf16, head dims 64 and 128): the
+ * same work split, chunking, guards and partials as attn_decode.cu, with
+ * the query heads of one kv head as the rows of an m16n8k16 tile (up to 16
+ * heads a block; GQA 8 fills half the rows, which costs nothing in a
+ * kernel bound by the K/V stream).
+ *
+ * A block takes one (token, kv head, head group, chunk). The chunk's keys
+ * come through the block table in tiles of DM_BN keys, staged in shared
+ * memory by cp.async two tiles deep, so the next tile is in flight while
+ * this one is computed; each warp takes 16 keys of every tile (S = Q K^T,
+ * online softmax in base 2, O += P V) and the four warps' states are merged
+ * in shared memory in warp order at the end. The chunk's block ids are
+ * checked once before the first load.
+ *
+ * The one-kernel decode (attn_fw, attention.cu) also does the op's KV write:
+ * no other kernel runs before it in the op, so a block writes, before it
+ * reads the cache, every slot of the step that its chunk reads (its own
+ * token's new key when the chunk holds the token's position, or any other
+ * token's slot the block tables put there), and another block writing the
+ * same slot writes the same bytes: whichever lands first, every block reads
+ * what the reference's write-then-attend order gives. Each token's k, v
+ * and rotated q and k are also written once by its writer block (the chunk
+ * that holds its position, or chunk 0 for the tokens that attend nothing
+ * here), so the cache and the rope outputs are whole whoever reads them. */
+#include "ops/cuda/rope.cuh"
+#include "ops/cuda/attention.cuh"
+#include "ops/cuda/mma.cuh"
+
+namespace reel_cu {
+
+enum { DM_BN = 64, DM_WARPS = 4, DM_THREADS = DM_WARPS * 32, DM_PAD = 8, DM_ROWS = 16 };
+
+template <typename T, int DH> static constexpr size_t dm_stage_bytes()
+{
+    return sizeof(T) * 2 * 2 * DM_BN * (DH + DM_PAD); /* 2 stages of K and V */
+}
+
+template <typename T, int DH> static constexpr size_t dm_merge_bytes()
+{
+    return sizeof(float) * DM_WARPS * DM_ROWS * (DH + 2);
+}
+
+template <typename T, int DH> static constexpr size_t dm_smem()
+{
+    return dm_stage_bytes<T, DH>() > dm_merge_bytes<T, DH>() ? dm_stage_bytes<T, DH>() : dm_merge_bytes<T, DH>();
+}
+
+__device__ __forceinline__ void dm_wait_producer()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+#endif
+}
+
+/* The in-block combine (attn_decode_inblock): a chunk's block, its partial
+ * (or its refusal mark) written, counts itself in for its (token, kv head,
+ * head group); the last of the token's nact chunks to arrive merges all of
+ * them, in chunk order whatever the arrival order, so the bits do not
+ * depend on timing. The counters start at zero (the op's KV write zeroes
+ * the workspace's, every step's upload the one-kernel decode's) and the
+ * last block leaves them at zero. */
+template <typename T, int DH>
+__device__ __noinline__ void dm_arrive_and_combine(const float *ws, uint32_t *cnt, int64_t ci, const attn_geom &g,
+                                                   int64_t t, int nchunks, int nact, int64_t h0, int nh, T *orow,
+                                                   float *sm)
+{
+    __shared__ int s_last;
+    __threadfence(); /* this block's partial, before its arrival */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        s_last = atomicAdd(&cnt[ci], 1u) == (uint32_t)(nact - 1);
+    __syncthreads();
+    if (!s_last)
+        return;
+    if (threadIdx.x == 0)
+        cnt[ci] = 0u; /* every chunk has arrived: left zero for the next launch */
+    __threadfence();
+    const int64_t stride = attn_ws_slot_floats(g);
+    const float *base = ws + t * nchunks * stride;
+    /* Every partial of the group into shared memory first, all loads in
+     * flight at once (attn_decode_inblock checked that they fit). */
+    const int np = nh * nact, nx = nh * DH;
+    float *s_w = sm, *s_l = sm + np, *s_o = sm + np + DM_ROWS; /* [nh][nact], [nh], [nact][nh * DH] */
+    for (int i = threadIdx.x; i < np; i += DM_THREADS)
+        s_w[i] = __ldcg(base + (i % nact) * stride + g.qrow + h0 + i / nact);
+    for (int i = threadIdx.x; i < nact * nx; i += DM_THREADS)
+        s_o[i] = __ldcg(base + (i / nx) * stride + h0 * DH + i % nx);
+    __syncthreads();
+    if ((int)threadIdx.x < nh) {
+        float *w = s_w + threadIdx.x * nact;
+        float M = -INFINITY;
+        bool bad = false;
+        for (int c = 0; c < nact; c++) {
+            if (__float_as_uint(w[c]) == REEL_ATTN_BAD_LSE)
+                bad = true;
+            else
+                M = fmaxf(M, w[c]);
+        }
+        float L = 0.0f;
+        for (int c = 0; c < nact; c++) {
+            w[c] = bad || w[c] == -INFINITY ? 0.0f : exp2f(w[c] - M);
+            L += w[c];
+        }
+        s_l[threadIdx.x] = bad ? 0.0f : L;
+        if (g.lse)
+            g.lse[t * g.h + h0 + threadIdx.x] = bad || L == 0.0f ? -INFINITY : (M + log2f(L)) * REEL_ATTN_LN2;
+    }
+    __syncthreads();
+    for (int x = threadIdx.x; x < nx; x += DM_THREADS) {
+        const int r = x / DH;
+        const float L = s_l[r];
+        float o = 0.0f;
+        if (L != 0.0f) {
+            const float *w = s_w + r * nact;
+            for (int c = 0; c < nact; c++)
+                o = fmaf(w[c], s_o[c * nx + x], o);
+            o /= L;
+        }
+        orow[x] = from_f<T>(o);
+    }
+}
+
+/* The one-kernel decode's write of token u's k and v of kv head kvh (the
+ * whole block calls it): into cache slot `slot` (-1: none), k rotated at
+ * u's rope position when fw.half > 0 (cs: those cosines and sines where the
+ * caller has them, else computed here), and the rotated k into kr too when
+ * kr_too. The rope is rope.cuh's, the KV write kernel's bits. */
+template <typename T, int DH>
+__device__ void dm_put_kv(const attn_fw &fw, const attn_geom &g, int64_t u, int64_t kvh, int64_t slot, bool kr_too,
+                          const float *cs)
+{
+    const T *k = (const T *)fw.k + u * g.kvrow + kvh * DH, *v = (const T *)fw.v + u * g.kvrow + kvh * DH;
+    T *kd = slot >= 0 ? (T *)fw.kc + slot * g.kvrow + kvh * DH : nullptr;
+    T *vd = slot >= 0 ? (T *)fw.vc + slot * g.kvrow + kvh * DH : nullptr;
+    if (vd)
+        for (int i = threadIdx.x; i < DH; i += DM_THREADS)
+            vd[i] = v[i];
+    if (fw.half <= 0) {
+        if (kd)
+            for (int i = threadIdx.x; i < DH; i += DM_THREADS)
+                kd[i] = k[i];
+        return;
+    }
+    const int32_t half = fw.half;
+    T *kr = kr_too ? (T *)fw.kr + u * g.kvrow + kvh * DH : nullptr;
+    for (int32_t w = threadIdx.x; w < DH - half; w += DM_THREADS) {
+        float c = 0.0f, s = 0.0f;
+        if (w < half) {
+            if (cs) {
+                c = cs[w];
+                s = cs[half + w];
+            } else {
+                rope_cs(w, half, fw.theta, fw.pos[u], &c, &s);
+            }
+        }
+        if (kd)
+            rope_apply<T, int32_t>(k, kd, w, half, c, s);
+        if (kr)
+            rope_apply<T, int32_t>(k, kr, w, half, c, s);
+    }
+}
+
+template <typename T, int DH>
+__global__ void __launch_bounds__(DM_THREADS)
+    attn_decode_mma_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
+                           T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g,
+                           int64_t rows, int nchunks, int hsplit, bool skip_runs, uint32_t *cnt, attn_fw fw,
+                           bool pdl)
+{
+    constexpr int LD = DH + DM_PAD;
+    constexpr int KSTEPS = DH / 16, DTILES = DH / 8, CPR = DH / 8;
+    extern __shared__ __align__(16) unsigned char dm_smem_raw[];
+    T(*ks_all)[DM_BN * LD] = (T(*)[DM_BN * LD])dm_smem_raw;
+    T(*vs_all)[DM_BN * LD] = (T(*)[DM_BN * LD])(dm_smem_raw + sizeof(T) * 2 * DM_BN * LD);
+    float *mrg = (float *)dm_smem_raw; /* after the loop: [warp][row][DH + 2] */
+
+    const int64_t ny = g.hkv * hsplit;
+    const int64_t y = blockIdx.x % ny, tc = blockIdx.x / ny;
+    const int64_t t = tc / nchunks;
+    const int c = (int)(tc % nchunks);
+    const int64_t kvh = y / hsplit;
+    const int hs = (int)(y % hsplit);
+    const int64_t h0 = kvh * g.group + (int64_t)hs * DM_ROWS;
+    const int nh = (int)min((int64_t)DM_ROWS, g.group - (int64_t)hs * DM_ROWS);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int gi = lane >> 2, ti = lane & 3;
+
+    T *orow = out + t * g.qrow + h0 * DH;
+    const attn_dec_tok tk = attn_decode_classify(m, g, t, rows, c, nchunks, skip_runs);
+    /* A block of the one-kernel decode lives to its wait whatever it
+     * attends: it may have writes to do. */
+    if (!fw.on && !attn_decode_act(m, g, tk, t, c, orow, h0, nh))
+        return;
+    const int32_t s = tk.seq, k0 = tk.k0, k1 = tk.k1;
+    const int nact = tk.nact;
+    const int32_t *bt = m.block_tables + (int64_t)(tk.attend ? s : 0) * m.max_blocks;
+    const int32_t bs = (int32_t)g.bs;
+    __shared__ int64_t s_slot[REEL_ATTN_ONE_KERNEL_ROWS];
+    __shared__ int32_t s_sblk[REEL_ATTN_ONE_KERNEL_ROWS], s_soff[REEL_ATTN_ONE_KERNEL_ROWS];
+    __shared__ uint32_t s_put;
+    __shared__ int32_t s_jown, s_nown;
+    __shared__ float s_cs[DH];
+    /* The rotated q heads of the one-kernel decode ([16][DH]) in the second
+     * K stage, which no load fills before the q fragments are read. */
+    T *s_q = ks_all[1];
+    static_assert(DM_ROWS * DH <= DM_BN * LD, "16 heads fit one K stage");
+    const bool writer = c == (!tk.run && tk.ok == 1 ? nact - 1 : 0);
+    /* The rope's positions are the step's metadata (uploaded before the
+     * step: readable before the wait) when they are that tensor. */
+    const bool pos_early = fw.on && fw.half > 0 && fw.pos == m.positions;
+    double freq = 0.0;
+    if (fw.on) {
+        if (threadIdx.x < rows) {
+            int64_t sl = m.slot_mapping[threadIdx.x];
+            bool in = sl >= 0 && sl < fw.nslots;
+            s_slot[threadIdx.x] = sl;
+            s_sblk[threadIdx.x] = in ? (int32_t)(sl / bs) : -1;
+            s_soff[threadIdx.x] = in ? (int32_t)(sl % bs) : 0;
+        }
+        if (threadIdx.x == 0) {
+            s_put = 0u;
+            s_jown = INT32_MAX;
+            s_nown = 0;
+        }
+        if ((int)threadIdx.x < 2 * fw.half) {
+            /* the frequency of this thread's pair (no input at all), and
+             * its angle's cosine or sine where the position is readable */
+            int32_t j = (int32_t)threadIdx.x;
+            freq = rope_freq(j < fw.half ? j : j - fw.half, fw.half, fw.theta);
+            if (pos_early) {
+                double ang = (double)fw.pos[t] * freq;
+                s_cs[j] = j < fw.half ? (float)cos(ang) : (float)sin(ang);
+            }
+        }
+        __syncthreads();
+    }
+
+    /* The chunk's block ids, checked before any is used; with fw.on, which
+     * slots of the step they hold at a key of the chunk: the token's own
+     * (s_jown, s_nown: patched into shared memory below) and the others'
+     * (s_put: written and read back). Then, where there is a kernel before
+     * to overlap, the chunk's K/V rows asked of L2: nothing before this
+     * kernel writes them in the step. */
+    int mybad = 0;
+    if (tk.attend) {
+        for (int32_t b = attn_blk(g, k0) + threadIdx.x; b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
+            int32_t blk = bt[b];
+            mybad |= blk < 0 || blk >= g.nblocks;
+            if (fw.on)
+                for (int u = 0; u < (int)rows; u++) {
+                    int32_t j = b * bs + s_soff[u];
+                    if (s_sblk[u] != blk || j < k0 || j >= k1)
+                        continue;
+                    if (u == t) {
+                        atomicMin(&s_jown, j);
+                        atomicAdd(&s_nown, 1);
+                    } else {
+                        atomicOr(&s_put, 1u << u);
+                    }
+                }
+        }
+        constexpr int LINES = DH * (int)sizeof(T) / 128; /* 128-byte lines of a row's head */
+        for (int32_t i = threadIdx.x; pdl && i < (k1 - k0) * LINES; i += DM_THREADS) {
+            int32_t j = k0 + i / LINES, bi = bt[attn_blk(g, j)];
+            if (bi < 0 || bi >= g.nblocks)
+                continue;
+            int64_t row = ((int64_t)bi * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + (i % LINES) * (128 / (int)sizeof(T));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(kc + row));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(vc + row));
+        }
+    }
+    /* Launched as a programmatic dependent, everything above overlapped the
+     * kernel before it; q, k, v and the cache are read after. */
+    if (pdl)
+        dm_wait_producer();
+    /* The token's own new key and value (rotated), where the chunk reads
+     * them: thread d holds dimension d, stored into the tile after its
+     * load (own), instead of a round trip through the cache. */
+    bool own = false;
+    float kown = 0.0f, vown = 0.0f;
+    if (fw.on) {
+        const int32_t half = fw.half;
+        if (half > 0 && !pos_early && (int)threadIdx.x < 2 * half) {
+            double ang = (double)fw.pos[t] * freq;
+            s_cs[threadIdx.x] = (int)threadIdx.x < half ? (float)cos(ang) : (float)sin(ang);
+        }
+        __syncthreads(); /* s_cs, and the matches complete */
+        uint32_t more = s_put;
+        own = s_nown == 1;
+        if (s_nown > 1)
+            more |= 1u << t; /* two keys of the chunk at the slot: through the cache */
+        if (writer && hs == 0) {
+            /* The token's own write, whatever it attends (the KV write
+             * kernel's guard: slot -1 skipped, out of range reported). */
+            const int64_t slot = s_slot[t];
+            const bool put = slot >= 0 && slot < fw.nslots;
+            if (!put && slot != -1 && threadIdx.x == 0)
+                report(&m, REEL_E_LIMIT);
+            dm_put_kv<T, DH>(fw, g, t, kvh, put ? slot : -1, half > 0, s_cs);
+        }
+        if (own && (int)threadIdx.x < DH) {
+            const T *kx = (const T *)fw.k + t * g.kvrow + kvh * DH;
+            const int d = (int)threadIdx.x;
+            vown = to_f(((const T *)fw.v)[t * g.kvrow + kvh * DH + d]);
+            if (half <= 0 || d >= 2 * half) {
+                kown = to_f(kx[d]);
+            } else {
+                /* rope_apply's formula for the pair d belongs to */
+                const int w = d < half ? d : d - half;
+                const float x1 = to_f(kx[w]), x2 = to_f(kx[half + w]), cw = s_cs[w], sw = s_cs[half + w];
+                kown = d < half ? to_f(from_f<T>(__fsub_rn(__fmul_rn(x1, cw), __fmul_rn(x2, sw))))
+                                : to_f(from_f<T>(__fadd_rn(__fmul_rn(x2, cw), __fmul_rn(x1, sw))));
+            }
+        }
+        for (int u = 0; more; u++, more >>= 1)
+            if (more & 1u)
+                dm_put_kv<T, DH>(fw, g, u, kvh, s_slot[u], false, u == t ? s_cs : nullptr);
+        /* This block's q heads, rotated (their one rotation: the writer
+         * stores them as the rope's result too). */
+        if (half > 0)
+            for (int i = threadIdx.x; i < nh * (DH - half); i += DM_THREADS) {
+                int hh = i / (DH - half), w = i % (DH - half);
+                float cw = w < half ? s_cs[w] : 0.0f, sw = w < half ? s_cs[half + w] : 0.0f;
+                rope_apply<T, int32_t>(q + t * g.qrow + (h0 + hh) * DH, s_q + hh * DH, w, half, cw, sw);
+            }
+        if (s_put | (s_nown > 1 ? 1u : 0u))
+            __threadfence(); /* the rows written above, before this block reads them back */
+        __syncthreads();
+        if (writer && half > 0) {
+            typedef pack<T> P;
+            for (int i = threadIdx.x; i < nh * DH / P::n; i += DM_THREADS)
+                ((P *)((T *)fw.qr + t * g.qrow + h0 * DH))[i] = ((const P *)s_q)[i];
+        }
+        if (!attn_decode_act(m, g, tk, t, c, orow, h0, nh))
+            return;
+    }
+    if (__syncthreads_or(mybad)) {
+        attn_chunk_refuse(m, g, ws, t, c, nchunks, nact, h0, nh, orow);
+        if (cnt && nact > 1)
+            dm_arrive_and_combine<T, DH>(ws, cnt, t * ny + y, g, t, nchunks, nact, h0, nh, orow,
+                                         (float *)dm_smem_raw);
+        return;
+    }
+
+    auto load_tile = [&](int32_t kt, int stage) {
+        T *ks = ks_all[stage], *vs = vs_all[stage];
+        static_assert(DM_THREADS % CPR == 0, "a thread keeps its part of every row");
+        const int part = threadIdx.x % CPR;
+        for (int r = threadIdx.x / CPR; r < DM_BN; r += DM_THREADS / CPR) {
+            int32_t j = kt + r;
+            const T *ksrc = kc, *vsrc = vc;
+            int bytes = 0;
+            if (j < k1) {
+                int64_t row = ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
+                ksrc = kc + row;
+                vsrc = vc + row;
+                bytes = 16;
+            }
+            cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
+            cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
+        }
+        cp_async_commit();
+    };
+    const int ntiles = (k1 - k0 + DM_BN - 1) / DM_BN;
+    load_tile(k0, 0);
+
+    /* Rows gi and gi + 8 are heads h0 + gi and h0 + gi + 8. */
+    uint32_t qf[KSTEPS][4];
+    {
+        const bool in0 = gi < nh, in1 = gi + 8 < nh;
+        const bool rot = fw.on && fw.half > 0; /* q rotated above, in s_q */
+        const T *q0 = rot ? s_q + gi * DH : q + t * g.qrow + (h0 + gi) * DH, *q1 = q0 + 8 * DH;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+            int d = kk * 16 + ti * 2;
+            qf[kk][0] = in0 ? *(const uint32_t *)(q0 + d) : 0u;
+            qf[kk][1] = in1 ? *(const uint32_t *)(q1 + d) : 0u;
+            qf[kk][2] = in0 ? *(const uint32_t *)(q0 + d + 8) : 0u;
+            qf[kk][3] = in1 ? *(const uint32_t *)(q1 + d + 8) : 0u;
+        }
+        if (rot)
+            __syncthreads(); /* s_q is the second K stage, which the first tile's step fills */
+    }
+    const float qscale = g.scale * 1.4426950408889634f;
+    float o[DTILES][4];
+#pragma unroll
+    for (int n = 0; n < DTILES; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+    for (int it = 0; it < ntiles; it++) {
+        const int32_t kt = k0 + it * DM_BN;
+        if (it + 1 < ntiles)
+            load_tile(kt + DM_BN, (it + 1) & 1);
+        else
+            cp_async_commit();
+        cp_async_wait_1();
+        __syncthreads();
+        if (own && s_jown >= kt && s_jown < kt + DM_BN) {
+            /* the token's own key and value over what the cache held */
+            if ((int)threadIdx.x < DH) {
+                ks_all[it & 1][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(kown);
+                vs_all[it & 1][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(vown);
+            }
+            __syncthreads();
+        }
+        const T *ks = ks_all[it & 1], *vs = vs_all[it & 1];
+        const int32_t kw = kt + warp * 16; /* this warp's 16 keys */
+        if (kw < k1) {
+            float sc[2][4];
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+                sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                uint32_t b[4];
+                int key = warp * 16 + (lane >> 4) * 8 + (lane & 7);
+                int dim = kk * 16 + ((lane >> 3) & 1) * 8;
+                ldsm_x4(b, &ks[key * LD + dim]);
+                mma_op<T>::run(sc[0], qf[kk], b);
+                mma_op<T>::run(sc[1], qf[kk], b + 2);
+            }
+            float mx0 = m0, mx1 = m1;
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    bool live = kw + n * 8 + ti * 2 + e < k1;
+                    sc[n][e] = live ? sc[n][e] * qscale : -INFINITY;
+                    sc[n][2 + e] = live ? sc[n][2 + e] * qscale : -INFINITY;
+                    mx0 = fmaxf(mx0, sc[n][e]);
+                    mx1 = fmaxf(mx1, sc[n][2 + e]);
+                }
+            }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            /* The warp's first key is live, so mx0 and mx1 are finite. */
+            float c0 = exp2f(m0 - mx0), c1 = exp2f(m1 - mx1);
+            m0 = mx0;
+            m1 = mx1;
+            l0 *= c0;
+            l1 *= c1;
+#pragma unroll
+            for (int n = 0; n < DTILES; n++) {
+                o[n][0] *= c0;
+                o[n][1] *= c0;
+                o[n][2] *= c1;
+                o[n][3] *= c1;
+            }
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                sc[n][0] = exp2f(sc[n][0] - mx0);
+                sc[n][1] = exp2f(sc[n][1] - mx0);
+                sc[n][2] = exp2f(sc[n][2] - mx1);
+                sc[n][3] = exp2f(sc[n][3] - mx1);
+                l0 += sc[n][0] + sc[n][1];
+                l1 += sc[n][2] + sc[n][3];
+            }
+            uint32_t a[4];
+            a[0] = mma_op<T>::pack2(sc[0][0], sc[0][1]);
+            a[1] = mma_op<T>::pack2(sc[0][2], sc[0][3]);
+            a[2] = mma_op<T>::pack2(sc[1][0], sc[1][1]);
+            a[3] = mma_op<T>::pack2(sc[1][2], sc[1][3]);
+#pragma unroll
+            for (int n = 0; n < DTILES; n += 2) {
+                uint32_t b[4];
+                int key = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+                int dim = (n + (lane >> 4)) * 8;
+                ldsm_x4_t(b, &vs[key * LD + dim]);
+                mma_op<T>::run(o[n], a, b);
+                mma_op<T>::run(o[n + 1], a, b + 2);
+            }
+        }
+        __syncthreads(); /* the next prefetch reuses this stage */
+    }
+
+    /* Merge the warps: each writes its rows' (O, m, l); fixed order below. */
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float *mw = mrg + (size_t)warp * DM_ROWS * (DH + 2);
+#pragma unroll
+    for (int n = 0; n < DTILES; n++) {
+        int d = n * 8 + ti * 2;
+        mw[gi * (DH + 2) + d] = o[n][0];
+        mw[gi * (DH + 2) + d + 1] = o[n][1];
+        mw[(gi + 8) * (DH + 2) + d] = o[n][2];
+        mw[(gi + 8) * (DH + 2) + d + 1] = o[n][3];
+    }
+    if (ti == 0) {
+        mw[gi * (DH + 2) + DH] = m0;
+        mw[gi * (DH + 2) + DH + 1] = l0;
+        mw[(gi + 8) * (DH + 2) + DH] = m1;
+        mw[(gi + 8) * (DH + 2) + DH + 1] = l1;
+    }
+    __syncthreads();
+    float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
+    for (int x = threadIdx.x; x < nh * DH; x += DM_THREADS) {
+        int r = x / DH, d = x % DH;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DM_WARPS; w++)
+            M = fmaxf(M, mrg[(w * DM_ROWS + r) * (DH + 2) + DH]);
+        float L = 0.0f, acc = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DM_WARPS; w++) {
+            const float *row = mrg + (w * DM_ROWS + r) * (DH + 2);
+            float mv = row[DH];
+            float f = mv == -INFINITY ? 0.0f : exp2f(mv - M);
+            L += row[DH + 1] * f;
+            acc += row[d] * f;
+        }
+        if (nact == 1) {
+            orow[x] = from_f<T>(acc / L);
+            if (g.lse && d == 0)
+                g.lse[t * g.h + h0 + r] = (M + log2f(L)) * REEL_ATTN_LN2;
+        } else {
+            slot[(h0 + r) * DH + d] = acc / L;
+            if (d == 0)
+                slot[g.qrow + h0 + r] = M + log2f(L);
+        }
+    }
+    if (cnt && nact > 1)
+        dm_arrive_and_combine<T, DH>(ws, cnt, t * ny + y, g, t, nchunks, nact, h0, nh, orow, mrg);
+}
+
+bool attn_decode_mma_supports(reel_dtype dt, int64_t dh)
+{
+    return (dt == REEL_F16 || dt == REEL_BF16) && (dh == 64 || dh == 128);
+}
+
+int attn_decode_mma_group(void)
+{
+    return DM_ROWS;
+}
+
+int64_t attn_decode_mma_smem_floats(int64_t dh)
+{
+    return (int64_t)(dh == 64 ? dm_smem<__half, 64>() : dm_smem<__half, 128>()) / (int64_t)sizeof(float);
+}
+
+/* The shared-memory opt-in past 48 KB, once per kernel, at its first launch
+ * (a warm-up before any capture). */
+template <typename T, int DH> static cudaError_t dm_opt_in()
+{
+    static std::atomic<unsigned long long> done(0);
+    return smem_opt_in(attn_decode_mma_kernel<T, DH>, dm_smem<T, DH>(), done);
+}
+
+template <typename T, int DH>
+static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip,
+                          bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
+{
+    cudaError_t e = dm_opt_in<T, DH>();
+    if (e != cudaSuccess)
+        return e;
+    int hsplit = (int)((g.group + DM_ROWS - 1) / DM_ROWS);
+    dim3 grid((unsigned)(l->rows * nchunks * g.hkv * hsplit));
+    float *ws = (float *)l->out[1];
+    /* The one-kernel decode rotates q itself: it reads the op's q. */
+    const T *q = (const T *)(fw.on ? l->in[0] : attn_q(l));
+    return launch(attn_decode_mma_kernel<T, DH>, grid, DM_THREADS, dm_smem<T, DH>(), st, pdl, q,
+                  (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows, nchunks,
+                  hsplit, skip, inblock ? cnt : (uint32_t *)nullptr, fw);
+}
+
+cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
+                                   bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
+{
+    bool bf = l->in_shape[0].dtype == REEL_BF16;
+    if (g.dh == 64)
+        return bf ? dm_run<__nv_bfloat16, 64>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt)
+                  : dm_run<__half, 64>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt);
+    return bf ? dm_run<__nv_bfloat16, 128>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt)
+              : dm_run<__half, 128>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt);
+}
+
+} /* namespace reel_cu */

@@ -1,0 +1,350 @@
+/* Tensor-core prefill attention: the tokens of multi-token runs (see
+ * attention.cuh), a tile of PF_BM query tokens per block and one query head,
+ * on mma.sync m16n8k16 (f16 or bf16 in, float32 accumulate).
+ *
+ * A tile's rows may hold several sequences; they are attended one sequence
+ * (a segment) at a time, the other rows masked. For a segment the block
+ * walks the keys 0 .. its largest position in tiles of PF_BN keys, read
+ * through the block table into shared memory with cp.async (rows past the
+ * segment's keys zero-filled), computes S = Q K^T per warp (16 query rows
+ * each), masks causally (key j is seen by a row at position p iff j <= p;
+ * under DCP p is the row's last local key, attn_token_ok),
+ * folds S into an online softmax (base 2) and accumulates O += P V, with P
+ * taken straight from the score registers. Rows are normalised once at the
+ * end. A block entry that is out of range refuses exactly the rows whose
+ * position reaches it (zeros and REEL_E_LIMIT), like the host. */
+#include "ops/cuda/attention.cuh"
+#include "ops/cuda/mma.cuh"
+
+namespace reel_cu {
+
+enum { PF_BM = 64, PF_BN = 64, PF_STAGES = 2, PF_WARPS = 4, PF_THREADS = PF_WARPS * 32, PF_PAD = 8 };
+
+template <typename T, int DH>
+__global__ void __launch_bounds__(PF_THREADS)
+    attn_prefill_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
+                        T *__restrict__ out, reel_meta_view m, attn_geom g, int64_t rows)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion(); /* a decode launched as our dependent may start its metadata reads */
+#endif
+    constexpr int LD = DH + PF_PAD;        /* shared row stride, elements */
+    constexpr int KSTEPS = DH / 16;        /* k-steps of S = Q K^T */
+    constexpr int DTILES = DH / 8;         /* n-tiles of O */
+    constexpr int STILES = PF_BN / 8;      /* n-tiles of S */
+    constexpr int CPR = DH / 8;            /* 16-byte chunks per cache row */
+    /* Dynamic: [PF_STAGES][PF_BN * LD] of K, then the same of V. */
+    extern __shared__ __align__(16) unsigned char pf_smem[];
+    T(*ks_all)[PF_BN * LD] = (T(*)[PF_BN * LD])pf_smem;
+    T(*vs_all)[PF_BN * LD] = (T(*)[PF_BN * LD])(pf_smem + sizeof(T) * PF_STAGES * PF_BN * LD);
+    __shared__ int32_t s_seq[PF_BM], s_pos[PF_BM];
+    __shared__ int s_state[PF_BM]; /* 1: this block's to attend, 0: not (or done) */
+    __shared__ int s_cur, s_maxpos, s_firstbad;
+
+    /* Heads vary fastest (blocks that run together share K/V rows), and the
+     * last tiles come first: in a causal prefill they have the most keys,
+     * so the grid's tail is made of short blocks. */
+    const int64_t ntq = (rows + PF_BM - 1) / PF_BM;
+    const int64_t t0 = (ntq - 1 - (int64_t)(blockIdx.x / g.h)) * PF_BM, h = blockIdx.x % g.h, kvh = h / g.group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int gi = lane >> 2, ti = lane & 3; /* mma fragment coordinates */
+    const float qscale = g.scale * 1.4426950408889634f;
+    const int32_t bs = (int32_t)g.bs;
+
+    if (threadIdx.x < PF_BM) {
+        int i = threadIdx.x;
+        int64_t t = t0 + i;
+        int st = 0;
+        int32_t s = -1, p = 0;
+        if (t < rows && attn_in_run(m, t, rows)) {
+            int ok = attn_token_ok(m, g, t, &s, &p); /* p: the last key, local under DCP */
+            if (ok == 1 && p >= 0) {
+                st = 1;
+            } else {
+                if (ok != 1)
+                    report(&m, REEL_E_LIMIT); /* in a run, so not padding */
+                for (int64_t d = 0; d < DH; d++) /* a breach, or an empty DCP shard: (0, -inf) */
+                    out[t * g.qrow + h * DH + d] = from_f<T>(0.0f);
+                if (g.lse)
+                    g.lse[t * g.h + h] = -INFINITY;
+            }
+        }
+        s_seq[i] = s;
+        s_pos[i] = p;
+        s_state[i] = st;
+    }
+    __syncthreads();
+
+    for (;;) {
+        /* The next segment: the sequence of the first row still to do. */
+        if (threadIdx.x == 0) {
+            int cur = -1;
+            for (int i = 0; i < PF_BM && cur < 0; i++)
+                if (s_state[i] == 1)
+                    cur = s_seq[i];
+            s_cur = cur;
+            s_maxpos = -1;
+            s_firstbad = 0x7fffffff;
+        }
+        __syncthreads();
+        const int32_t seq = s_cur;
+        if (seq < 0)
+            break;
+        if (threadIdx.x < PF_BM && s_state[threadIdx.x] == 1 && s_seq[threadIdx.x] == seq)
+            atomicMax(&s_maxpos, s_pos[threadIdx.x]);
+        __syncthreads();
+        const int32_t *bt = m.block_tables + (int64_t)seq * m.max_blocks;
+        for (int32_t b = threadIdx.x; b <= s_maxpos / bs; b += PF_THREADS) {
+            int32_t blk = bt[b];
+            if (blk < 0 || blk >= g.nblocks)
+                atomicMin(&s_firstbad, b);
+        }
+        __syncthreads();
+        /* Rows whose keys reach a bad block are refused; the rest form the segment. */
+        if (threadIdx.x == 0)
+            s_maxpos = -1;
+        __syncthreads();
+        if (threadIdx.x < PF_BM && s_state[threadIdx.x] == 1 && s_seq[threadIdx.x] == seq) {
+            int i = threadIdx.x;
+            if (s_pos[i] / bs >= s_firstbad) {
+                report(&m, REEL_E_LIMIT);
+                for (int64_t d = 0; d < DH; d++)
+                    out[(t0 + i) * g.qrow + h * DH + d] = from_f<T>(0.0f);
+                if (g.lse)
+                    g.lse[(t0 + i) * g.h + h] = -INFINITY;
+                s_state[i] = 0;
+            } else {
+                s_state[i] = 2; /* in this segment */
+                atomicMax(&s_maxpos, s_pos[i]);
+            }
+        }
+        __syncthreads();
+        const int32_t maxpos = s_maxpos;
+
+        /* This warp's rows gi and gi + 8 of its 16. */
+        const int r0 = warp * 16 + gi, r1 = r0 + 8;
+        const bool in0 = s_state[r0] == 2, in1 = s_state[r1] == 2;
+        const int32_t p0 = in0 ? s_pos[r0] : -1, p1 = in1 ? s_pos[r1] : -1;
+        int32_t wmax = max(p0, p1), wmin = min(p0, p1);
+        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 1));
+        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 2));
+        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 4));
+        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 8));
+        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 16));
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1)
+            wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, o));
+
+        uint32_t qf[KSTEPS][4];
+        {
+            const T *q0 = q + (t0 + r0) * g.qrow + h * DH, *q1 = q + (t0 + r1) * g.qrow + h * DH;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                int d = kk * 16 + ti * 2;
+                qf[kk][0] = in0 ? *(const uint32_t *)(q0 + d) : 0u;
+                qf[kk][1] = in1 ? *(const uint32_t *)(q1 + d) : 0u;
+                qf[kk][2] = in0 ? *(const uint32_t *)(q0 + d + 8) : 0u;
+                qf[kk][3] = in1 ? *(const uint32_t *)(q1 + d + 8) : 0u;
+            }
+        }
+        float o[DTILES][4];
+#pragma unroll
+        for (int n = 0; n < DTILES; n++)
+            o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+        /* Two stages: tile it + 1 is in flight while tile it is computed. */
+        auto load_tile = [&](int32_t kt, int stage) {
+            T *ks = ks_all[stage], *vs = vs_all[stage];
+            static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
+            const int part = threadIdx.x % CPR;
+            for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
+                int32_t j = kt + r;
+                const T *ksrc = kc, *vsrc = vc;
+                int bytes = 0;
+                if (j <= maxpos) {
+                    int64_t row = ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
+                    ksrc = kc + row;
+                    vsrc = vc + row;
+                    bytes = 16;
+                }
+                cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
+                cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
+            }
+            cp_async_commit();
+        };
+        const int ntiles = maxpos / PF_BN + 1;
+        __syncthreads(); /* the previous segment no longer reads the stages */
+        load_tile(0, 0);
+        for (int it = 0; it < ntiles; it++) {
+            const int32_t kt = it * PF_BN;
+            if (it + 1 < ntiles)
+                load_tile(kt + PF_BN, (it + 1) & 1);
+            else
+                cp_async_commit(); /* an empty group keeps the count */
+            cp_async_wait_1();
+            __syncthreads();
+            const T *ks = ks_all[it & 1], *vs = vs_all[it & 1];
+            if (kt > wmax) {
+                __syncthreads();
+                continue; /* every key of the tile is after this warp's rows */
+            }
+            float sc[STILES][4];
+#pragma unroll
+            for (int n = 0; n < STILES; n++)
+                sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+#pragma unroll
+                for (int n = 0; n < STILES; n += 2) {
+                    uint32_t b[4];
+                    int key = n * 8 + (lane >> 4) * 8 + (lane & 7);
+                    int dim = kk * 16 + ((lane >> 3) & 1) * 8;
+                    ldsm_x4(b, &ks[key * LD + dim]);
+                    mma_op<T>::run(sc[n], qf[kk], b);
+                    mma_op<T>::run(sc[n + 1], qf[kk], b + 2);
+                }
+            }
+            /* The online softmax of rows r0 (c0, c1) and r1 (c2, c3), on raw
+             * scores: max first, then exp2(s * qscale - max * qscale) in one
+             * FMA. A tile wholly at or before both rows' positions needs no
+             * mask (most tiles of a causal prefill). */
+            float mx0 = m0, mx1 = m1;
+            if (kt + PF_BN - 1 <= wmin) {
+#pragma unroll
+                for (int n = 0; n < STILES; n++) {
+                    mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
+                    mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
+                }
+            } else {
+#pragma unroll
+                for (int n = 0; n < STILES; n++) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int32_t j = kt + n * 8 + ti * 2 + e;
+                        sc[n][e] = j <= p0 ? sc[n][e] : -INFINITY;
+                        sc[n][2 + e] = j <= p1 ? sc[n][2 + e] : -INFINITY;
+                        mx0 = fmaxf(mx0, sc[n][e]);
+                        mx1 = fmaxf(mx1, sc[n][2 + e]);
+                    }
+                }
+            }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            /* m0, m1 are raw maxima; a row with no key yet stays -inf. */
+            float s0 = mx0 == -INFINITY ? 0.0f : mx0 * qscale, s1 = mx1 == -INFINITY ? 0.0f : mx1 * qscale;
+            float c0 = mx0 == -INFINITY ? 1.0f : exp2f((m0 - mx0) * qscale);
+            float c1 = mx1 == -INFINITY ? 1.0f : exp2f((m1 - mx1) * qscale);
+            m0 = mx0;
+            m1 = mx1;
+            l0 *= c0;
+            l1 *= c1;
+#pragma unroll
+            for (int n = 0; n < DTILES; n++) {
+                o[n][0] *= c0;
+                o[n][1] *= c0;
+                o[n][2] *= c1;
+                o[n][3] *= c1;
+            }
+#pragma unroll
+            for (int n = 0; n < STILES; n++) {
+                sc[n][0] = exp2f(fmaf(sc[n][0], qscale, -s0));
+                sc[n][1] = exp2f(fmaf(sc[n][1], qscale, -s0));
+                sc[n][2] = exp2f(fmaf(sc[n][2], qscale, -s1));
+                sc[n][3] = exp2f(fmaf(sc[n][3], qscale, -s1));
+                l0 += sc[n][0] + sc[n][1];
+                l1 += sc[n][2] + sc[n][3];
+            }
+            /* O += P V, 16 keys per k-step: P's A fragment is two S n-tiles. */
+#pragma unroll
+            for (int kk = 0; kk < PF_BN / 16; kk++) {
+                uint32_t a[4];
+                a[0] = mma_op<T>::pack2(sc[2 * kk][0], sc[2 * kk][1]);
+                a[1] = mma_op<T>::pack2(sc[2 * kk][2], sc[2 * kk][3]);
+                a[2] = mma_op<T>::pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+                a[3] = mma_op<T>::pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+#pragma unroll
+                for (int n = 0; n < DTILES; n += 2) {
+                    uint32_t b[4];
+                    int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+                    int dim = (n + (lane >> 4)) * 8;
+                    ldsm_x4_t(b, &vs[key * LD + dim]);
+                    mma_op<T>::run(o[n], a, b);
+                    mma_op<T>::run(o[n + 1], a, b + 2);
+                }
+            }
+            __syncthreads(); /* the next prefetch reuses this stage */
+        }
+
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        T *o0 = out + (t0 + r0) * g.qrow + h * DH, *o1 = out + (t0 + r1) * g.qrow + h * DH;
+#pragma unroll
+        for (int n = 0; n < DTILES; n++) {
+            int d = n * 8 + ti * 2;
+            if (in0) {
+                o0[d] = from_f<T>(o[n][0] / l0);
+                o0[d + 1] = from_f<T>(o[n][1] / l0);
+            }
+            if (in1) {
+                o1[d] = from_f<T>(o[n][2] / l1);
+                o1[d + 1] = from_f<T>(o[n][3] / l1);
+            }
+        }
+        if (g.lse && ti == 0) { /* m0, m1 are raw maxima: scaled here */
+            if (in0)
+                g.lse[(t0 + r0) * g.h + h] = (m0 * qscale + log2f(l0)) * REEL_ATTN_LN2;
+            if (in1)
+                g.lse[(t0 + r1) * g.h + h] = (m1 * qscale + log2f(l1)) * REEL_ATTN_LN2;
+        }
+        __syncthreads();
+        if (threadIdx.x < PF_BM && s_state[threadIdx.x] == 2)
+            s_state[threadIdx.x] = 0;
+        __syncthreads();
+    }
+}
+
+bool attn_prefill_supports(reel_dtype dt, int64_t dh)
+{
+    return (dt == REEL_F16 || dt == REEL_BF16) && (dh == 64 || dh == 128);
+}
+
+template <typename T, int DH> static size_t prefill_smem()
+{
+    return sizeof(T) * 2 * PF_STAGES * PF_BN * (DH + PF_PAD);
+}
+
+/* The stages need more than the default 48 KB of dynamic shared memory:
+ * the opt-in is set once per kernel, at its first launch (a warm-up before
+ * any capture, as for every op). */
+template <typename T, int DH> static cudaError_t prefill_opt_in()
+{
+    static std::atomic<unsigned long long> done(0);
+    return smem_opt_in(attn_prefill_kernel<T, DH>, prefill_smem<T, DH>(), done);
+}
+
+template <typename T, int DH> static cudaError_t prefill_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)
+{
+    cudaError_t e = prefill_opt_in<T, DH>();
+    if (e != cudaSuccess)
+        return e;
+    dim3 grid((unsigned)((l->rows + PF_BM - 1) / PF_BM * g.h));
+    attn_prefill_kernel<T, DH><<<grid, PF_THREADS, prefill_smem<T, DH>(), st>>>((const T *)attn_q(l), (const T *)l->in[3],
+                                                            (const T *)l->in[4], (T *)l->out[0], *l->meta, g,
+                                                            l->rows);
+    return cudaSuccess;
+}
+
+cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g)
+{
+    bool bf = l->in_shape[0].dtype == REEL_BF16;
+    if (g.dh == 64)
+        return bf ? prefill_run<__nv_bfloat16, 64>(l, st, g) : prefill_run<__half, 64>(l, st, g);
+    return bf ? prefill_run<__nv_bfloat16, 128>(l, st, g) : prefill_run<__half, 128>(l, st, g);
+}
+
+} /* namespace reel_cu */

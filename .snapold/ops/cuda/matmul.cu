@@ -1,0 +1,269 @@
+/* CUDA matmul: x [M, K] times w [K, N] (or w [N, K] transposed) -> [M, N],
+ * row-major, float32 accumulation. bf16 and f16 go through cuBLASLt, f32
+ * through cublasSgemm (default math: true f32, no TF32).
+ *
+ * cuBLAS is column-major: a row-major [R, C] matrix is a column-major
+ * [C, R] one. So Y^T (N x M) = W^T (N x K) * X^T (K x M): A is w, as stored
+ * ([K, N] row-major = N x K column-major, ld N; or [N, K] row-major = K x N
+ * column-major, ld K, taken transposed), B is x (K x M, ld K), C is y
+ * (N x M, ld N).
+ *
+ * The cuBLASLt algorithm for a shape is chosen once (the first launch, which
+ * is a warm-up before any capture) and kept in the backend's memo; the
+ * descriptors are built in the launch's own stack memory (no allocation, no
+ * destroy); the workspace is the stream's own, allocated when the stream was
+ * created, so nothing is allocated inside a capture. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/impls.h"
+
+namespace reel_cu {
+
+typedef struct mm_dims {
+    int64_t m, n, k;
+    bool wt;
+} mm_dims;
+
+static mm_dims mm_dims_of(const reel_launch *l)
+{
+    const reel_shape *xs = &l->in_shape[0], *ws = &l->in_shape[1];
+    mm_dims d;
+    d.wt = l->attrs->matmul.w_transposed;
+    d.k = last_dim(xs);
+    d.n = d.wt ? lead(ws, l->rows) : last_dim(ws);
+    d.m = d.k > 0 ? lead(xs, l->rows) * row_numel(xs) / d.k : 0;
+    return d;
+}
+
+static reel_status name_mm_err(reel_backend *be, reel_status st, const char *impl, const mm_dims *g)
+{
+    if (st == REEL_OK)
+        return st;
+    char what[160];
+    snprintf(what, sizeof what, "%s x[%lld,%lld] w%s[%lld,%lld]", impl, (long long)g->m, (long long)g->k,
+             g->wt ? "^T" : "", (long long)(g->wt ? g->n : g->k), (long long)(g->wt ? g->k : g->n));
+    return name_err(be, st, what);
+}
+
+/* Largest power of two (at most 16) dividing the address. */
+static uint32_t align_of(const void *p)
+{
+    uint32_t a = 16;
+    while (a > 1 && ((uintptr_t)p % a) != 0)
+        a /= 2;
+    return a;
+}
+
+/* Memo key: everything the heuristic's answer depends on, in at most
+ * REEL_CUDA_MEMO_KEY_MAX bytes (the memo drops a longer key, and then every
+ * launch would query the heuristic again); no padding, so memcmp is exact. */
+typedef struct lt_key {
+    int32_t tag, dtype;
+    int64_t m, n, k;
+    int32_t wt, align_a, align_b, align_c;
+} lt_key;
+static_assert(sizeof(lt_key) == 48 && sizeof(lt_key) <= REEL_CUDA_MEMO_KEY_MAX, "lt_key must fit the memo");
+
+typedef struct lt_choice {
+    int64_t found;          /* 0: no cuBLASLt algorithm; use cublasGemmEx */
+    cublasLtMatmulAlgo_t algo;
+} lt_choice;
+static_assert(sizeof(lt_choice) <= REEL_CUDA_MEMO_VAL_MAX, "lt_choice must fit the memo");
+
+static cudaDataType_t cuda_type(reel_dtype dt) { return dt == REEL_F16 ? CUDA_R_16F : CUDA_R_16BF; }
+
+/* The descriptors live in caller memory (cuBLASLt's *Init calls, not
+ * *Create): building them allocates nothing and needs no destroy, and a
+ * launch sets a handful of fields instead of five heap objects. */
+typedef struct lt_descs {
+    cublasLtMatmulDescOpaque_t op;
+    cublasLtMatrixLayoutOpaque_t a, b, c;
+} lt_descs;
+
+static reel_status lt_descs_init(reel_err *ctx, const mm_dims *g, cudaDataType_t t, lt_descs *d)
+{
+    cublasOperation_t ta = g->wt ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint64_t a_rows = g->wt ? g->k : g->n, a_cols = g->wt ? g->n : g->k;
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulDescInit(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulDescSetAttribute(&d->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutInit(&d->a, t, a_rows, a_cols, (int64_t)a_rows)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutInit(&d->b, t, (uint64_t)g->k, (uint64_t)g->m, g->k)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatrixLayoutInit(&d->c, t, (uint64_t)g->n, (uint64_t)g->m, g->n)));
+    return REEL_OK;
+}
+
+static reel_status lt_pref_init(reel_err *ctx, cublasLtMatmulPreferenceOpaque_t *pref, uint64_t wsb,
+                                const lt_key *key)
+{
+    uint32_t al_a = (uint32_t)key->align_a, al_b = (uint32_t)key->align_b, al_c = (uint32_t)key->align_c;
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceInit(pref)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof al_a)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c)));
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c)));
+    /* Split-K partials are summed in float32 (or in place), never in the
+     * output's 16-bit type: reel's matmuls accumulate in float32
+     * (docs/decisions.md). */
+    uint32_t red = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+    REEL_TRY(REEL_CUDA_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(
+                                      pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &red, sizeof red)));
+    return REEL_OK;
+}
+
+/* The algorithm for this shape and these alignments: from the memo, or from
+ * the heuristic (then remembered, "none" included). The first launch of a
+ * shape is a warm-up before any capture, so a capture only reads the memo. */
+static reel_status lt_choose(reel_backend *be, const reel_launch *l, const mm_dims *g, lt_descs *d, size_t ws_bytes,
+                             lt_choice *ch)
+{
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.tag = 0x6c746d6d; /* "ltmm" */
+    key.dtype = (int32_t)l->in_shape[0].dtype;
+    key.m = g->m, key.n = g->n, key.k = g->k, key.wt = g->wt;
+    key.align_a = (int32_t)align_of(l->in[1]), key.align_b = (int32_t)align_of(l->in[0]);
+    key.align_c = (int32_t)align_of(l->out[0]);
+    if (reel_cuda_memo_get(be, &key, sizeof key, ch, sizeof *ch))
+        return REEL_OK;
+    reel_err *ctx = be->err;
+    cublasLtMatmulPreferenceOpaque_t pref;
+    REEL_TRY(lt_pref_init(ctx, &pref, ws_bytes, &key));
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    memset(&res, 0, sizeof res);
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(reel_cuda_lt_handle(be), &d->op, &d->a, &d->b, &d->c, &d->c,
+                                                       &pref, 1, &res, &nres);
+    /* NOT_SUPPORTED is an answer ("no algorithm"), not a failure. */
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
+        REEL_TRY(REEL_CUDA_CHECK(ctx, hs));
+    memset(ch, 0, sizeof *ch);
+    ch->found = hs == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+    if (ch->found)
+        ch->algo = res.algo;
+    reel_cuda_memo_put(be, &key, sizeof key, ch, sizeof *ch);
+    return REEL_OK;
+}
+
+/* No cuBLASLt algorithm for this shape: the classic API, same math. */
+static reel_status gemm_ex(reel_backend *be, const reel_launch *l, const mm_dims *g, cudaDataType_t t)
+{
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasOperation_t ta = g->wt ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int lda = (int)(g->wt ? g->k : g->n);
+    return REEL_CUDA_CHECK(be->err, cublasGemmEx(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)g->n,
+                                                 (int)g->m, (int)g->k, &alpha, l->in[1], t, lda, l->in[0], t,
+                                                 (int)g->k, &beta, l->out[0], t, (int)g->n, CUBLAS_COMPUTE_32F,
+                                                 CUBLAS_GEMM_DEFAULT));
+}
+
+/* Fused views (nseg > 0): each segment of columns [c0, c0 + ns) is its own
+ * GEMM into a [m, ns] block at m * c0, reading w's columns (or rows, for
+ * [N, K]) in place through the leading dimension: one launch per segment,
+ * as many as the unfused projections had, and no copies after them. */
+static reel_status gemm_segments(reel_backend *be, const reel_launch *l, const mm_dims *g, cudaDataType_t t)
+{
+    const float alpha = 1.0f, beta = 0.0f;
+    const size_t es = reel_dtype_size(l->in_shape[0].dtype);
+    cublasOperation_t ta = g->wt ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int lda = (int)(g->wt ? g->k : g->n);
+    int64_t c0 = 0;
+    reel_status st = REEL_OK;
+    for (int s = 0; s < l->attrs->matmul.nseg && st == REEL_OK; s++) {
+        int64_t ns = l->attrs->matmul.seg[s];
+        const char *w = (const char *)l->in[1] + (size_t)(g->wt ? c0 * g->k : c0) * es;
+        char *y = (char *)l->out[0] + (size_t)(g->m * c0) * es;
+        st = REEL_CUDA_CHECK(be->err, cublasGemmEx(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)ns,
+                                                   (int)g->m, (int)g->k, &alpha, w, t, lda, l->in[0], t, (int)g->k,
+                                                   &beta, y, t, (int)ns, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        c0 += ns;
+    }
+    return st;
+}
+
+static reel_status matmul_lt_launch(reel_backend *be, const reel_launch *l)
+{
+    mm_dims g = mm_dims_of(l);
+    if (g.m <= 0 || g.n <= 0)
+        return REEL_OK;
+    if (l->attrs->matmul.nseg)
+        return name_mm_err(be, gemm_segments(be, l, &g, cuda_type(l->in_shape[0].dtype)), "cuda.matmul.cublaslt",
+                           &g);
+    cudaDataType_t t = cuda_type(l->in_shape[0].dtype);
+    size_t ws_bytes = 0;
+    void *ws = reel_cuda_stream_workspace(l->stream, &ws_bytes);
+    lt_descs d;
+    lt_choice ch;
+    const float alpha = 1.0f, beta = 0.0f;
+    reel_status st = lt_descs_init(be->err, &g, t, &d);
+    if (st == REEL_OK)
+        st = lt_choose(be, l, &g, &d, ws_bytes, &ch);
+    if (st == REEL_OK && ch.found)
+        st = REEL_CUDA_CHECK(be->err, cublasLtMatmul(reel_cuda_lt_handle(be), &d.op, &alpha, l->in[1], &d.a,
+                                                     l->in[0], &d.b, &beta, l->out[0], &d.c, l->out[0], &d.c,
+                                                     &ch.algo, ws, ws_bytes, reel_cuda_stream_handle(l->stream)));
+    else if (st == REEL_OK)
+        st = gemm_ex(be, l, &g, t);
+    return name_mm_err(be, st, "cuda.matmul.cublaslt", &g);
+}
+
+static reel_status matmul_sgemm_launch(reel_backend *be, const reel_launch *l)
+{
+    mm_dims g = mm_dims_of(l);
+    if (g.m <= 0 || g.n <= 0)
+        return REEL_OK;
+    if (l->attrs->matmul.nseg)
+        return name_mm_err(be, gemm_segments(be, l, &g, CUDA_R_32F), "cuda.matmul.sgemm", &g);
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasOperation_t ta = g.wt ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int lda = (int)(g.wt ? g.k : g.n);
+    reel_status st = REEL_CUDA_CHECK(be->err, cublasSgemm(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N,
+                                                          (int)g.n, (int)g.m, (int)g.k, &alpha,
+                                                          (const float *)l->in[1], lda, (const float *)l->in[0],
+                                                          (int)g.k, &beta, (float *)l->out[0], (int)g.n));
+    return name_mm_err(be, st, "cuda.matmul.sgemm", &g);
+}
+
+/* cuBLAS takes int dimensions. */
+static bool fits_int(const reel_shape *in)
+{
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < in[i].ndim; j++)
+            if (in[i].dims[j] > 0x7fffffffLL)
+                return false;
+    return true;
+}
+
+/* Epilogues and prologues (the fusion pass) are not the cuBLAS impls':
+ * refusing them keeps those nodes unfused (exec/fuse.c asks the registry
+ * before it rewrites). Segments are theirs (gemm_segments). */
+static bool plain(const reel_op_attrs *a)
+{
+    return a->matmul.epi == REEL_MM_EPI_NONE && a->matmul.pro == REEL_MM_PRO_NONE;
+}
+
+static bool use_lt(REEL_CU_USE_ARGS)
+{
+    return nin >= 2 && plain(a) && same_float_dtype(in, 2, out, 1) && in[0].dtype != REEL_F32 && in[1].ndim == 2 &&
+           fits_int(in);
+}
+
+static bool use_sgemm(REEL_CU_USE_ARGS)
+{
+    return nin >= 2 && plain(a) && same_float_dtype(in, 2, out, 1) && in[0].dtype == REEL_F32 && in[1].ndim == 2 &&
+           fits_int(in);
+}
+
+} /* namespace reel_cu */
+
+REEL_CU_IMPL(reel_cu_matmul_lt_impl, "cuda.matmul.cublaslt", REEL_OP_MATMUL, 20, false, false,
+             reel_cu::use_lt, reel_cu::matmul_lt_launch);
+REEL_CU_IMPL(reel_cu_matmul_sgemm_impl, "cuda.matmul.sgemm", REEL_OP_MATMUL, 10, false, false,
+             reel_cu::use_sgemm, reel_cu::matmul_sgemm_launch);

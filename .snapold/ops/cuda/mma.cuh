@@ -1,0 +1,97 @@
+/* Internal to ops/cuda: warp-level tensor-core and async-copy helpers
+ * (sm_80+ instructions, used on sm_90): mma.sync m16n8k16 with float32
+ * accumulators, ldmatrix, cp.async. */
+#ifndef REEL_OPS_CUDA_MMA_CUH
+#define REEL_OPS_CUDA_MMA_CUH
+
+#include <atomic>
+
+#include "ops/cuda/common.cuh"
+
+namespace reel_cu {
+
+template <typename T> struct mma_op;
+template <> struct mma_op<__nv_bfloat16> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, const uint32_t *b)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                     "{%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+    static __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+    {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *(uint32_t *)&v;
+    }
+};
+template <> struct mma_op<__half> {
+    static __device__ __forceinline__ void run(float *d, const uint32_t *a, const uint32_t *b)
+    {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                     "{%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+    static __device__ __forceinline__ uint32_t pack2(float lo, float hi)
+    {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *(uint32_t *)&v;
+    }
+};
+
+__device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *smem)
+{
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const void *smem)
+{
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* 16 bytes global -> shared; src_bytes 0 fills zeros. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes)
+{
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* Waits until at most one committed group is still in flight. */
+__device__ __forceinline__ void cp_async_wait_1()
+{
+    asm volatile("cp.async.wait_group 1;\n" ::);
+}
+
+/* Raises a kernel's dynamic shared memory limit past the default 48 KB,
+ * once per device (the attribute is the device's): at the kernel's first
+ * launch on it, a warm-up before any capture as for every op. */
+template <typename K> cudaError_t smem_opt_in(K *kernel, size_t bytes, std::atomic<unsigned long long> &done)
+{
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0;
+    if (bit && (done.load(std::memory_order_acquire) & bit))
+        return cudaSuccess;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess)
+        done.fetch_or(bit, std::memory_order_acq_rel);
+    return e;
+}
+
+} /* namespace reel_cu */
+
+#endif

@@ -1,0 +1,322 @@
+/* CUDA kernels over the last dim of each row: rmsnorm, softmax, argmax. One
+ * block per row; the row is reduced (fixed tree, so the same launch gives
+ * the same bits) before any output of the row is written, and each thread
+ * writes only elements it read itself, so rmsnorm and softmax may run in
+ * place. All honour programmatic dependent launch. */
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/impls.h"
+
+namespace reel_cu {
+
+/* x / sqrt(mean(x^2) + eps) * w, in the host's order: (x * r) * w. */
+template <typename T>
+__global__ void rmsnorm_kernel(const T *x, const T *w, T *out, int64_t d, float eps, bool pdl)
+{
+    pdl_start(pdl);
+    const T *xr = x + (int64_t)blockIdx.x * d;
+    T *orow = out + (int64_t)blockIdx.x * d;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = to_f(xr[i]);
+        ss += v * v;
+    }
+    ss = block_reduce<false>(ss);
+    float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+        orow[i] = from_f<T>(to_f(xr[i]) * r * to_f(w[i]));
+}
+
+/* Rows as the host sees them: the product of the leading extent and the
+ * dims between it and the last, over the last dim. */
+static int64_t nrows_of(const reel_launch *l, int64_t last)
+{
+    const reel_shape *xs = &l->in_shape[0];
+    return last > 0 ? lead(xs, l->rows) * row_numel(xs) / last : 0;
+}
+
+static reel_status rmsnorm_launch(reel_backend *be, const reel_launch *l)
+{
+    int64_t d = last_dim(&l->in_shape[0]), nrows = nrows_of(l, d);
+    if (nrows <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    int threads = row_threads(d, 1024);
+    float eps = l->attrs->rmsnorm.eps;
+    cudaError_t e = cudaSuccess;
+    REEL_CU_DISPATCH(l->in_shape[0].dtype,
+                     e = launch(rmsnorm_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl, (const T *)l->in[0],
+                                (const T *)l->in[1], (T *)l->out[0], d, eps));
+    return REEL_CU_LAUNCHED_E(be, "cuda.rmsnorm", e);
+}
+
+/* exp(x - max) / sum. NaN never becomes the max (fmaxf drops it) but
+ * propagates through the sum; a row of only -inf, or with +inf, gives NaN:
+ * the host's (and torch's) answer. */
+template <typename T> __global__ void softmax_kernel(const T *x, T *out, int64_t n, bool pdl)
+{
+    pdl_start(pdl);
+    const T *xr = x + (int64_t)blockIdx.x * n;
+    T *orow = out + (int64_t)blockIdx.x * n;
+    float m = -INFINITY;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        m = fmaxf(m, to_f(xr[i]));
+    m = block_reduce<true>(m);
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += expf(to_f(xr[i]) - m);
+    s = block_reduce<false>(s);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        orow[i] = from_f<T>(expf(to_f(xr[i]) - m) / s);
+}
+
+static reel_status softmax_launch(reel_backend *be, const reel_launch *l)
+{
+    int64_t n = last_dim(&l->in_shape[0]), nrows = nrows_of(l, n);
+    if (nrows <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    int threads = row_threads(n, 1024);
+    cudaError_t e = cudaSuccess;
+    REEL_CU_DISPATCH(l->in_shape[0].dtype, e = launch(softmax_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl,
+                                                      (const T *)l->in[0], (T *)l->out[0], n));
+    return REEL_CU_LAUNCHED_E(be, "cuda.softmax", e);
+}
+
+/* (value, index) candidates: a beats b when larger, or equal with a lower
+ * index; an index of -1 is no candidate (NaN never is one). */
+__device__ __forceinline__ bool arg_better(float va, int64_t ia, float vb, int64_t ib)
+{
+    if (ia < 0)
+        return false;
+    if (ib < 0)
+        return true;
+    return va > vb || (va == vb && ia < ib);
+}
+
+/* Lowest index of the row's maximum; NaN never wins; an all-NaN row gives 0. */
+template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, int64_t n, bool pdl)
+{
+    __shared__ float sv[32];
+    __shared__ int64_t si[32];
+    pdl_start(pdl);
+    const T *xr = x + (int64_t)blockIdx.x * n;
+    float bv = 0.0f;
+    int64_t bi = -1;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = to_f(xr[i]);
+        if (!isnan(v) && arg_better(v, i, bv, bi)) {
+            bv = v;
+            bi = i;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (arg_better(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sv[warp] = bv;
+        si[warp] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (arg_better(sv[w], si[w], bv, bi)) {
+                bv = sv[w];
+                bi = si[w];
+            }
+        out[blockIdx.x] = bi < 0 ? 0 : (int32_t)bi;
+    }
+}
+
+/* The same result for rows whose elements can be read 16 bytes at a time
+ * (aligned, a whole number of packs, fewer than 2^31 elements): each thread
+ * scans packs i, i + threads, ... and the elements of a pack in index order,
+ * so its candidate is the lowest index of its maximum, as above; the merge
+ * across threads is the same. A 32000-wide row is 4 packs a thread at 1024
+ * threads instead of 63 dependent scalar loads at 512. */
+template <typename T> __global__ void argmax_vec_kernel(const T *x, int32_t *out, int32_t n, bool pdl)
+{
+    typedef pack<T> P;
+    __shared__ float sv[32];
+    __shared__ int32_t si[32];
+    pdl_start(pdl);
+    const P *xr = (const P *)(x + (int64_t)blockIdx.x * n);
+    const int32_t np = n / P::n;
+    float bv = 0.0f;
+    int32_t bi = -1;
+#pragma unroll 2
+    for (int32_t p = threadIdx.x; p < np; p += blockDim.x) {
+        P v = xr[p];
+#pragma unroll
+        for (int e = 0; e < P::n; e++) {
+            float f = to_f(v.v[e]);
+            if (!isnan(f) && (bi < 0 || f > bv)) {
+                bv = f;
+                bi = p * P::n + e;
+            }
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (arg_better(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sv[warp] = bv;
+        si[warp] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            if (arg_better(sv[w], si[w], bv, bi)) {
+                bv = sv[w];
+                bi = si[w];
+            }
+        out[blockIdx.x] = bi < 0 ? 0 : bi;
+    }
+}
+
+static reel_status argmax_launch(reel_backend *be, const reel_launch *l)
+{
+    int64_t n = last_dim(&l->in_shape[0]), nrows = nrows_of(l, n);
+    if (nrows <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    cudaError_t e = cudaSuccess;
+    const int64_t vn = 16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype);
+    if (aligned16(l->in[0]) && n % vn == 0 && n < 0x7fffffffLL) {
+        int threads = row_threads(n / vn, 1024);
+        REEL_CU_DISPATCH(l->in_shape[0].dtype,
+                         e = launch(argmax_vec_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl,
+                                    (const T *)l->in[0], (int32_t *)l->out[0], (int32_t)n));
+        return REEL_CU_LAUNCHED_E(be, "cuda.argmax", e);
+    }
+    int threads = row_threads(n, 512);
+    REEL_CU_DISPATCH(l->in_shape[0].dtype, e = launch(argmax_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl,
+                                                      (const T *)l->in[0], (int32_t *)l->out[0], n));
+    return REEL_CU_LAUNCHED_E(be, "cuda.argmax", e);
+}
+
+static bool use_rows(int64_t nrows_max) { return nrows_max <= 0x7fffffffLL; }
+
+/* add_rmsnorm (the fusion pass): the sum is stored in T, then normalized
+ * from the stored values, exactly as rmsnorm_kernel reads the unfused add's
+ * output (same tree, same order): fused == unfused bit for bit. Each thread
+ * reads back only the sum elements it wrote, so sum may be a's bytes. */
+template <typename T>
+__global__ void add_rmsnorm_kernel(const T *a, const T *b, const T *w, T *sum, T *out, int64_t d, float eps,
+                                   bool pdl)
+{
+    pdl_start(pdl);
+    const int64_t at = (int64_t)blockIdx.x * d;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        T s = from_f<T>(to_f(a[at + i]) + to_f(b[at + i]));
+        sum[at + i] = s;
+        float v = to_f(s);
+        ss += v * v;
+    }
+    ss = block_reduce<false>(ss);
+    float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+        out[at + i] = from_f<T>(to_f(sum[at + i]) * r * to_f(w[i]));
+}
+
+static reel_status add_rmsnorm_launch(reel_backend *be, const reel_launch *l)
+{
+    int64_t d = last_dim(&l->in_shape[0]), nrows = nrows_of(l, d);
+    if (nrows <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    int threads = row_threads(d, 1024);
+    float eps = l->attrs->rmsnorm.eps;
+    cudaError_t e = cudaSuccess;
+    REEL_CU_DISPATCH(l->in_shape[0].dtype,
+                     e = launch(add_rmsnorm_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl, (const T *)l->in[0],
+                                (const T *)l->in[1], (const T *)l->in[2], (T *)l->out[0], (T *)l->out[1], d, eps));
+    return REEL_CU_LAUNCHED_E(be, "cuda.add_rmsnorm", e);
+}
+
+/* view_cols where it is not fused into its producer: a copy of the columns,
+ * one block per row. */
+template <typename T>
+__global__ void view_cols_kernel(const T *x, T *out, int64_t n, int64_t col, int64_t w, bool pdl)
+{
+    pdl_start(pdl);
+    const T *xr = x + (int64_t)blockIdx.x * n + col;
+    T *orow = out + (int64_t)blockIdx.x * w;
+    for (int64_t i = threadIdx.x; i < w; i += blockDim.x)
+        orow[i] = xr[i];
+}
+
+static reel_status view_cols_launch(reel_backend *be, const reel_launch *l)
+{
+    int64_t n = last_dim(&l->in_shape[0]), nrows = nrows_of(l, n), w = l->attrs->view.ncols;
+    if (nrows <= 0 || w <= 0)
+        return REEL_OK;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    cudaError_t e = cudaSuccess;
+    REEL_CU_DISPATCH(l->in_shape[0].dtype,
+                     e = launch(view_cols_kernel<T>, (unsigned)nrows, row_threads(w, 1024), 0, st, l->pdl,
+                                (const T *)l->in[0], (T *)l->out[0], n, l->attrs->view.col, w));
+    return REEL_CU_LAUNCHED_E(be, "cuda.view_cols", e);
+}
+
+/* One block per row: the grid is the launch's row count. */
+static int64_t rows_grid(const reel_launch *l, const reel_device_caps *caps)
+{
+    return nrows_of(l, last_dim(&l->in_shape[0]));
+}
+
+static bool use_add_rmsnorm(REEL_CU_USE_ARGS)
+{
+    return nin >= 3 && same_float_dtype(in, 3, out, 2) && use_rows(in[0].dims[0]);
+}
+
+static bool use_view_cols(REEL_CU_USE_ARGS)
+{
+    return nin >= 1 && same_float_dtype(in, 1, out, 1) && use_rows(in[0].dims[0]);
+}
+
+static bool use_rmsnorm(REEL_CU_USE_ARGS)
+{
+    return nin >= 2 && same_float_dtype(in, 2, out, 1) && use_rows(in[0].dims[0]);
+}
+
+static bool use_softmax(REEL_CU_USE_ARGS)
+{
+    return nin >= 1 && same_float_dtype(in, 1, out, 1) && use_rows(in[0].dims[0]);
+}
+
+static bool use_argmax(REEL_CU_USE_ARGS)
+{
+    return nin >= 1 && same_float_dtype(in, 1, NULL, 0) && out[0].dtype == REEL_I32 && use_rows(in[0].dims[0]);
+}
+
+} /* namespace reel_cu */
+
+REEL_CU_IMPL(reel_cu_rmsnorm_impl, "cuda.rmsnorm", REEL_OP_RMSNORM, 10, true, true,
+             reel_cu::use_rmsnorm, reel_cu::rmsnorm_launch);
+REEL_CU_IMPL(reel_cu_softmax_impl, "cuda.softmax", REEL_OP_SOFTMAX, 10, true, true,
+             reel_cu::use_softmax, reel_cu::softmax_launch);
+
+static reel_op_impl with_grid(reel_op_impl i)
+{
+    i.grid_blocks = reel_cu::rows_grid;
+    return i;
+}
+extern "C" const reel_op_impl reel_cu_argmax_impl = with_grid(reel_cu::make_impl(
+    "cuda.argmax", REEL_OP_ARGMAX, 10, true, false, reel_cu::use_argmax, reel_cu::argmax_launch));
+extern "C" const reel_op_impl reel_cu_add_rmsnorm_impl = with_grid(reel_cu::make_impl(
+    "cuda.add_rmsnorm", REEL_OP_ADD_RMSNORM, 10, true, true, reel_cu::use_add_rmsnorm, reel_cu::add_rmsnorm_launch));
+extern "C" const reel_op_impl reel_cu_view_cols_impl = with_grid(reel_cu::make_impl(
+    "cuda.view_cols", REEL_OP_VIEW_COLS, 10, true, false, reel_cu::use_view_cols, reel_cu::view_cols_launch));
