@@ -386,12 +386,13 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     if (fw.on) {
         /* One kernel: the decode writes the cache itself (the first kernel
          * of the op, so it waits for the op's producer where the plan
-         * launches the op programmatically), the combine follows past 8
-         * chunks, and the prefill reads the cache it wrote. */
+         * launches the op programmatically) and takes every token, those
+         * of multi-token runs too: a block supplies each slot of the step
+         * its chunk reads, so a run's token sees the run's earlier keys.
+         * No prefill kernel follows (docs/attention.md); the combine does
+         * past 8 chunks. */
         uint32_t *cnt = l->meta->attn_cnt + (int64_t)l->attrs->attn.cnt_slot * l->meta->attn_cnt_words;
-        e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, l->pdl, fw, cnt);
-        if (e == cudaSuccess && prefill)
-            e = attn_prefill_launch(l, st, g, be->caps.pdl);
+        e = attn_decode_launch(l, st, g, nchunks, false, inblock, l->pdl, fw, cnt);
         return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
     }
     const bool pdl = be->caps.pdl && l->rows <= 16;

@@ -31,12 +31,12 @@ namespace reel_cu {
 enum { DM_BN = 64, DM_WARPS = 4, DM_THREADS = DM_WARPS * 32, DM_PAD = 8, DM_ROWS = 16, DM_BT = 256 };
 static constexpr int64_t DM_PREFETCH_BYTES = 16ll << 20;
 
-/* K/V tiles in flight: three at head dim 64 (18 KB a stage; five blocks an
- * SM still fit), two at 128 (35 KB a stage). A block's loads are its
- * memory parallelism: with two stages it has one tile in flight while it
- * computes the other. */
+/* K/V stages: two (one tile in flight while the block computes the
+ * other). -DREEL_ATTN_DM_STAGES64=3 builds three at head dim 64, for A/B:
+ * it measured slower in the decode step (four blocks an SM instead of
+ * five; docs/benchmarks.md). */
 #ifndef REEL_ATTN_DM_STAGES64
-#define REEL_ATTN_DM_STAGES64 3
+#define REEL_ATTN_DM_STAGES64 2
 #endif
 
 template <int DH> static constexpr int dm_stages()

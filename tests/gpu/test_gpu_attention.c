@@ -309,12 +309,21 @@ Test(gpu_attention, guards_match_host, .init = setup, .fini = teardown, .timeout
         }
 }
 
+/* Is token t one of a multi-token run (a neighbour of the same sequence)? */
+static bool in_run(const acase *c, int64_t t)
+{
+    int32_t s = c->tseq[t];
+    return s != -1 && ((t > 0 && c->tseq[t - 1] == s) || (t + 1 < c->t && c->tseq[t + 1] == s));
+}
+
 /* The one-kernel decode (launches of at most REEL_ATTN_ONE_KERNEL_ROWS
  * tokens write the cache inside the decode kernel, ops/cuda/attention.cu):
- * the host's values, and the same bits (outputs, caches, error word) as the
- * two-kernel path of the same launch (KV write, then decode: the launch
- * without the plan's counters), with its counters back at zero. c is built;
- * rot 0: no fused rope. */
+ * the host's values, and the same bits (caches, rope outputs, error word,
+ * and the attention rows of single tokens) as the two-kernel path of the
+ * same launch (KV write, then decode and the prefill kernel: the launch
+ * without the plan's counters), with its counters back at zero. The rows of
+ * runs, which the one-kernel decode takes itself, are held to the host's
+ * values only. c is built; rot 0: no fused rope. */
 static void one_kernel_case(acase *c, reel_dtype dt, int rot, const char *what)
 {
     gt_op op = op_of(dt, c);
@@ -333,7 +342,12 @@ static void one_kernel_case(acase *c, reel_dtype dt, int rot, const char *what)
     c->m.no_attn_cnt = false;
     cr_assert_eq(one.cnt_left, 0, "%s: %lld counters left non-zero", w, (long long)one.cnt_left);
     cr_assert_eq(one.err, two.err, "%s: error word %d, two kernels %d", w, one.err, two.err);
-    for (int i = 0; i < op.nout; i++)
+    const size_t row0 = reel_shape_bytes(&op.out[0], 1);
+    for (int64_t t = 0; t < c->t; t++)
+        if (!in_run(c, t))
+            cr_assert(memcmp((const char *)one.out[0] + t * row0, (const char *)two.out[0] + t * row0, row0) == 0,
+                      "%s: attention row %lld differs from the two-kernel path", w, (long long)t);
+    for (int i = 1; i < op.nout; i++)
         if (!op.scratch[i])
             cr_assert(memcmp(one.out[i], two.out[i], reel_shape_bytes(&op.out[i], op.rows)) == 0,
                       "%s: output %d differs from the two-kernel path", w, i);
@@ -362,7 +376,8 @@ Test(gpu_attention, one_kernel_decode_matches, .init = setup, .fini = teardown, 
                     build(&dec, 4096);
                     one_kernel_case(&dec, dts[d], rot, "decode");
                     case_free(&dec);
-                    /* runs the prefill kernel takes after the decode */
+                    /* runs, which the decode takes too (the two-kernel
+                     * path: the prefill kernel) */
                     acase mix = {.h = 16, .hkv = 16 / gqas[g], .dh = hd, .bs = 32, .nseq = 5, .npad = 2};
                     int32_t q[5] = {5, 1, 3, 1, 1}, x[5] = {40, 700, 3, 1, 2100};
                     memcpy(mix.qlen, q, sizeof q);
