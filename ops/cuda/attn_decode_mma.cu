@@ -295,43 +295,8 @@ __global__ void __launch_bounds__(DM_THREADS)
             asm volatile("prefetch.global.L2 [%0];" ::"l"(vc + row));
         }
     }
-    auto load_tile = [&](int32_t kt, int stage) {
-        T *ks = ks_all[stage], *vs = vs_all[stage];
-        static_assert(DM_THREADS % CPR == 0, "a thread keeps its part of every row");
-        const int part = threadIdx.x % CPR;
-        for (int r = threadIdx.x / CPR; r < DM_BN; r += DM_THREADS / CPR) {
-            int32_t j = kt + r;
-            const T *ksrc = kc, *vsrc = vc;
-            int bytes = 0;
-            if (j < k1) {
-                const int32_t bj = attn_blk(g, j);
-                const int32_t blk = bj - b0 < DM_BT ? s_bt[bj - b0] : bt[bj];
-                int64_t row = ((int64_t)blk * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
-                ksrc = kc + row;
-                vsrc = vc + row;
-                bytes = 16;
-            }
-            cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
-            cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
-        }
-        cp_async_commit();
-    };
-    /* The first tile, before the wait, where no slot of the step is in it
-     * but the token's own (patched in after the load, from registers): in
-     * the one-kernel decode nothing before this kernel writes the cache in
-     * the step (the KV rows of this layer were last written by the step
-     * before), so a programmatic launch may read it now. A chunk with a
-     * bad block id loads nothing. */
-    bool early = false;
-    if (fw.on && pdl) {
-        const int bad = __syncthreads_or(mybad); /* also: s_bt, s_put, s_nown complete */
-        early = tk.attend && !bad && s_put == 0u && s_nown <= 1;
-        if (early)
-            load_tile(k0, 0);
-    }
     /* Launched as a programmatic dependent, everything above overlapped the
-     * kernel before it; q, k, v (and the cache, but for the early tile)
-     * are read after. */
+     * kernel before it; q, k, v and the cache are read after. */
     if (pdl)
         dm_wait_producer();
     /* The token's own new key and value (rotated), where the chunk reads
@@ -403,9 +368,29 @@ __global__ void __launch_bounds__(DM_THREADS)
         return;
     }
 
+    auto load_tile = [&](int32_t kt, int stage) {
+        T *ks = ks_all[stage], *vs = vs_all[stage];
+        static_assert(DM_THREADS % CPR == 0, "a thread keeps its part of every row");
+        const int part = threadIdx.x % CPR;
+        for (int r = threadIdx.x / CPR; r < DM_BN; r += DM_THREADS / CPR) {
+            int32_t j = kt + r;
+            const T *ksrc = kc, *vsrc = vc;
+            int bytes = 0;
+            if (j < k1) {
+                const int32_t bj = attn_blk(g, j);
+                const int32_t blk = bj - b0 < DM_BT ? s_bt[bj - b0] : bt[bj];
+                int64_t row = ((int64_t)blk * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
+                ksrc = kc + row;
+                vsrc = vc + row;
+                bytes = 16;
+            }
+            cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
+            cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
+        }
+        cp_async_commit();
+    };
     const int ntiles = (k1 - k0 + DM_BN - 1) / DM_BN;
-    if (!early)
-        load_tile(k0, 0);
+    load_tile(k0, 0);
 
     /* Rows gi and gi + 8 are heads h0 + gi and h0 + gi + 8. */
     uint32_t qf[KSTEPS][4];
