@@ -1,2 +1,0 @@
-/* A seeded upward include: the layer check must refuse it. */
-#include "exec/plan.h"
