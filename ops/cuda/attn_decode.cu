@@ -320,9 +320,11 @@ int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt
     int64_t G = attn_decode_mma_supports(dt, g.dh) ? attn_decode_mma_group() : head_group(g);
     int64_t units = rows * g.hkv * ((g.group + G - 1) / G);
     int64_t sms = be->caps.sm_count > 0 ? be->caps.sm_count : 132;
-    /* Four blocks an SM in one wave (the tensor-core decode's occupancy at
-     * head dim 64): rounded down, so the grid never spills into a second
-     * wave of a few blocks. */
+    /* Four blocks an SM, rounded down: at head dim 64 the tensor-core
+     * decode holds five an SM, so the grid stays in one wave with room for
+     * the kernels launched beside it (rounded up, a few blocks spilled into
+     * a second wave: docs/attention.md). At head dim 128 it holds three, so
+     * large grids there take two waves (not yet measured). */
     int64_t n = REEL_ATTN_BLOCKS_PER_SM * sms / units;
     int64_t cap_ws = (REEL_ATTN_SPLIT_SLOTS - 1) / (rows > 0 ? rows : 1); /* the last slot: counters */
     int64_t cap_ctx = ((int64_t)max_context + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
