@@ -240,11 +240,8 @@ static reel_status run_step(reel_plan *p, const reel_layout *L, int b, bool repl
             REEL_TRY(reel_plan_issue_to(p, L, checked, 1));
         REEL_TRY(be->vt->graph_launch(be, p->graph[b], p->streams[0]));
     } else {
-        reel_plan_dev_spans_begin(p);
-        reel_status ist = feed ? reel_plan_issue_to(p, L, checked, 2) : reel_plan_issue(p, L);
-        if (ist != REEL_OK)
-            reel_plan_dev_spans_end(p, false);
-        REEL_TRY(ist);
+        reel_plan_dev_spans_begin(p); /* ended by reel_step, whatever run_step returns */
+        REEL_TRY(feed ? reel_plan_issue_to(p, L, checked, 2) : reel_plan_issue(p, L));
     }
     /* The collectives' own wait (a timeout, a peer that failed) before the
      * download waits on the stream. */

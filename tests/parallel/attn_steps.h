@@ -219,4 +219,16 @@ static inline void *as_store(const float *src, int64_t n, reel_dtype dt)
     return b;
 }
 
+/* One step of a plan whose inputs are q, k and v (n rows each). */
+static inline reel_status as_run_step(reel_plan *p, const as_info *info, const void *q, const void *k, const void *v,
+                                      int32_t n)
+{
+    reel_status s = reel_plan_set_input(p, "q", q, n);
+    if (s == REEL_OK)
+        s = reel_plan_set_input(p, "k", k, n);
+    if (s == REEL_OK)
+        s = reel_plan_set_input(p, "v", v, n);
+    return s == REEL_OK ? reel_step(p, &info->si) : s;
+}
+
 #endif

@@ -135,13 +135,7 @@ static reel_status cp_step(reel_plan *p, const cp_job *j, int r, int i, float **
     as_info_make(&info, st, j->bt, PER, BS);
     void *q = as_store(st->q, st->n * H * DH, dt), *k = as_store(st->k, st->n * HKV * DH, dt),
          *v = as_store(st->v, st->n * HKV * DH, dt);
-    reel_status s = reel_plan_set_input(p, "q", q, st->n);
-    if (s == REEL_OK)
-        s = reel_plan_set_input(p, "k", k, st->n);
-    if (s == REEL_OK)
-        s = reel_plan_set_input(p, "v", v, st->n);
-    if (s == REEL_OK)
-        s = reel_step(p, &info.si);
+    reel_status s = as_run_step(p, &info, q, k, v, st->n);
     const void *y = NULL;
     int64_t rows = 0;
     *out = calloc((size_t)(st->n * H * DH), sizeof(float));

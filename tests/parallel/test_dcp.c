@@ -119,13 +119,7 @@ static reel_status dcp_step(reel_plan *p, const dcp_job *j, int r, int i, float 
     as_info info;
     as_info_make(&info, st, j->bt[r], PER, BS); /* DCP reads only the -1s of the slots */
     void *q = q_slice(j, st, r), *k = as_store(st->k, st->n * HKV * DH, dt), *v = as_store(st->v, st->n * HKV * DH, dt);
-    reel_status s = reel_plan_set_input(p, "q", q, st->n);
-    if (s == REEL_OK)
-        s = reel_plan_set_input(p, "k", k, st->n);
-    if (s == REEL_OK)
-        s = reel_plan_set_input(p, "v", v, st->n);
-    if (s == REEL_OK)
-        s = reel_step(p, &info.si);
+    reel_status s = as_run_step(p, &info, q, k, v, st->n);
     const void *y = NULL;
     int64_t rows = 0;
     *out = calloc((size_t)(st->n * hr * DH), sizeof(float));
