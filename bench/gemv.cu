@@ -2,7 +2,7 @@
  * (ops/cuda/gemv.cu, through its direct entry with the configuration the
  * cuda.matmul.gemv impl picks) against cuBLASLt as reel calls it (the
  * cuda.matmul.cublaslt impl: the heuristic's first algorithm, memoized),
- * bf16, M = 1, 2, 4, 8, 16, weights [N, K] (w_transposed, the checkpoint
+ * bf16, M = 1, 2, 4, 8, 16 (and 32 for [N, K]), weights [N, K] (w_transposed, the checkpoint
  * layout) and [K, N], with a copy-bandwidth probe of the same bytes in the
  * same run.
  *
@@ -157,7 +157,7 @@ static const shape shapes[] = {
     {8192, 1024, "gate+up fused"},           {1024, 4096, "down (ffn 4096)"}, {4096, 4096, "hidden 4096"},
     {14336, 4096, "gate/up (Llama 8B)"},     {4096, 14336, "down (Llama 8B)"},
 };
-static const int mlist[] = {1, 2, 4, 8, 16};
+static const int mlist[] = {1, 2, 4, 8, 16, 32}; /* 32: [N, K] only */
 
 struct rig {
     reel_backend *be;
@@ -304,10 +304,10 @@ int main(int argc, char **argv)
                 CK(cudaMalloc(&r.w[i], r.wbytes));
                 fill_bf16<<<1024, 256, 0, r.s>>>((uint16_t *)r.w[i], r.wbytes / 2, 77u + (uint32_t)i);
             }
-            CK(cudaMalloc(&r.x, (size_t)16 * sh.k * 2));
-            fill_bf16<<<64, 256, 0, r.s>>>((uint16_t *)r.x, (size_t)16 * sh.k, 5u);
-            CK(cudaMalloc(&r.y, (size_t)16 * sh.n * 2));
-            CK(cudaMalloc(&r.y2, (size_t)16 * sh.n * 2));
+            CK(cudaMalloc(&r.x, (size_t)REEL_GEMV_MAX_M * sh.k * 2));
+            fill_bf16<<<64, 256, 0, r.s>>>((uint16_t *)r.x, (size_t)REEL_GEMV_MAX_M * sh.k, 5u);
+            CK(cudaMalloc(&r.y, (size_t)REEL_GEMV_MAX_M * sh.n * 2));
+            CK(cudaMalloc(&r.y2, (size_t)REEL_GEMV_MAX_M * sh.n * 2));
             CK(cudaMalloc(&r.dst, r.wbytes));
             CK(cudaStreamSynchronize(r.s));
             double copy_us, rd_us;
@@ -316,6 +316,8 @@ int main(int argc, char **argv)
             double floor_us = (double)r.wbytes / (read_bw * 1e12) * 1e6;
             reel_gemv_cfg pick = reel_cuda_gemv_pick(sh.n, sh.k, wt, r.be->caps.sm_count);
             for (int m : mlist) {
+                if (m > (wt ? REEL_GEMV_MAX_M : REEL_GEMV_MAX_M_KN))
+                    continue;
                 node a, b;
                 node_init(a, r, m, sh.n, sh.k, wt, r.y);
                 node_init(b, r, m, sh.n, sh.k, wt, r.y2);

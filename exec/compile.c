@@ -154,10 +154,15 @@ static reel_status select_kernels(reel_plan *p)
             p->has_attention = true;
             /* The one-kernel decode's counters: one per (token, kv head,
              * head group of 16) of a launch of up to REEL_ATTN_ONE_KERNEL_ROWS
-             * tokens, a set per stream (ops/op.h). */
+             * tokens (no more than the largest bucket), a set per stream, at
+             * most REEL_ATTN_CNT_MAX_WORDS: launches of more tokens than
+             * that holds take the two-kernel path (ops/op.h). */
             int64_t groups = (int64_t)a->num_kv_heads * ((a->num_heads / (a->num_kv_heads > 0 ? a->num_kv_heads : 1) + 15) / 16);
-            int64_t words = REEL_ATTN_ONE_KERNEL_ROWS * groups;
-            if (words > p->attn_cnt_words && words <= REEL_ATTN_CNT_MAX_WORDS)
+            int64_t toks = rows < REEL_ATTN_ONE_KERNEL_ROWS ? rows : REEL_ATTN_ONE_KERNEL_ROWS;
+            if (groups > 0 && toks * groups > REEL_ATTN_CNT_MAX_WORDS)
+                toks = REEL_ATTN_CNT_MAX_WORDS / groups;
+            int64_t words = toks * groups;
+            if (words > p->attn_cnt_words)
                 p->attn_cnt_words = (int32_t)words;
             p->nodes[i].attrs.attn.cnt_slot = n->stream;
             if (!p->block_size || a->block_size < p->block_size)

@@ -67,10 +67,10 @@ static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_RED
 #define REEL_ATTN_SPLIT_SLOTS 256
 /* Paged attention's one-kernel decode (ops/cuda/attention.cu): launches of
  * up to this many tokens write the KV cache inside the decode kernel, whose
- * arrival counters (meta.attn_cnt) a plan sizes for that many tokens, up to
- * REEL_ATTN_CNT_MAX_WORDS a stream (a node needing more keeps the separate
- * KV-write kernel). */
-#define REEL_ATTN_ONE_KERNEL_ROWS 16
+ * arrival counters (meta.attn_cnt) a plan sizes for that many tokens (or its
+ * largest bucket, if fewer), up to REEL_ATTN_CNT_MAX_WORDS a stream (a
+ * launch needing more keeps the separate KV-write kernel). */
+#define REEL_ATTN_ONE_KERNEL_ROWS 32
 #define REEL_ATTN_CNT_MAX_WORDS 4096
 
 /* Matmul epilogues the fusion pass sets (exec/fuse.c); the builder leaves

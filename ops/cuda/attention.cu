@@ -290,19 +290,32 @@ static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g, 
 
 /* Whether the launch takes the one-kernel decode (attn_fw, docs/attention.md):
  * the tensor-core decode's dtypes and head dims, at most
- * REEL_ATTN_ONE_KERNEL_ROWS tokens (their slots fit the kernel's mask), no
+ * REEL_ATTN_ONE_KERNEL_ROWS tokens (their slots fit the kernel's mask)
+ * whose blocks fit one wave unsplit (beyond it every later block repeats
+ * the KV write's latency after its wait, which the separate write kernel
+ * pays once: batch 48 and 64 measured slower, docs/benchmarks.md), no
  * layout across ranks, and the plan's counters for this stream. A function
- * of the launch configuration alone, so replay and eager take the same
- * path. */
+ * of the launch configuration and the device alone, so replay and eager
+ * take the same path. */
 #ifndef REEL_ATTN_ONE_KERNEL /* 0: always the two-kernel path (bench/gemv_ab.sh's A/B build) */
 #define REEL_ATTN_ONE_KERNEL 1
 #endif
+#ifndef REEL_ATTN_ONE_KERNEL_MAX /* fewer: the two-kernel path above that many tokens (A/B builds) */
+#define REEL_ATTN_ONE_KERNEL_MAX REEL_ATTN_ONE_KERNEL_ROWS
+#endif
+static_assert(REEL_ATTN_ONE_KERNEL_MAX <= REEL_ATTN_ONE_KERNEL_ROWS, "the kernel's arrays hold ONE_KERNEL_ROWS");
 
-static attn_fw attn_one_kernel(const reel_launch *l, const attn_geom &g, int32_t ny)
+static bool one_kernel_size(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows)
+{
+    return REEL_ATTN_ONE_KERNEL && attn_decode_mma_supports(dt, g.dh) && rows <= REEL_ATTN_ONE_KERNEL_MAX &&
+           attn_decode_one_wave(be, g, dt, rows);
+}
+
+static attn_fw attn_one_kernel(const reel_backend *be, const reel_launch *l, const attn_geom &g, int32_t ny)
 {
     attn_fw fw = {};
     const reel_meta_view *m = l->meta;
-    if (!REEL_ATTN_ONE_KERNEL || !attn_decode_mma_supports(l->in_shape[0].dtype, g.dh) || l->rows > REEL_ATTN_ONE_KERNEL_ROWS ||
+    if (!one_kernel_size(be, g, l->in_shape[0].dtype, l->rows) ||
         attn_kv_layout(l) || reel_attn_has_layout(&l->attrs->attn.lay) || !m->attn_cnt ||
         l->rows * ny > m->attn_cnt_words || l->attrs->attn.cnt_slot < 0)
         return fw;
@@ -321,6 +334,21 @@ static attn_fw attn_one_kernel(const reel_launch *l, const attn_geom &g, int32_t
     }
     return fw;
 }
+
+} /* namespace reel_cu */
+
+extern "C" bool reel_cu_attn_one_kernel_size(const reel_backend *be, reel_dtype dt, int64_t rows, int64_t h,
+                                             int64_t hkv, int64_t dh)
+{
+    reel_cu::attn_geom g = {};
+    g.h = h;
+    g.hkv = hkv;
+    g.dh = dh;
+    g.group = hkv > 0 ? h / hkv : 0;
+    return hkv > 0 && reel_cu::one_kernel_size(be, g, dt, rows);
+}
+
+namespace reel_cu {
 
 template <typename T> static void attn_ref_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)
 {
@@ -382,7 +410,7 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     const int32_t ny = (int32_t)(g.hkv * ((g.group + G - 1) / G));
     const bool prefill = l->rows > 1 && attn_prefill_supports(dt, g.dh);
     cudaError_t e = cudaSuccess;
-    attn_fw fw = attn_one_kernel(l, g, ny);
+    attn_fw fw = attn_one_kernel(be, l, g, ny);
     if (fw.on) {
         /* One kernel: the decode writes the cache itself (the first kernel
          * of the op, so it waits for the op's producer where the plan

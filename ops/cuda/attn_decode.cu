@@ -314,12 +314,25 @@ bool attn_decode_supports(reel_dtype dt, int64_t dh)
 #define REEL_ATTN_BLOCKS_PER_SM 4
 #endif
 
+static int64_t decode_units(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows, int64_t *sms)
+{
+    int64_t G = attn_decode_mma_supports(dt, g.dh) ? attn_decode_mma_group() : head_group(g);
+    *sms = be->caps.sm_count > 0 ? be->caps.sm_count : 132;
+    return rows * g.hkv * ((g.group + G - 1) / G);
+}
+
+bool attn_decode_one_wave(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows)
+{
+    int64_t sms;
+    const int64_t units = decode_units(be, g, dt, rows, &sms);
+    return units <= REEL_ATTN_BLOCKS_PER_SM * sms;
+}
+
 int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
                        int32_t max_context)
 {
-    int64_t G = attn_decode_mma_supports(dt, g.dh) ? attn_decode_mma_group() : head_group(g);
-    int64_t units = rows * g.hkv * ((g.group + G - 1) / G);
-    int64_t sms = be->caps.sm_count > 0 ? be->caps.sm_count : 132;
+    int64_t sms;
+    int64_t units = decode_units(be, g, dt, rows, &sms);
     /* Four blocks an SM, rounded down: at head dim 64 the tensor-core
      * decode holds five an SM, so the grid stays in one wave with room for
      * the kernels launched beside it (rounded up, a few blocks spilled into

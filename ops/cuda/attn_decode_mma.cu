@@ -28,7 +28,15 @@
 
 namespace reel_cu {
 
-enum { DM_BN = 64, DM_WARPS = 4, DM_THREADS = DM_WARPS * 32, DM_PAD = 8, DM_ROWS = 16, DM_BT = 256 };
+enum { DM_BN = 64, DM_WARPS = 4, DM_THREADS = DM_WARPS * 32, DM_PAD = 8, DM_ROWS = 16, DM_BT = 256, DM_HASH = 1024 };
+
+/* A cache block id's bit in the one-kernel decode's filter of the step's
+ * slot blocks (a multiplicative hash: consecutive ids spread). */
+__device__ __forceinline__ uint32_t dm_hash(int32_t blk)
+{
+    static_assert(DM_HASH == 1 << 10, "10 bits of hash");
+    return ((uint32_t)blk * 2654435761u) >> (32 - 10);
+}
 static constexpr int64_t DM_PREFETCH_BYTES = 16ll << 20;
 
 /* K/V stages: two (one tile in flight while the block computes the
@@ -214,9 +222,15 @@ __global__ void __launch_bounds__(DM_THREADS)
     const int nact = tk.nact;
     const int32_t *bt = m.block_tables + (int64_t)(tk.attend ? s : 0) * m.max_blocks;
     const int32_t bs = (int32_t)g.bs;
+    static_assert(REEL_ATTN_ONE_KERNEL_ROWS <= 64 && REEL_ATTN_ONE_KERNEL_ROWS <= DM_THREADS,
+                  "a token a bit of s_put, a thread each");
     __shared__ int64_t s_slot[REEL_ATTN_ONE_KERNEL_ROWS];
     __shared__ int32_t s_sblk[REEL_ATTN_ONE_KERNEL_ROWS], s_soff[REEL_ATTN_ONE_KERNEL_ROWS];
-    __shared__ uint32_t s_put;
+    __shared__ unsigned long long s_put;
+    /* Which cache blocks hold a slot of the step, hashed (DM_HASH bits): a
+     * chunk block whose bit is clear holds none, and is not matched
+     * against every token. */
+    __shared__ uint32_t s_hash[DM_HASH / 32];
     __shared__ int32_t s_jown, s_nown;
     __shared__ float s_cs[DH];
     /* The chunk's first DM_BT block ids, read once before the wait: a
@@ -233,15 +247,22 @@ __global__ void __launch_bounds__(DM_THREADS)
     const bool pos_early = fw.on && fw.half > 0 && fw.pos == m.positions;
     double freq = 0.0;
     if (fw.on) {
+        if (threadIdx.x < DM_HASH / 32)
+            s_hash[threadIdx.x] = 0u;
+        __syncthreads();
         if (threadIdx.x < rows) {
             int64_t sl = m.slot_mapping[threadIdx.x];
             bool in = sl >= 0 && sl < fw.nslots;
             s_slot[threadIdx.x] = sl;
             s_sblk[threadIdx.x] = in ? (int32_t)(sl / bs) : -1;
             s_soff[threadIdx.x] = in ? (int32_t)(sl % bs) : 0;
+            if (in) {
+                uint32_t hb = dm_hash((int32_t)(sl / bs));
+                atomicOr(&s_hash[hb / 32], 1u << (hb % 32));
+            }
         }
         if (threadIdx.x == 0) {
-            s_put = 0u;
+            s_put = 0ull;
             s_jown = INT32_MAX;
             s_nown = 0;
         }
@@ -271,7 +292,8 @@ __global__ void __launch_bounds__(DM_THREADS)
             mybad |= blk < 0 || blk >= g.nblocks;
             if (b - b0 < DM_BT)
                 s_bt[b - b0] = blk;
-            if (fw.on)
+            const uint32_t hb = dm_hash(blk);
+            if (fw.on && (s_hash[hb / 32] >> (hb % 32) & 1u))
                 for (int u = 0; u < (int)rows; u++) {
                     int32_t j = b * bs + s_soff[u];
                     if (s_sblk[u] != blk || j < k0 || j >= k1)
@@ -280,7 +302,7 @@ __global__ void __launch_bounds__(DM_THREADS)
                         atomicMin(&s_jown, j);
                         atomicAdd(&s_nown, 1);
                     } else {
-                        atomicOr(&s_put, 1u << u);
+                        atomicOr(&s_put, 1ull << u);
                     }
                 }
         }
@@ -311,10 +333,10 @@ __global__ void __launch_bounds__(DM_THREADS)
             s_cs[threadIdx.x] = (int)threadIdx.x < half ? (float)cos(ang) : (float)sin(ang);
         }
         __syncthreads(); /* s_cs, and the matches complete */
-        uint32_t more = s_put;
+        unsigned long long more = s_put;
         own = s_nown == 1;
         if (s_nown > 1)
-            more |= 1u << t; /* two keys of the chunk at the slot: through the cache */
+            more |= 1ull << t; /* two keys of the chunk at the slot: through the cache */
         if (writer && hs == 0) {
             /* The token's own write, whatever it attends (the KV write
              * kernel's guard: slot -1 skipped, out of range reported). */
@@ -349,7 +371,7 @@ __global__ void __launch_bounds__(DM_THREADS)
                 float cw = w < half ? s_cs[w] : 0.0f, sw = w < half ? s_cs[half + w] : 0.0f;
                 rope_apply<T, int32_t>(q + t * g.qrow + (h0 + hh) * DH, s_q + hh * DH, w, half, cw, sw);
             }
-        if (s_put | (s_nown > 1 ? 1u : 0u))
+        if (s_put | (s_nown > 1 ? 1ull : 0ull))
             __threadfence(); /* the rows written above, before this block reads them back */
         __syncthreads();
         if (writer && half > 0) {

@@ -1,11 +1,11 @@
-/* CUDA skinny matmul, the decode regime: x [M, K] (M <= 16) times w [N, K]
- * (w_transposed, the checkpoint layout) or w [K, N], f16 or bf16, float32
- * accumulation. At M <= 16 a matmul is a stream over the weights, so the
+/* CUDA skinny matmul, the decode regime: x [M, K] (M <= 32 for w [N, K],
+ * w_transposed, the checkpoint layout; M <= 16 for w [K, N]), f16 or bf16,
+ * float32 accumulation. At such M a matmul is a stream over the weights, so the
  * kernel is built around reading each weight byte once, 16 bytes a load,
  * with enough loads in flight to keep HBM busy:
  *
  * - The arithmetic runs on the tensor cores (mma.sync m16n8k16): A is x,
- *   its 16 rows the M rows (rows past M are zeros, never loaded), B is a
+ *   a tile of 16 of the M rows (rows past M are zeros, never loaded), B is a
  *   tile of 8 weight rows or columns. A dot product does not care in which
  *   order k is summed, so the logical k of the fragments is mapped onto
  *   physical k (and, for [K, N], the logical column onto n) such that each
@@ -14,8 +14,9 @@
  *   FMA to keep up with 4 TB/s, the chip's whole rate.
  * - [N, K]: a warp owns 32 weight rows (4 tiles of 8) and walks K 32 at a
  *   time; each thread loads 16 bytes of each of its 4 rows per step and 16
- *   bytes of x for rows g and g+8 (x is read through L1: every warp of the
- *   SM reads the same x).
+ *   bytes of x for rows g and g+8 of each row tile (x is read through L1:
+ *   every warp of the SM reads the same x), for up to 2 row tiles (32
+ *   rows), each weight fragment multiplied with both.
  *   [K, N]: a warp owns 64 columns and walks K 16 at a time; each thread
  *   loads 16 bytes (8 columns) of 4 consecutive k rows, one B fragment of
  *   each of 8 column tiles once paired up with byte permutes.
@@ -27,7 +28,8 @@
  *   short, wide grids (small N, tall K) the blocks of a thread-block
  *   cluster split K further and add up through distributed shared memory in
  *   rank order. Every sum has a fixed order for a given configuration, and
- *   the configuration depends on (N, K, the device) only, not on M: a run
+ *   the configuration depends on (N, K, the device) only, not on M (a row
+ *   tile's sums are the same instructions whatever the tile): a run
  *   gives the same bits as any other run and as a replay, and a row's result
  *   does not depend on how many rows came with it.
  *
@@ -79,7 +81,17 @@ static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << (REEL_GEMV_NARROW
  * loads (a larger weight has each row's first GV_PREFETCH_MAX / N bytes
  * asked for). */
 static const int64_t GV_PREFETCH_MAX = (int64_t)24 << 20;
-static const int64_t GV_IMPL_MAX_M = 16;
+/* Rows the kernels take: 16 a row tile, two tiles for [N, K] weights. The
+ * impl runs the kernel at up to REEL_GEMV_IMPL_ROWS (cuBLASLt above): in a
+ * decode step at batches 24 and 32 two tiles measured faster than cuBLASLt
+ * (docs/benchmarks.md); -DREEL_GEMV_IMPL_ROWS=16 builds the one-tile limit
+ * for bench/variants_ab.sh. */
+static const int GV_NK_MAX_M = 32, GV_KN_MAX_M = 16;
+#ifndef REEL_GEMV_IMPL_ROWS
+#define REEL_GEMV_IMPL_ROWS 32
+#endif
+static_assert(REEL_GEMV_IMPL_ROWS >= 1 && REEL_GEMV_IMPL_ROWS <= GV_NK_MAX_M, "the kernel takes at most 32 rows");
+static const int64_t GV_IMPL_MAX_M = REEL_GEMV_IMPL_ROWS;
 
 /* What the kernel does with a sum before it stores it (the matmul's fused
  * epilogue and segments, ops/op.h), rounding where the unfused ops do: the
@@ -196,7 +208,7 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
  * * 4 + c: the fragment's c-th accumulator, row m = g (+8 for c >= 2),
  * column 2t + (c & 1) of the tile; col_of maps (tile, column) to n. */
 template <typename T, bool WT, int R>
-__device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, const gv_epi &ep)
+__device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, int m0, const gv_epi &ep)
 {
     extern __shared__ float red[]; /* warps x 128 R floats (gv_run sizes it) */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -248,7 +260,7 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, const 
         int e = q >> 5, ln = q & 31, j = e >> 2, c = e & 3;
         if (silu && j >= 2)
             continue; /* up tiles: read with their gate tile */
-        int m = (ln >> 2) + (c >= 2 ? 8 : 0), col = 2 * (ln & 3) + (c & 1);
+        int m = m0 + (ln >> 2) + (c >= 2 ? 8 : 0), col = 2 * (ln & 3) + (c & 1);
         int n = WT ? n0 + 8 * j + col : n0 + 8 * col + j;
         if (m >= M || n >= nout)
             continue;
@@ -261,8 +273,10 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, const 
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (ranks > 1)
-        cl.sync(); /* no block leaves while another reads its shared memory */
+        cl.sync(); /* no block leaves (or refills red) while another reads its shared memory */
+    else
 #endif
+        __syncthreads(); /* red is refilled by the next row tile */
 }
 
 /* The chunks of one warp, c0, c0 + nw, ... below c_end, run as a register
@@ -293,12 +307,16 @@ __device__ __forceinline__ void gv_pipeline(int c0, int nw, int c_end, Stage (&s
  * [s C / S, (s + 1) C / S); warp w takes chunks w, w + W, ... Thread (g, t)
  * loads w[n0 + 8j + g][32c + 8t .. + 8) for tile j: B fragment words 0-1 are
  * mma step 0 (logical k 2t, 2t+1 and 2t+8, 2t+9), words 2-3 step 1; x rows g
- * and g + 8 at the same k are the A fragment likewise. */
-struct nk_stage {
-    uint4 w[GV_NK_TILES], xa, xb;
+ * and g + 8 at the same k are the A fragment likewise, for each of the MT
+ * tiles of 16 rows (rows 16i + g and 16i + g + 8 of tile i). A weight
+ * fragment is multiplied with every row tile, so the weights are read once
+ * whatever M; each tile's sums are the same instructions in the same order
+ * as at one tile, so a row's bits do not depend on MT. */
+template <int MT> struct nk_stage {
+    uint4 w[GV_NK_TILES], xa[MT], xb[MT];
 };
 
-template <typename T, int P>
+template <typename T, int P, int MT>
 __global__ void __launch_bounds__(GV_MAX_THREADS)
     gemv_nk_kernel(const T *x, const T *w, T *y, int M, int N, int K, bool pdl, gv_epi ep)
 {
@@ -319,34 +337,47 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
         wok[j] = gv_row_ok(ep.kind, N, n0, j, g);
         wr[j] = w + (int64_t)(wok[j] ? gv_row(ep.kind, N, n0, j, g) : 0) * K + 8 * t;
     }
-    const bool x0 = g < M, x1 = g + 8 < M;
-    const T *xr0 = x + (int64_t)(x0 ? g : 0) * K + 8 * t, *xr1 = x + (int64_t)(x1 ? g + 8 : 0) * K + 8 * t;
-    float acc[R][4];
+    /* Row 16i + g of x is xr + 16 i K (i < MT), row 16i + g + 8 that plus
+     * 8 K; a row past M is never loaded. */
+    const T *xr = x + (int64_t)g * K + 8 * t;
+    float acc[MT][R][4];
 #pragma unroll
-    for (int j = 0; j < R; j++)
-        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < R; j++)
+            acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
     const uint4 z = make_uint4(0, 0, 0, 0);
-    nk_stage st[P];
+    nk_stage<MT> st[P];
     gv_pipeline<P>(
         c_begin + warp, nw, c_end, st,
-        [&](nk_stage &s, int c) {
+        [&](nk_stage<MT> &s, int c) {
             int k = c * 32;
             bool in = k + 8 * t < K;
 #pragma unroll
             for (int j = 0; j < R; j++)
                 s.w[j] = in && wok[j] ? ld_stream(wr[j] + k) : z;
-            s.xa = in && x0 ? __ldg((const uint4 *)(xr0 + k)) : z;
-            s.xb = in && x1 ? __ldg((const uint4 *)(xr1 + k)) : z;
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                const T *xi = xr + (int64_t)16 * i * K + k;
+                s.xa[i] = in && 16 * i + g < M ? __ldg((const uint4 *)xi) : z;
+                s.xb[i] = in && 16 * i + g + 8 < M ? __ldg((const uint4 *)(xi + (int64_t)8 * K)) : z;
+            }
         },
-        [&](const nk_stage &s) {
+        [&](const nk_stage<MT> &s) {
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
-                for (int j = 0; j < R; j++)
-                    mma16816<T>(acc[j], word(s.xa, 2 * h), word(s.xb, 2 * h), word(s.xa, 2 * h + 1),
-                                word(s.xb, 2 * h + 1), word(s.w[j], 2 * h), word(s.w[j], 2 * h + 1));
+                for (int i = 0; i < MT; i++)
+#pragma unroll
+                    for (int j = 0; j < R; j++)
+                        mma16816<T>(acc[i][j], word(s.xa[i], 2 * h), word(s.xb[i], 2 * h),
+                                    word(s.xa[i], 2 * h + 1), word(s.xb[i], 2 * h + 1), word(s.w[j], 2 * h),
+                                    word(s.w[j], 2 * h + 1));
         });
-    gv_finish<T, true, R>(acc, y, M, N, n0, ep);
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+        if (16 * i < M)
+            gv_finish<T, true, R>(acc[i], y, M, N, n0, 16 * i, ep);
 #else
     pdl_start(pdl);
 #endif
@@ -409,7 +440,7 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
                 mma16816<T>(acc[j], s.xa.x, s.xb.x, s.xa.y, s.xb.y, pair(s.w[0], s.w[1], j),
                             pair(s.w[2], s.w[3], j));
         });
-    gv_finish<T, false, R>(acc, y, M, N, n0, ep);
+    gv_finish<T, false, R>(acc, y, M, N, n0, 0, ep);
 #endif
 }
 
@@ -478,10 +509,25 @@ static bool gv_cfg_ok(bool wt, reel_gemv_cfg c)
            c.unroll >= 2 && c.unroll <= 4;
 }
 
-template <typename T> static gv_kernel_t<T> gv_kernel(bool wt, int unroll)
+/* Row tiles of 16 the [N, K] kernel takes for M rows: at most 2 (4 spill
+ * at 512 threads a block). Beyond 32 rows cuBLASLt was faster than both
+ * four tiles in two 32-row slices of the grid and one-tile slices (a
+ * decode step at batch 48 and 64: docs/benchmarks.md). */
+static int gv_tiles(int64_t m)
 {
+    return m <= 16 ? 1 : 2;
+}
+
+/* The kernel for a configuration and a row-tile count: the pipeline depth
+ * is the configuration's at one tile; two tiles hold their x fragments and
+ * accumulators in the registers a deeper pipeline would take, and run two
+ * stages (the depth changes no sum's order). */
+template <typename T> static gv_kernel_t<T> gv_kernel(bool wt, int unroll, int mt)
+{
+    if (wt && mt == 2)
+        return gemv_nk_kernel<T, 2, 2>;
     if (wt)
-        return unroll == 4 ? gemv_nk_kernel<T, 4> : unroll == 3 ? gemv_nk_kernel<T, 3> : gemv_nk_kernel<T, 2>;
+        return unroll == 4 ? gemv_nk_kernel<T, 4, 1> : unroll == 3 ? gemv_nk_kernel<T, 3, 1> : gemv_nk_kernel<T, 2, 1>;
     return unroll == 4 ? gemv_kn_kernel<T, 4> : unroll == 3 ? gemv_kn_kernel<T, 3> : gemv_kn_kernel<T, 2>;
 }
 
@@ -494,9 +540,9 @@ template <typename T>
 static cudaError_t gv_run(bool wt, const T *x, const T *w, T *y, int m, int n, int k, reel_gemv_cfg c,
                           cudaStream_t st, bool pdl, const gv_epi &ep)
 {
-    if (!gv_cfg_ok(wt, c) || (!wt && ep.kind == REEL_MM_EPI_SILU_MUL))
+    if (!gv_cfg_ok(wt, c) || (!wt && ep.kind == REEL_MM_EPI_SILU_MUL) || m < 1 || m > (wt ? GV_NK_MAX_M : GV_KN_MAX_M))
         return cudaErrorInvalidValue;
-    gv_kernel_t<T> kern = gv_kernel<T>(wt, c.unroll);
+    gv_kernel_t<T> kern = gv_kernel<T>(wt, c.unroll, gv_tiles(m));
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[2];
     int na = 0;
@@ -612,7 +658,7 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
  * multiple of 8, on a device with thread-block clusters; plain, BIAS or
  * SILU_MUL, with segments or without; a fixed (untokened) x only at
  * GV_IMPL_MAX_M rows or fewer. The kernel itself takes both layouts, any
- * N, K a multiple of 8 (and N, for [K, N]) and M up to 16 (the direct entry
+ * N, K a multiple of 8 (and N, for [K, N]) and M up to 32 (16 for [K, N]: the direct entry
  * below, which the tests and bench/gemv.cu use). */
 static bool use_gemv(REEL_CU_USE_ARGS)
 {
@@ -652,7 +698,7 @@ extern "C" reel_gemv_cfg reel_cuda_gemv_pick(int64_t n, int64_t k, bool w_transp
 extern "C" cudaError_t reel_cuda_gemv_run(reel_dtype dt, bool w_transposed, const void *x, const void *w, void *y,
                                           int m, int n, int k, reel_gemv_cfg cfg, cudaStream_t st, bool pdl)
 {
-    if (m < 1 || m > REEL_GEMV_MAX_M || !reel_cu::gv_shape_ok(w_transposed, n, k) || !reel_cu::aligned16(x) ||
+    if (m < 1 || m > (w_transposed ? REEL_GEMV_MAX_M : REEL_GEMV_MAX_M_KN) || !reel_cu::gv_shape_ok(w_transposed, n, k) || !reel_cu::aligned16(x) ||
         !reel_cu::aligned16(w) || !reel_cu::aligned16(y))
         return cudaErrorInvalidValue;
     if (dt == REEL_F16)
@@ -673,11 +719,12 @@ static int64_t gemv_grid(const reel_launch *l, const reel_device_caps *caps)
     bool wt = l->attrs->matmul.w_transposed;
     int epi = l->attrs->matmul.epi;
     int64_t k = last_dim(&l->in_shape[0]), n = wt ? l->in_shape[1].dims[0] : l->in_shape[1].dims[1];
+    int64_t m = k > 0 ? lead(&l->in_shape[0], l->rows) * row_numel(&l->in_shape[0]) / k : 1;
     reel_gemv_cfg c = gv_pick_epi(n, k, wt, caps->sm_count, epi);
     int64_t blocks = gv_blocks(n, wt, epi) * c.splits;
     int per_sm = 1;
     if (gv_cfg_ok(wt, c) &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gv_kernel<__nv_bfloat16>(wt, c.unroll), 32 * c.warps,
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gv_kernel<__nv_bfloat16>(wt, c.unroll, gv_tiles(m)), 32 * c.warps,
                                                       gv_smem(wt, c)) != cudaSuccess)
         per_sm = 1;
     if (per_sm < 1)

@@ -14,8 +14,10 @@
 extern "C" {
 #endif
 
-/* Rows of x (M) the kernel takes; more go to cuBLASLt. */
-#define REEL_GEMV_MAX_M 16
+/* Rows of x (M) the kernel takes for [N, K] weights (w_transposed) and for
+ * [K, N]; more go to cuBLASLt. */
+#define REEL_GEMV_MAX_M 32
+#define REEL_GEMV_MAX_M_KN 16
 
 /* warps: per block, splitting the block's share of K (1 to 16 for [N, K]
  * weights, 1 to 8 for [K, N]); splits: blocks of one thread-block cluster
@@ -31,7 +33,7 @@ typedef struct reel_gemv_cfg {
 reel_gemv_cfg reel_cuda_gemv_pick(int64_t n, int64_t k, bool w_transposed, int sms);
 
 /* y[m, n] = sum_k x[m, k] w[n, k] (w_transposed) or x[m, k] w[k, n], f16 or
- * bf16, 1 <= m <= REEL_GEMV_MAX_M; x, w, y 16-byte aligned, k a multiple of
+ * bf16, 1 <= m <= REEL_GEMV_MAX_M (REEL_GEMV_MAX_M_KN for [K, N]); x, w, y 16-byte aligned, k a multiple of
  * 8, and n a multiple of 8 when !w_transposed. Returns the launch's error. */
 cudaError_t reel_cuda_gemv_run(reel_dtype dt, bool w_transposed, const void *x, const void *w, void *y, int m,
                                int n, int k, reel_gemv_cfg cfg, cudaStream_t st, bool pdl);

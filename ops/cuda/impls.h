@@ -34,6 +34,13 @@ extern const reel_op_impl reel_cu_recv_impl;
 extern const reel_op_impl reel_cu_add_rmsnorm_impl;
 extern const reel_op_impl reel_cu_view_cols_impl;
 
+/* Whether a paged-attention launch of `rows` tokens (h heads, hkv kv heads
+ * of head dim dh, dtype dt) is of the size the one-kernel decode takes on
+ * this device (attention.cu; the launch's layout and the plan's counters
+ * decide the rest). For the tests. */
+bool reel_cu_attn_one_kernel_size(const reel_backend *be, reel_dtype dt, int64_t rows, int64_t h, int64_t hkv,
+                                  int64_t dh);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,7 @@
 
 #include "tests/gpu/oprun.h"
 #include "backend/ctx.h"
+#include "ops/cuda/impls.h"
 #include "tests/core/opts.h"
 
 static reel_ctx *hctx, *cctx;
@@ -332,7 +333,8 @@ static void one_kernel_case(acase *c, reel_dtype dt, int rot, const char *what)
     char w[200];
     snprintf(w, sizeof w, "one kernel: %s rope %d (%s, H %d/%d, dh %d, %lld tokens)", what, rot,
              reel_dtype_name(dt), c->h, c->hkv, c->dh, (long long)c->t);
-    cr_assert(op.rows <= REEL_ATTN_ONE_KERNEL_ROWS, "%s: too many tokens for the one-kernel decode", w);
+    cr_assert(reel_cu_attn_one_kernel_size(cctx->be, dt, op.rows, c->h, c->hkv, c->dh),
+              "%s: not a launch the one-kernel decode takes", w);
     gt_check_impl(hctx, cctx, &op, "cuda.paged_attention", seed, w);
     const reel_op_impl *impl = gt_cuda_impl("cuda.paged_attention");
     gt_result one, two;
@@ -386,6 +388,44 @@ Test(gpu_attention, one_kernel_decode_matches, .init = setup, .fini = teardown, 
                     one_kernel_case(&mix, dts[d], rot, "mixed");
                     case_free(&mix);
                 }
+}
+
+/* The one-kernel decode at its limits: REEL_ATTN_ONE_KERNEL_ROWS (32)
+ * tokens, of 16 kv heads too (512 blocks unsplit, one wave of four blocks a
+ * multiprocessor on 132), GQA 1, 4 and 8; 3 of them padding rows, the rest
+ * decode tokens, or a mix of runs (up to 6 tokens) and single tokens; head
+ * dims 64 and 128. More tokens, or more blocks than a wave, take the
+ * two-kernel path. */
+Test(gpu_attention, one_kernel_decode_matches_at_its_limits, .init = setup, .fini = teardown, .timeout = 240)
+{
+    cr_assert(!reel_cu_attn_one_kernel_size(cctx->be, REEL_BF16, REEL_ATTN_ONE_KERNEL_ROWS + 1, 16, 2, 64));
+    cr_assert(!reel_cu_attn_one_kernel_size(cctx->be, REEL_BF16, 32, 32, 32, 64) || cctx->be->caps.sm_count >= 256,
+              "32 tokens of 32 kv heads fill more than one wave");
+    for (int d = 1; d < 3; d++)
+        for (int hd = 64; hd <= 128; hd *= 2)
+            for (int g = 0; g < 3; g++) {
+                const int rows = REEL_ATTN_ONE_KERNEL_ROWS;
+                acase dec = {.h = 16, .hkv = 16 / gqas[g], .dh = hd, .bs = 16, .nseq = rows - 3, .npad = 3};
+                for (int s = 0; s < rows - 3; s++) {
+                    dec.qlen[s] = 1;
+                    dec.ctx[s] = 1 + 37 * s;
+                }
+                build(&dec, 4096);
+                one_kernel_case(&dec, dts[d], hd / 2, "decode at the limit");
+                case_free(&dec);
+                acase mix = {.h = 16, .hkv = 16 / gqas[g], .dh = hd, .bs = 32, .nseq = rows / 3, .npad = 1};
+                int64_t t = mix.npad;
+                for (int s = 0; s < mix.nseq; s++) {
+                    mix.qlen[s] = s % 5 == 0 ? 1 + s % 9 : 1;
+                    mix.ctx[s] = mix.qlen[s] + 3 + 53 * s;
+                    t += mix.qlen[s];
+                }
+                cr_assert(t <= rows);
+                mix.npad += (int)(rows - t);
+                build(&mix, 4096);
+                one_kernel_case(&mix, dts[d], 0, "mixed at the limit");
+                case_free(&mix);
+            }
 }
 
 /* Every guard on a launch the one-kernel decode takes, and a block two

@@ -187,13 +187,13 @@ Test(gpu_fuse, views_of_a_segmented_matmul_match_the_unfused_projections, .init 
             }
 }
 
-/* [N, K] weights at M <= 16: the fused views are the skinny-matmul kernel's
+/* [N, K] weights at M <= 32: the fused views are the skinny-matmul kernel's
  * segmented store, whose configuration depends on (N, K) only, so each
  * view holds the unfused product's bits. */
 Test(gpu_fuse, segmented_gemv_views_hold_the_unfused_bits, .init = setup, .fini = teardown)
 {
     static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
-    static const int rows[] = {1, 3, 16};
+    static const int rows[] = {1, 3, 16, 32};
     for (int di = 0; di < 2; di++)
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
             reel_dtype dt = dts[di];
@@ -229,14 +229,14 @@ Test(gpu_fuse, segmented_gemv_views_hold_the_unfused_bits, .init = setup, .fini 
 }
 
 /* x [T, D] times [gate; up] ([2F, D]) then silu_and_mul: one node on the
- * GPU, the skinny-matmul kernel's epilogue up to 16 rows (cuBLASLt into the
+ * GPU, the skinny-matmul kernel's epilogue up to 32 rows (cuBLASLt into the
  * scratch output then the silu_and_mul kernel above), with the unfused
  * pair's bits at every row count; F = 200 leaves a block of 16 columns
  * half out of range. */
 Test(gpu_fuse, matmul_silu_and_mul_equals_the_unfused_pair_bit_for_bit, .init = setup, .fini = teardown)
 {
     static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
-    static const int rows[] = {1, 2, 5, 16, 17, 200};
+    static const int rows[] = {1, 2, 5, 16, 17, 32, 33, 200};
     static const int64_t ffn[2] = {512, 200};
     for (int di = 0; di < 2; di++)
         for (int fi = 0; fi < 2; fi++)
@@ -275,7 +275,7 @@ Test(gpu_fuse, matmul_silu_and_mul_equals_the_unfused_pair_bit_for_bit, .init = 
 Test(gpu_fuse, matmul_bias_equals_the_unfused_pair_bit_for_bit, .init = setup, .fini = teardown)
 {
     static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
-    static const int rows[] = {1, 7, 16, 200};
+    static const int rows[] = {1, 7, 16, 24, 200};
     for (int di = 0; di < 2; di++)
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
             reel_dtype dt = dts[di];
@@ -308,7 +308,7 @@ Test(gpu_fuse, matmul_bias_equals_the_unfused_pair_bit_for_bit, .init = setup, .
 /* A layer on CUDA: the norms stay their own kernels (the matmul's rmsnorm
  * prologue is the host backend's only: docs/decisions.md), the epilogues
  * fold, and the fused plan has the unfused plan's bits: the layer's output
- * and the residual sum, on the skinny-matmul kernel (1 and 16 rows) and on
+ * and the residual sum, on the skinny-matmul kernel (1, 16 and 32 rows) and on
  * cuBLASLt (200). */
 static void layer_case(reel_dtype dt, int64_t K, int m)
 {
@@ -358,7 +358,7 @@ static void layer_case(reel_dtype dt, int64_t K, int m)
 Test(gpu_fuse, a_layer_keeps_its_norms_and_the_unfused_bits, .init = setup, .fini = teardown, .timeout = 240)
 {
     static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
-    static const int rows[] = {1, 16, 200};
+    static const int rows[] = {1, 16, 32, 200};
     static const int64_t ks[2] = {256, 1024};
     for (int di = 0; di < 2; di++)
         for (int ki = 0; ki < 2; ki++)

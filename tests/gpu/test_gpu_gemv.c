@@ -1,10 +1,11 @@
 /* The skinny-matmul kernel (ops/cuda/gemv.cu). Through its direct entry
  * (the configuration the impl picks, or any other): matches the host
- * reference at every M from 1 to 16 for both weight layouts, f16 and bf16,
+ * reference at every M from 1 to 16 for both weight layouts and up to 32
+ * for [N, K] (two row tiles), f16 and bf16,
  * aligned and ragged K and N, cluster split-K and one-block shapes alike;
  * gives the same bits on every run and whatever the batch around a row.
  * Through the impl (cuda.matmul.gemv): the registry picks it for [N, K]
- * weights (what a decode step measured faster), launches above 16 rows give
+ * weights (what a decode step measured faster), launches above 32 rows give
  * cuBLASLt's bits, replay and PDL give the eager bits, and the shapes it
  * refuses stay with cuBLASLt (or sgemm). */
 #include <criterion/criterion.h>
@@ -121,23 +122,44 @@ static void check(reel_dtype dt, int64_t m, int64_t k, int64_t n, bool wt)
 
 static const reel_dtype dts[2] = {REEL_F16, REEL_BF16};
 static const int64_t ms[8] = {1, 2, 3, 4, 7, 8, 13, 16};
+/* [N, K] only: two row tiles, the second one partial or whole */
+static const int64_t ms_nk[4] = {17, 24, 31, 32};
 
 Test(gpu_gemv, matches_host_at_every_m_for_both_layouts_with_aligned_k_and_n, .init = setup, .fini = teardown)
 {
-    for (int d = 0; d < 2; d++)
+    for (int d = 0; d < 2; d++) {
         for (int wt = 0; wt < 2; wt++)
             for (int i = 0; i < 8; i++) {
                 check(dts[d], ms[i], 1024, 1024, wt);
                 check(dts[d], ms[i], 4096, 1024, wt); /* split over a cluster */
             }
+        for (int i = 0; i < 4; i++) {
+            check(dts[d], ms_nk[i], 1024, 1024, true);
+            check(dts[d], ms_nk[i], 4096, 1024, true);
+            check(dts[d], ms_nk[i], 1024, 8192, true); /* two blocks a multiprocessor */
+        }
+    }
+}
+
+/* [K, N] stops at 16 rows, [N, K] at 32: the entry refuses more. */
+Test(gpu_gemv, the_entry_refuses_rows_past_each_layouts_limit, .init = setup, .fini = teardown)
+{
+    reel_gemv_cfg c = reel_cuda_gemv_pick(1024, 1024, true, cctx->be->caps.sm_count);
+    cr_assert_eq(reel_cuda_gemv_run(REEL_BF16, true, NULL, NULL, NULL, REEL_GEMV_MAX_M + 1, 1024, 1024, c, NULL,
+                                    false),
+                 cudaErrorInvalidValue);
+    c = reel_cuda_gemv_pick(1024, 1024, false, cctx->be->caps.sm_count);
+    cr_assert_eq(reel_cuda_gemv_run(REEL_BF16, false, NULL, NULL, NULL, REEL_GEMV_MAX_M_KN + 1, 1024, 1024, c, NULL,
+                                    false),
+                 cudaErrorInvalidValue);
 }
 
 Test(gpu_gemv, matches_host_for_large_n_and_tall_k, .init = setup, .fini = teardown)
 {
-    const int64_t few[3] = {1, 8, 16};
+    const int64_t few[5] = {1, 8, 16, 24, 32};
     for (int d = 0; d < 2; d++)
         for (int wt = 0; wt < 2; wt++)
-            for (int i = 0; i < 3; i++) {
+            for (int i = 0; i < (wt ? 5 : 3); i++) {
                 check(dts[d], few[i], 1024, 14336, wt);
                 check(dts[d], few[i], 14336, 256, wt);
             }
@@ -236,6 +258,35 @@ Test(gpu_gemv, a_row_gets_the_same_bits_whatever_the_batch, .init = setup, .fini
         }
 }
 
+/* [N, K] beyond one row tile: a row of a 32-row launch (in either tile)
+ * gets the bits of a 1-row launch of it, and of a 24-row launch. */
+Test(gpu_gemv, a_row_gets_the_same_bits_in_either_row_tile, .init = setup, .fini = teardown)
+{
+    const int64_t k = 4096, n = 1024, at[4] = {0, 15, 16, 31};
+    for (int d = 0; d < 2; d++) {
+        gt_op big = mm_op(dts[d], 32, k, n, true);
+        void *a = run_bits(&kernel, &big);
+        for (int i = 0; i < 4; i++)
+            for (int v = 0; v < 2; v++) {
+                const int64_t m = v ? 24 : 1, r = v ? at[i] % 24 : 0;
+                gt_op one = mm_op(dts[d], m, k, n, true);
+                memcpy((char *)one.data[0] + (size_t)(r * k * 2), (const char *)big.data[0] + (size_t)(at[i] * k * 2),
+                       (size_t)k * 2);
+                memcpy(one.data[1], big.data[1], (size_t)k * n * 2);
+                void *b = run_bits(&kernel, &one);
+                cr_assert(memcmp((const char *)a + (size_t)(at[i] * n * 2), (const char *)b + (size_t)(r * n * 2),
+                                 (size_t)n * 2) == 0,
+                          "%s: row %lld of M=32 differs from row %lld of M=%lld (seed %llu)",
+                          reel_dtype_name(dts[d]), (long long)at[i], (long long)r, (long long)m,
+                          (unsigned long long)seed);
+                free(b);
+                gt_op_free_data(&one);
+            }
+        free(a);
+        gt_op_free_data(&big);
+    }
+}
+
 /* ---- the impl ------------------------------------------------------------ */
 
 static const reel_op_impl *picked(const gt_op *op)
@@ -276,18 +327,19 @@ Test(gpu_gemv, the_registry_picks_it_only_where_it_measured_faster, .init = setu
     expect_pick(REEL_F32, 1, 1024, 1024, true, "cuda.matmul.sgemm");
 }
 
-/* At most 16 rows: the kernel's bits (and the host's answer); more: the bits
+/* At most 32 rows: the kernel's bits (and the host's answer); more: the bits
  * of cuBLASLt's impl. */
-Test(gpu_gemv, the_impl_runs_the_kernel_up_to_16_rows_and_cublaslt_above, .init = setup, .fini = teardown)
+Test(gpu_gemv, the_impl_runs_the_kernel_up_to_32_rows_and_cublaslt_above, .init = setup, .fini = teardown)
 {
     const reel_op_impl *gv = gt_cuda_impl("cuda.matmul.gemv"), *lt = gt_cuda_impl("cuda.matmul.cublaslt");
-    const int64_t rows[8] = {1, 2, 3, 4, 5, 16, 17, 64};
+    const int64_t rows[8] = {1, 2, 5, 16, 17, 32, 33, 64};
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < 8; i++) {
             gt_op op = mm_op(dts[d], rows[i], 1024, 1024, true);
-            void *a = run_bits(gv, &op), *b = run_bits(rows[i] <= 16 ? &kernel : lt, &op);
+            const bool kern = rows[i] <= REEL_GEMV_MAX_M;
+            void *a = run_bits(gv, &op), *b = run_bits(kern ? &kernel : lt, &op);
             cr_assert(memcmp(a, b, reel_shape_bytes(&op.out[0], op.rows)) == 0, "%s M=%lld: not the %s's bits",
-                      reel_dtype_name(dts[d]), (long long)rows[i], rows[i] <= 16 ? "kernel" : "cuBLASLt");
+                      reel_dtype_name(dts[d]), (long long)rows[i], kern ? "kernel" : "cuBLASLt");
             free(a), free(b);
             gt_check_impl(hctx, cctx, &op, "cuda.matmul.gemv", seed, "gemv impl");
             gt_op_free_data(&op);
@@ -356,6 +408,7 @@ Test(gpu_gemv, replay_and_pdl_give_the_eager_bits, .init = setup, .fini = teardo
         capture_bits(dts[d], 1, 1024, 8192); /* 8 warps a block, two blocks a multiprocessor */
         capture_bits(dts[d], 2, 4096, 1024); /* K 4096: 8 chunks a warp, the L2 prefetch of each */
         capture_bits(dts[d], 1, 2048, 16384); /* 64 MB: the prefetch capped at 24 MiB */
-        capture_bits(dts[d], 17, 1024, 1024); /* cuBLASLt under the impl */
+        capture_bits(dts[d], 24, 1024, 8192); /* two row tiles */
+        capture_bits(dts[d], 33, 1024, 1024); /* cuBLASLt under the impl */
     }
 }
