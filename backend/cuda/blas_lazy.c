@@ -36,6 +36,12 @@
        const void *A, cudaDataType At, int lda, const void *B, cudaDataType Bt, int ldb, const void *beta,        \
        void *C, cudaDataType Ct, int ldc, cublasComputeType_t ct, cublasGemmAlgo_t algo),                         \
       (h, ta, tb, m, n, k, alpha, A, At, lda, B, Bt, ldb, beta, C, Ct, ldc, ct, algo))                            \
+    X(cublasStatus_t, blas, cublasGemmStridedBatchedEx,                                                           \
+      (cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *alpha,      \
+       const void *A, cudaDataType At, int lda, long long int sa, const void *B, cudaDataType Bt, int ldb,        \
+       long long int sb, const void *beta, void *C, cudaDataType Ct, int ldc, long long int sc, int batch,        \
+       cublasComputeType_t ct, cublasGemmAlgo_t algo),                                                            \
+      (h, ta, tb, m, n, k, alpha, A, At, lda, sa, B, Bt, ldb, sb, beta, C, Ct, ldc, sc, batch, ct, algo))         \
     X(cublasStatus_t, lt, cublasLtCreate, (cublasLtHandle_t * h), (h))                                            \
     X(cublasStatus_t, lt, cublasLtDestroy, (cublasLtHandle_t h), (h))                                             \
     X(cublasStatus_t, lt, cublasLtMatmul,                                                                         \

@@ -166,8 +166,10 @@ static reel_status gemm_ex(reel_backend *be, const reel_launch *l, const mm_dims
 
 /* Fused views (nseg > 0): each segment of columns [c0, c0 + ns) is its own
  * GEMM into a [m, ns] block at m * c0, reading w's columns (or rows, for
- * [N, K]) in place through the leading dimension: one launch per segment,
- * as many as the unfused projections had, and no copies after them. */
+ * [N, K]) in place through the leading dimension, and no copies after them.
+ * Consecutive segments of one width are one strided-batched GEMM (x shared:
+ * stride 0), so q, k and v of equal widths are one launch instead of three
+ * (a decode step at batch 64: docs/benchmarks.md). */
 static reel_status gemm_segments(reel_backend *be, const reel_launch *l, const mm_dims *g, cudaDataType_t t)
 {
     const float alpha = 1.0f, beta = 0.0f;
@@ -176,14 +178,27 @@ static reel_status gemm_segments(reel_backend *be, const reel_launch *l, const m
     int lda = (int)(g->wt ? g->k : g->n);
     int64_t c0 = 0;
     reel_status st = REEL_OK;
-    for (int s = 0; s < l->attrs->matmul.nseg && st == REEL_OK; s++) {
-        int64_t ns = l->attrs->matmul.seg[s];
+    const int nseg = l->attrs->matmul.nseg;
+    for (int s = 0; s < nseg && st == REEL_OK;) {
+        const int64_t ns = l->attrs->matmul.seg[s];
+        int e = s + 1;
+        while (e < nseg && l->attrs->matmul.seg[e] == ns)
+            e++;
         const char *w = (const char *)l->in[1] + (size_t)(g->wt ? c0 * g->k : c0) * es;
         char *y = (char *)l->out[0] + (size_t)(g->m * c0) * es;
-        st = REEL_CUDA_CHECK(be->err, cublasGemmEx(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)ns,
-                                                   (int)g->m, (int)g->k, &alpha, w, t, lda, l->in[0], t, (int)g->k,
-                                                   &beta, y, t, (int)ns, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        c0 += ns;
+        if (e - s == 1)
+            st = REEL_CUDA_CHECK(be->err, cublasGemmEx(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)ns,
+                                                       (int)g->m, (int)g->k, &alpha, w, t, lda, l->in[0], t,
+                                                       (int)g->k, &beta, y, t, (int)ns, CUBLAS_COMPUTE_32F,
+                                                       CUBLAS_GEMM_DEFAULT));
+        else
+            st = REEL_CUDA_CHECK(be->err, cublasGemmStridedBatchedEx(
+                                              reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)ns, (int)g->m,
+                                              (int)g->k, &alpha, w, t, lda, g->wt ? ns * g->k : ns, l->in[0], t,
+                                              (int)g->k, 0, &beta, y, t, (int)ns, g->m * ns, e - s,
+                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        c0 += ns * (e - s);
+        s = e;
     }
     return st;
 }

@@ -1,8 +1,9 @@
 /* Fused kernels on the GPU against the unfused plan (no_fuse), bf16 and
  * f16: add_rmsnorm bit for bit (1..16 rows and a larger count); views
  * aliasing a segmented matmul within the bf16/f16 tolerance of the unfused
- * projections at M = 1..16 and 200 for both weight layouts (cuBLASLt, one
- * GEMM per view, may pick another algorithm), and bit for bit on the
+ * projections at M = 1..16 and 200 for both weight layouts (cuBLAS at 200:
+ * q's view alone, k's and v's, one width, as one strided-batched GEMM,
+ * which may pick another algorithm), and bit for bit on the
  * skinny-matmul kernel's segmented store; the silu_and_mul and bias
  * epilogues bit for bit on the kernel and on its fallback to the unfused
  * kernels; a whole layer (norms kept) bit for bit. */
