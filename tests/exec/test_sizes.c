@@ -8,6 +8,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "exec/plan.h"
+#include "ops/op.h"
 #include "tests/core/opts.h"
 
 static reel_ctx *ctx;
@@ -80,6 +82,43 @@ Test(sizes, a_plan_with_paged_attention_still_gets_its_block_tables, .init = set
     cr_assert_geq(st.static_bytes, 16 * 1024 * 4, "block tables of 16 x 1024 entries in %zu bytes", st.static_bytes);
     reel_plan_destroy(p);
     reel_graph_destroy(g);
+}
+
+/* The one-kernel decode's arrival counters (ops/op.h): a word per (token,
+ * kv head, head group of 16) for min(REEL_ATTN_ONE_KERNEL_ROWS, the largest
+ * bucket) tokens, at most REEL_ATTN_CNT_MAX_WORDS; a stream's set. */
+static int32_t counter_words(int heads, int kv_heads, int32_t largest_bucket)
+{
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    int64_t qd[] = {REEL_DIM_TOKENS, heads * 4}, kd[] = {REEL_DIM_TOKENS, kv_heads * 4}, cd[] = {8, 4, kv_heads, 4};
+    reel_attn_params ap = {.num_heads = heads, .num_kv_heads = kv_heads, .head_dim = 4, .block_size = 4};
+    reel_tensor k = reel_input(g, "k", REEL_F32, 2, kd);
+    reel_tensor o = reel_paged_attention(g, reel_input(g, "q", REEL_F32, 2, qd), k, k,
+                                         reel_state(g, "kc", REEL_F32, 4, cd), reel_state(g, "vc", REEL_F32, 4, cd), &ap);
+    cr_assert_eq(reel_output(g, "o", o), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_compile_opts co = REEL_COMPILE_OPTS_INIT;
+    co.num_buckets = 2;
+    co.buckets[0] = 1, co.buckets[1] = largest_bucket;
+    co.max_context = 32;
+    co.max_seqs = 4;
+    co.no_capture = true;
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(g, &co, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    int32_t words = p->attn_cnt_words;
+    reel_plan_destroy(p);
+    reel_graph_destroy(g);
+    return words;
+}
+
+Test(sizes, the_attention_counters_follow_the_largest_bucket_up_to_the_one_kernel_limit, .init = setup,
+     .fini = teardown)
+{
+    cr_assert_eq(counter_words(16, 16, 8), 8 * 16, "8 tokens of 16 kv heads");
+    cr_assert_eq(counter_words(16, 16, 64), REEL_ATTN_ONE_KERNEL_ROWS * 16, "the one-kernel limit, not the bucket");
+    cr_assert_eq(counter_words(64, 2, 16), 16 * 2 * 2, "two kv heads of 32 heads: two head groups each");
+    /* 256 kv heads: 32 tokens would need 8192 words; 16 tokens fit the cap */
+    cr_assert_eq(counter_words(256, 256, 64), REEL_ATTN_CNT_MAX_WORDS);
 }
 
 /* A timeout bounds what a regression would cost the machine: before, this
