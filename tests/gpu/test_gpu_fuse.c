@@ -141,51 +141,58 @@ Test(gpu_fuse, add_rmsnorm_equals_the_unfused_pair_bit_for_bit, .init = setup, .
         }
 }
 
+/* x [m, D] times one [q; k; v] weight ([N, K] when wt) viewed as q, k and v,
+ * fused (the views alias the matmul's segments: no view_cols node) against
+ * unfused; bitwise, or each output within two roundings of the storage
+ * dtype (K = 256 products of values in [-1, 1]: |y| <~ 16). */
+static void qkv_views_case(reel_dtype dt, int m, bool wt, unsigned seed, bool bitwise)
+{
+    const int64_t N = QW + 2 * KW;
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    int64_t d[2] = {REEL_DIM_TOKENS, D}, wdims[2] = {wt ? N : D, wt ? D : N};
+    reel_tensor x = reel_input(g, "x", dt, 2, d);
+    reel_tensor w = reel_param(g, "w", dt, 2, wdims);
+    uint16_t *wd = rnd((size_t)(D * N), seed, dt), *xd = rnd((size_t)m * D, seed + 1, dt);
+    reel_param_bind(g, w, wd);
+    const int64_t col[3] = {0, QW, QW + KW}, width[3] = {QW, KW, KW};
+    static const char *const names[3] = {"q", "k", "v"};
+    reel_tensor qkv = reel_matmul(g, x, w, wt);
+    for (int s = 0; s < 3; s++)
+        reel_output(g, names[s], reel_view_cols(g, qkv, col[s], width[s]));
+    reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
+    cr_assert_eq(count_op(pf, "view_cols"), 0, "the views were not fused");
+    cr_assert_eq(count_op(pu, "view_cols"), 3);
+    for (int s = 0; s < 3; s++) {
+        size_t n = (size_t)m * (size_t)width[s];
+        uint16_t *f = malloc(n * 2);
+        memcpy(f, step(pf, xd, m, names[s]), n * 2);
+        const uint16_t *u = step(pu, xd, m, names[s]);
+        if (bitwise)
+            cr_assert(memcmp(f, u, n * 2) == 0, "%s %s wt %d rows %d: bits differ", names[s], reel_dtype_name(dt),
+                      wt, m);
+        for (size_t i = 0; !bitwise && i < n; i++) {
+            float a = half_to_f(f[i], dt), b = half_to_f(u[i], dt);
+            float tol = (dt == REEL_BF16 ? 1.0f / 64 : 1.0f / 512) * fmaxf(1.0f, fabsf(b));
+            cr_assert(fabsf(a - b) <= tol, "%s %s wt %d rows %d [%zu]: %g vs %g", names[s], reel_dtype_name(dt), wt,
+                      m, i, (double)a, (double)b);
+        }
+        free(f);
+    }
+    reel_plan_destroy(pf);
+    reel_plan_destroy(pu);
+    reel_graph_destroy(g);
+    free(wd), free(xd);
+}
+
 Test(gpu_fuse, views_of_a_segmented_matmul_match_the_unfused_projections, .init = setup, .fini = teardown)
 {
     static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
     static const int rows[] = {1, 2, 4, 7, 16, 200};
     for (int di = 0; di < 2; di++)
         for (int wt = 0; wt < 2; wt++)
-            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
-                reel_dtype dt = dts[di];
-                int m = rows[ri];
-                const int64_t N = QW + 2 * KW;
-                reel_graph *g;
-                cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
-                int64_t d[2] = {REEL_DIM_TOKENS, D}, wdims[2] = {wt ? N : D, wt ? D : N};
-                reel_tensor x = reel_input(g, "x", dt, 2, d);
-                reel_tensor w = reel_param(g, "w", dt, 2, wdims);
-                uint16_t *wd = rnd((size_t)(D * N), 5, dt), *xd = rnd((size_t)m * D, 6, dt);
-                reel_param_bind(g, w, wd);
-                const int64_t col[3] = {0, QW, QW + KW}, width[3] = {QW, KW, KW};
-                static const char *const names[3] = {"q", "k", "v"};
-                reel_tensor qkv = reel_matmul(g, x, w, wt);
-                for (int s = 0; s < 3; s++)
-                    reel_output(g, names[s], reel_view_cols(g, qkv, col[s], width[s]));
-                reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
-                cr_assert_eq(count_op(pf, "view_cols"), 0, "the views were not fused");
-                cr_assert_eq(count_op(pu, "view_cols"), 3);
-                for (int s = 0; s < 3; s++) {
-                    size_t n = (size_t)m * (size_t)width[s];
-                    uint16_t *f = malloc(n * 2);
-                    memcpy(f, step(pf, xd, m, names[s]), n * 2);
-                    const uint16_t *u = step(pu, xd, m, names[s]);
-                    for (size_t i = 0; i < n; i++) {
-                        float a = half_to_f(f[i], dt), b = half_to_f(u[i], dt);
-                        /* K = 256 products of values in [-1, 1]: |y| <~ 16; two
-                         * roundings of the storage dtype apart at most. */
-                        float tol = (dt == REEL_BF16 ? 1.0f / 64 : 1.0f / 512) * fmaxf(1.0f, fabsf(b));
-                        cr_assert(fabsf(a - b) <= tol, "%s %s wt %d rows %d [%zu]: %g vs %g", names[s],
-                                  reel_dtype_name(dt), wt, m, i, (double)a, (double)b);
-                    }
-                    free(f);
-                }
-                reel_plan_destroy(pf);
-                reel_plan_destroy(pu);
-                reel_graph_destroy(g);
-                free(wd), free(xd);
-            }
+            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+                qkv_views_case(dts[di], rows[ri], wt, 5, false);
 }
 
 /* [N, K] weights at M <= 32: the fused views are the skinny-matmul kernel's
@@ -196,37 +203,8 @@ Test(gpu_fuse, segmented_gemv_views_hold_the_unfused_bits, .init = setup, .fini 
     static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
     static const int rows[] = {1, 3, 16, 32};
     for (int di = 0; di < 2; di++)
-        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
-            reel_dtype dt = dts[di];
-            int m = rows[ri];
-            const int64_t N = QW + 2 * KW;
-            reel_graph *g;
-            cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
-            int64_t d[2] = {REEL_DIM_TOKENS, D}, wdims[2] = {N, D};
-            reel_tensor x = reel_input(g, "x", dt, 2, d);
-            reel_tensor w = reel_param(g, "w", dt, 2, wdims);
-            uint16_t *wd = rnd((size_t)(D * N), 7, dt), *xd = rnd((size_t)m * D, 8, dt);
-            reel_param_bind(g, w, wd);
-            const int64_t col[3] = {0, QW, QW + KW}, width[3] = {QW, KW, KW};
-            static const char *const names[3] = {"q", "k", "v"};
-            reel_tensor qkv = reel_matmul(g, x, w, true);
-            for (int s = 0; s < 3; s++)
-                reel_output(g, names[s], reel_view_cols(g, qkv, col[s], width[s]));
-            reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
-            cr_assert_eq(count_op(pf, "view_cols"), 0, "the views were not fused");
-            for (int s = 0; s < 3; s++) {
-                size_t n = (size_t)m * (size_t)width[s];
-                uint16_t *f = malloc(n * 2);
-                memcpy(f, step(pf, xd, m, names[s]), n * 2);
-                cr_assert(memcmp(f, step(pu, xd, m, names[s]), n * 2) == 0, "%s %s rows %d: bits differ",
-                          names[s], reel_dtype_name(dt), m);
-                free(f);
-            }
-            reel_plan_destroy(pf);
-            reel_plan_destroy(pu);
-            reel_graph_destroy(g);
-            free(wd), free(xd);
-        }
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+            qkv_views_case(dts[di], rows[ri], true, 7, true);
 }
 
 /* x [T, D] times [gate; up] ([2F, D]) then silu_and_mul: one node on the
