@@ -685,6 +685,35 @@ static void cache_free(void *p)
 
 /* ---- main ----------------------------------------------------------------- */
 
+/* What a process pays once, before any plan of the benchmark: a plan of an
+ * f32 and a bf16 matmul compiled (its warm-up creates the context's cuBLAS
+ * handle and loads cuBLAS's first kernels) and destroyed; the device bytes
+ * it leaves taken. -1 where unknown. */
+static long long process_once_bytes(void)
+{
+    size_t f0 = dev_free_bytes();
+    reel_graph *g;
+    RK("the process-once graph", reel_graph_create(g_ctx, &g));
+    int64_t d[2] = {REEL_DIM_TOKENS, 64}, wd[2] = {64, 64};
+    static float w32[64 * 64];
+    static uint16_t w16[64 * 64];
+    reel_tensor x32 = reel_input(g, "x32", REEL_F32, 2, d), x16 = reel_input(g, "x16", REEL_BF16, 2, d);
+    reel_tensor p32 = reel_param(g, "w32", REEL_F32, 2, wd), p16 = reel_param(g, "w16", REEL_BF16, 2, wd);
+    RK("the process-once graph", reel_param_bind(g, p32, w32));
+    RK("the process-once graph", reel_param_bind(g, p16, w16));
+    RK("the process-once graph", reel_output(g, "y32", reel_matmul(g, x32, p32, false)));
+    RK("the process-once graph", reel_output(g, "y16", reel_matmul(g, x16, p16, false)));
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = 1;
+    o.buckets[0] = 64;
+    reel_plan *p;
+    RK("compiling the process-once graph", reel_compile(g, &o, &p));
+    reel_plan_destroy(p);
+    reel_graph_destroy(g);
+    size_t f1 = dev_free_bytes();
+    return f0 && f1 ? (long long)f0 - (long long)f1 : -1;
+}
+
 static reel_plan *compile(const cfg *c, weights *w, int num_blocks, int max_context, bool no_capture,
                           bool with_logits, double *ms)
 {
@@ -761,8 +790,14 @@ static bool run_context(const cfg *c, weights *w, int C, FILE *res)
     double bind_ms = (now_s() - t0) * 1e3;
     RK("timing steps", reel_plan_time_steps(rp, 1));
     reel_plan *ep = NULL, *lp = NULL;
+    long long eager_delta = -1;
     if (c->eager) {
+        size_t fe0 = dev_free_bytes();
         ep = compile(c, w, num_blocks, max_context, true, false, &ms_e);
+        size_t fe1 = dev_free_bytes();
+        reel_plan_memory me = REEL_PLAN_MEMORY_INIT;
+        RK("plan memory", reel_plan_memory_get(ep, &me));
+        if (fe0 && fe1) eager_delta = (long long)fe0 - (long long)fe1 - (long long)(me.param_bytes + me.state_bytes);
         bind_caches(c, ep, caches, cache_bytes);
         RK("timing steps", reel_plan_time_steps(ep, 1));
     }
@@ -781,10 +816,10 @@ static bool run_context(const cfg *c, weights *w, int C, FILE *res)
             "plan context=%d buckets=%d compile_ms=%.1f capture_ms=%.1f reel_compile_ms=%.1f bind_ms=%.1f "
             "eager_compile_ms=%.1f arena_bytes=%zu static_bytes=%zu graph_bytes_known=%d graph_bytes=%zu "
             "param_bytes=%zu state_bytes=%zu device_bytes=%zu dev_delta_bytes=%lld dev_other_bytes=%lld "
-            "graph_mem_used=%lld graph_mem_reserved=%lld graphs=%" PRIu64 "\n",
+            "graph_mem_used=%lld graph_mem_reserved=%lld graphs=%" PRIu64 " eager_dev_other_bytes=%lld\n",
             C, c->nbatches, st.compile_ms, st.capture_ms, ms_r, bind_ms, ms_e, mem.arena_bytes, mem.static_bytes,
             mem.graph_bytes_known, mem.graph_bytes, mem.param_bytes, mem.state_bytes, mem.device_bytes, dev_delta,
-            other, gm_used, gm_res, st.graphs_captured);
+            other, gm_used, gm_res, st.graphs_captured, eager_delta);
     fflush(res);
 
     batch b;
@@ -901,6 +936,7 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     bool ok = true;
+    fprintf(res, "process once_dev_bytes=%lld\n", process_once_bytes());
     for (int ci = 0; ci < c.ncontexts; ci++) ok = run_context(&c, &w, c.contexts[ci], res) && ok;
     fclose(res);
     printf("\nfloor: (weights but the embedding table + K/V of C+1 positions) / %.2f TB/s.\n", FLOOR_TBPS);

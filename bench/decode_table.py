@@ -87,6 +87,11 @@ def tables(rows):
             f"{mib(num(r, 'reel_static_bytes'))} | {mib(num(r, 'reel_dev_other_bytes'))} | "
             f"{mib(num(r, 'reel_graph_mem_reserved'))} | {mib(num(r, 'torch_graph_pool_bytes'))} | "
             f"{mib(num(r, 'torch_compile_pool_bytes'))} |")
+    once = sorted({mib(num(r, "reel_process_once_bytes")) for r in rows if num(r, "reel_process_once_bytes") is not None})
+    if once:
+        out.append("")
+        out.append("reel once a process, before any plan (the context's cuBLAS handle and cuBLAS's first kernels, "
+                   f"not in the column beyond params and states): {', '.join(once)} MiB")
     out.append("")
     out.extend(targets(rows))
     return "\n".join(out)

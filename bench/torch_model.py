@@ -149,6 +149,8 @@ def load_reel(path):
                 cfg = kv
             elif fields[0] == "plan":
                 plans[int(kv["context"])] = kv
+            elif fields[0] == "process":
+                cfg["process_once_dev_bytes"] = kv.get("once_dev_bytes")
             elif fields[0] == "case":
                 cases[(int(kv["batch"]), int(kv["context"]))] = kv
             elif fields[0] == "tokens":
@@ -501,6 +503,7 @@ COLUMNS = ["machine", "driver", "cuda", "torch", "date", "layers", "hidden", "he
            "eager_over_torch_eager", "ids_agree", "ids_near_agree", "max_logit_diff", "torch_graph_near_agree",
            "torch_compile_near_agree", "reel_compile_ms", "reel_capture_ms", "reel_arena_bytes",
            "reel_static_bytes", "reel_graph_bytes", "reel_dev_other_bytes", "reel_graph_mem_reserved",
+           "reel_process_once_bytes",
            "torch_graph_capture_s", "torch_graph_capture_only_s", "torch_graph_pool_bytes",
            "torch_compile_capture_s", "torch_compile_capture_only_s", "torch_compile_pool_bytes",
            "eager_attention", "ok"]
@@ -662,6 +665,7 @@ def main():
                        reel_compile_ms=plan.get("reel_compile_ms"), reel_capture_ms=plan.get("capture_ms"),
                        reel_arena_bytes=plan.get("arena_bytes"), reel_static_bytes=plan.get("static_bytes"),
                        reel_graph_bytes=gb, reel_dev_other_bytes=plan.get("dev_other_bytes"),
+                       reel_process_once_bytes=rcfg.get("process_once_dev_bytes"),
                        reel_graph_mem_reserved=plan.get("graph_mem_reserved"),
                        torch_graph_capture_s=caps["graph"][1] if "graph" in caps else None,
                        torch_graph_capture_only_s=caps["graph"][2] if "graph" in caps else None,

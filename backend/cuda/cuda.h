@@ -23,15 +23,19 @@ reel_status reel_cublas_status(reel_err *err, cublasStatus_t e, const char *file
 
 /* The stream's CUDA handle (non-blocking stream). */
 cudaStream_t reel_cuda_stream_handle(reel_stream *s);
-/* The stream's cuBLAS handle. Each reel stream owns one, bound to that
- * stream and to the stream's workspace at stream creation: a stream is used
- * by one thread at a time, so no per-call cublasSetStream (and no lock) is
- * needed, and nothing is allocated later, inside a capture. */
-cublasHandle_t reel_cuda_blas_handle(reel_stream *s);
-/* The stream's matmul workspace (cuBLASLt and cuBLAS), allocated once at
- * stream creation: one per stream so that matmuls on concurrent streams never
- * share scratch bytes. */
-void *reel_cuda_stream_workspace(reel_stream *s, size_t *bytes);
+/* The context's cuBLAS handle, bound to the stream and to the stream's
+ * workspace. On success the backend's cuBLAS lock is held: issue the calls,
+ * then reel_cuda_blas_end; on failure nothing is held. The handle and the
+ * workspace are created at their first use, which the plan's warm-up makes
+ * outside any capture; a first use inside a capture is refused
+ * (REEL_E_BACKEND), never allocated there. */
+reel_status reel_cuda_blas_begin(reel_backend *be, reel_stream *s, cublasHandle_t *h);
+void reel_cuda_blas_end(reel_backend *be);
+/* The stream's matmul workspace (cuBLASLt and cuBLAS), one per stream so
+ * that matmuls on concurrent streams never share scratch bytes; allocated at
+ * the stream's first matmul (a plan with no cuBLAS node has none), at a size
+ * that never changes (the algorithms chosen depend on it). */
+reel_status reel_cuda_stream_workspace(reel_backend *be, reel_stream *s, void **ws, size_t *bytes);
 /* The backend's cuBLASLt handle (stateless apart from the device; the stream
  * is passed per call). */
 cublasLtHandle_t reel_cuda_lt_handle(reel_backend *be);

@@ -24,14 +24,61 @@ reel_status reel_cuda_use_device(reel_backend *be)
 }
 
 cudaStream_t reel_cuda_stream_handle(reel_stream *s) { return s->s; }
-cublasHandle_t reel_cuda_blas_handle(reel_stream *s) { return s->blas; }
 cublasLtHandle_t reel_cuda_lt_handle(reel_backend *be) { return reel_cuda_of(be)->lt; }
 
-void *reel_cuda_stream_workspace(reel_stream *s, size_t *bytes)
+/* Device memory may be allocated for the stream now: not while it is being
+ * captured (the plan's warm-up makes every first use outside a capture). */
+static reel_status outside_capture(reel_backend *be, reel_stream *s, const char *what)
 {
-    *bytes = s->ws_bytes;
-    return s->ws;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    REEL_TRY(REEL_CK(be, cudaStreamIsCapturing(s->s, &cs)));
+    if (cs != cudaStreamCaptureStatusNone)
+        return reel_seterr(be->err, REEL_E_BACKEND,
+                           "cuda: the %s would be created inside a capture (its first use comes before the "
+                           "capture, in the warm-up)",
+                           what);
+    return REEL_OK;
 }
+
+reel_status reel_cuda_stream_workspace(reel_backend *be, reel_stream *s, void **ws, size_t *bytes)
+{
+    if (!s->ws) {
+        reel_cuda *c = reel_cuda_of(be);
+        REEL_TRY(outside_capture(be, s, "matmul workspace"));
+        REEL_TRY(REEL_CK(be, cudaMalloc(&s->ws, c->ws_bytes)));
+        s->ws_bytes = c->ws_bytes;
+    }
+    *ws = s->ws;
+    *bytes = s->ws_bytes;
+    return REEL_OK;
+}
+
+reel_status reel_cuda_blas_begin(reel_backend *be, reel_stream *s, cublasHandle_t *h)
+{
+    reel_cuda *c = reel_cuda_of(be);
+    void *ws;
+    size_t bytes;
+    *h = NULL;
+    REEL_TRY(reel_cuda_stream_workspace(be, s, &ws, &bytes));
+    pthread_mutex_lock(&c->blas_lock);
+    reel_status st = REEL_OK;
+    if (!c->blas && (st = outside_capture(be, s, "cuBLAS handle")) == REEL_OK)
+        st = REEL_CK(be, cublasCreate(&c->blas));
+    /* A user workspace keeps cuBLAS from allocating its own, which would be
+     * illegal inside a capture. */
+    if (st == REEL_OK)
+        st = REEL_CK(be, cublasSetStream(c->blas, s->s));
+    if (st == REEL_OK)
+        st = REEL_CK(be, cublasSetWorkspace(c->blas, ws, bytes));
+    if (st != REEL_OK) {
+        pthread_mutex_unlock(&c->blas_lock);
+        return st;
+    }
+    *h = c->blas;
+    return REEL_OK;
+}
+
+void reel_cuda_blas_end(reel_backend *be) { pthread_mutex_unlock(&reel_cuda_of(be)->blas_lock); }
 
 /* Optimizations are gated on these probed values, never on the name. */
 static reel_status probe_caps(reel_backend *be, int dev)
@@ -68,6 +115,9 @@ static void cuda_destroy(reel_backend *be)
         reel_cuda_event_pool_drain(be);
         if (c->lt)
             (void)REEL_CK_QUIET(cublasLtDestroy(c->lt));
+        if (c->blas)
+            (void)REEL_CK_QUIET(cublasDestroy(c->blas));
+        pthread_mutex_destroy(&c->blas_lock);
         pthread_mutex_destroy(&c->lock);
         reel_hfree(c);
     }
@@ -139,6 +189,7 @@ reel_status reel_cuda_backend_create(reel_err *err, int device, reel_backend **o
     be->impl = c;
     c->device = device;
     pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->blas_lock, NULL);
     if ((st = probe_caps(be, device)) != REEL_OK)
         goto fail;
     c->ws_bytes = be->caps.cc_major >= 9 ? REEL_CUDA_WS_HOPPER : REEL_CUDA_WS_DEFAULT;

@@ -10,8 +10,7 @@
 
 struct reel_stream {
     cudaStream_t s;
-    cublasHandle_t blas;
-    void *ws;
+    void *ws;        /* the matmul workspace, allocated at the first matmul (NULL before) */
     size_t ws_bytes;
 };
 
@@ -38,6 +37,12 @@ typedef struct reel_cuda {
     int device;
     size_t ws_bytes;           /* matmul workspace per stream */
     cublasLtHandle_t lt;
+    /* The classic cuBLAS handle every stream shares, created at the first
+     * classic call (64 MiB of device memory on an H200 each: one for the
+     * context, not one for each stream of each plan); blas_lock is held
+     * from binding it to a stream and workspace to the last call issued. */
+    cublasHandle_t blas;
+    pthread_mutex_t blas_lock;
     pthread_mutex_t lock;      /* guards the event pool and the memo */
     reel_event *free_events;
     int memo_used;

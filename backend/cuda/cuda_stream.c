@@ -1,11 +1,10 @@
-/* CUDA backend: streams (each with its cuBLAS handle and matmul workspace),
+/* CUDA backend: streams (each with its matmul workspace, from its first matmul),
  * pooled events, device and pinned memory, stream-ordered copies and fills. */
 #include "core/halloc.h"
 #include "backend/cuda/cuda_impl.h"
 
 reel_status reel_cuda_stream_create(reel_backend *be, reel_stream **out)
 {
-    reel_cuda *c = reel_cuda_of(be);
     reel_status st;
     *out = NULL;
     REEL_TRY(reel_cuda_use_device(be));
@@ -13,17 +12,6 @@ reel_status reel_cuda_stream_create(reel_backend *be, reel_stream **out)
     if (!s)
         return reel_seterr(be->err, REEL_E_OOM, "cuda stream: out of host memory");
     if ((st = REEL_CK(be, cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking))) != REEL_OK)
-        goto fail;
-    if ((st = REEL_CK(be, cudaMalloc(&s->ws, c->ws_bytes))) != REEL_OK)
-        goto fail;
-    s->ws_bytes = c->ws_bytes;
-    if ((st = REEL_CK(be, cublasCreate(&s->blas))) != REEL_OK)
-        goto fail;
-    if ((st = REEL_CK(be, cublasSetStream(s->blas, s->s))) != REEL_OK)
-        goto fail;
-    /* A user workspace keeps cuBLAS from allocating its own, which would be
-     * illegal inside a capture. */
-    if ((st = REEL_CK(be, cublasSetWorkspace(s->blas, s->ws, s->ws_bytes))) != REEL_OK)
         goto fail;
     *out = s;
     return REEL_OK;
@@ -39,8 +27,6 @@ void reel_cuda_stream_destroy(reel_backend *be, reel_stream *s)
     /* Destructors keep the context's message: it may explain why we are
      * cleaning up. cudaFree waits for the stream's pending work. */
     (void)reel_cuda_use_device(be);
-    if (s->blas)
-        (void)REEL_CK_QUIET(cublasDestroy(s->blas));
     if (s->ws)
         (void)REEL_CK_QUIET(cudaFree(s->ws));
     if (s->s)

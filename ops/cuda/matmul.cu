@@ -158,10 +158,13 @@ static reel_status gemm_ex(reel_backend *be, const reel_launch *l, const mm_dims
     const float alpha = 1.0f, beta = 0.0f;
     cublasOperation_t ta = g->wt ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = (int)(g->wt ? g->k : g->n);
-    return REEL_CUDA_CHECK(be->err, cublasGemmEx(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)g->n,
-                                                 (int)g->m, (int)g->k, &alpha, l->in[1], t, lda, l->in[0], t,
-                                                 (int)g->k, &beta, l->out[0], t, (int)g->n, CUBLAS_COMPUTE_32F,
-                                                 CUBLAS_GEMM_DEFAULT));
+    cublasHandle_t h;
+    REEL_TRY(reel_cuda_blas_begin(be, l->stream, &h));
+    reel_status st = REEL_CUDA_CHECK(be->err, cublasGemmEx(h, ta, CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k, &alpha,
+                                                           l->in[1], t, lda, l->in[0], t, (int)g->k, &beta, l->out[0],
+                                                           t, (int)g->n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    reel_cuda_blas_end(be);
+    return st;
 }
 
 /* Fused views (nseg > 0): each segment of columns [c0, c0 + ns) is its own
@@ -177,6 +180,8 @@ static reel_status gemm_segments(reel_backend *be, const reel_launch *l, const m
     cublasOperation_t ta = g->wt ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = (int)(g->wt ? g->k : g->n);
     int64_t c0 = 0;
+    cublasHandle_t h;
+    REEL_TRY(reel_cuda_blas_begin(be, l->stream, &h));
     reel_status st = REEL_OK;
     const int nseg = l->attrs->matmul.nseg;
     for (int s = 0; s < nseg && st == REEL_OK;) {
@@ -187,19 +192,20 @@ static reel_status gemm_segments(reel_backend *be, const reel_launch *l, const m
         const char *w = (const char *)l->in[1] + (size_t)(g->wt ? c0 * g->k : c0) * es;
         char *y = (char *)l->out[0] + (size_t)(g->m * c0) * es;
         if (e - s == 1)
-            st = REEL_CUDA_CHECK(be->err, cublasGemmEx(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)ns,
+            st = REEL_CUDA_CHECK(be->err, cublasGemmEx(h, ta, CUBLAS_OP_N, (int)ns,
                                                        (int)g->m, (int)g->k, &alpha, w, t, lda, l->in[0], t,
                                                        (int)g->k, &beta, y, t, (int)ns, CUBLAS_COMPUTE_32F,
                                                        CUBLAS_GEMM_DEFAULT));
         else
             st = REEL_CUDA_CHECK(be->err, cublasGemmStridedBatchedEx(
-                                              reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N, (int)ns, (int)g->m,
+                                              h, ta, CUBLAS_OP_N, (int)ns, (int)g->m,
                                               (int)g->k, &alpha, w, t, lda, g->wt ? ns * g->k : ns, l->in[0], t,
                                               (int)g->k, 0, &beta, y, t, (int)ns, g->m * ns, e - s,
                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         c0 += ns * (e - s);
         s = e;
     }
+    reel_cuda_blas_end(be);
     return st;
 }
 
@@ -213,7 +219,8 @@ static reel_status matmul_lt_launch(reel_backend *be, const reel_launch *l)
                            &g);
     cudaDataType_t t = cuda_type(l->in_shape[0].dtype);
     size_t ws_bytes = 0;
-    void *ws = reel_cuda_stream_workspace(l->stream, &ws_bytes);
+    void *ws = NULL;
+    REEL_TRY(name_mm_err(be, reel_cuda_stream_workspace(be, l->stream, &ws, &ws_bytes), "cuda.matmul.cublaslt", &g));
     lt_descs d;
     lt_choice ch;
     const float alpha = 1.0f, beta = 0.0f;
@@ -239,10 +246,14 @@ static reel_status matmul_sgemm_launch(reel_backend *be, const reel_launch *l)
     const float alpha = 1.0f, beta = 0.0f;
     cublasOperation_t ta = g.wt ? CUBLAS_OP_T : CUBLAS_OP_N;
     int lda = (int)(g.wt ? g.k : g.n);
-    reel_status st = REEL_CUDA_CHECK(be->err, cublasSgemm(reel_cuda_blas_handle(l->stream), ta, CUBLAS_OP_N,
-                                                          (int)g.n, (int)g.m, (int)g.k, &alpha,
-                                                          (const float *)l->in[1], lda, (const float *)l->in[0],
-                                                          (int)g.k, &beta, (float *)l->out[0], (int)g.n));
+    cublasHandle_t h;
+    reel_status st = reel_cuda_blas_begin(be, l->stream, &h);
+    if (st == REEL_OK) {
+        st = REEL_CUDA_CHECK(be->err, cublasSgemm(h, ta, CUBLAS_OP_N, (int)g.n, (int)g.m, (int)g.k, &alpha,
+                                                  (const float *)l->in[1], lda, (const float *)l->in[0], (int)g.k,
+                                                  &beta, (float *)l->out[0], (int)g.n));
+        reel_cuda_blas_end(be);
+    }
     return name_mm_err(be, st, "cuda.matmul.sgemm", &g);
 }
 

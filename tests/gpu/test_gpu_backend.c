@@ -1,7 +1,9 @@
 /* The CUDA backend through its vt: capability probe, capture (and its
  * failure cleanup), graph update, cross-stream events, errors with the
- * library's message, matmuls inside a capture. */
+ * library's message, matmuls inside a capture, and the device memory a
+ * stream's matmuls take. */
 #include <criterion/criterion.h>
+#include <cuda_runtime_api.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -257,4 +259,92 @@ Test(gpu_backend, a_captured_matmul_replays_to_the_eager_bits, .init = setup, .f
     matmul_capture(REEL_F32);
     matmul_capture(REEL_F16);
     matmul_capture(REEL_BF16);
+}
+
+/* Operands of matmul_on for any dtype (zeros), allocated and filled on s. */
+static void mm_alloc(reel_stream *s, void *b[3])
+{
+    static const size_t bytes[3] = {16 * 64 * 4, 64 * 32 * 4, 16 * 32 * 4};
+    for (int i = 0; i < 3; i++) {
+        b[i] = dev(bytes[i]);
+        cr_assert_eq(vt->fill(be, s, b[i], 0, bytes[i]), REEL_OK);
+    }
+    cr_assert_eq(vt->stream_sync(be, s), REEL_OK);
+}
+
+/* A [16, 64] x [64, 32] matmul of dtype dt launched on s (F32: the classic
+ * cuBLAS API; F16: cuBLASLt) over mm_alloc's operands. */
+static reel_status matmul_on(reel_stream *s, reel_dtype dt, void *b[3])
+{
+    const int64_t t = 16, k = 64, n = 32;
+    reel_shape in[2] = {gt_shape(dt, true, 2, (int64_t[]){t, k}), gt_shape(dt, false, 2, (int64_t[]){k, n})};
+    reel_shape out = gt_shape(dt, true, 2, (int64_t[]){t, n});
+    reel_op_attrs at;
+    memset(&at, 0, sizeof at);
+    const reel_op_impl *impl = reel_registry_select(REEL_BACKEND_CUDA, REEL_OP_MATMUL, in, 2, &out, &at, &be->caps);
+    cr_assert_not_null(impl);
+    reel_launch l = {.op = REEL_OP_MATMUL, .attrs = &at, .in_shape = in, .out_shape = &out, .in = {b[0], b[1]},
+                     .out = {b[2]}, .rows = t, .stream = s};
+    return impl->launch(be, &l);
+}
+
+static int64_t free_mib(void)
+{
+    size_t f = 0, t = 0;
+    cr_assert_eq(cudaMemGetInfo(&f, &t), cudaSuccess);
+    return (int64_t)(f >> 20);
+}
+
+/* A stream holds no device memory until its first matmul (its workspace);
+ * the classic cuBLAS handle (64 MiB on an H200) is the context's, created
+ * once, not once a stream. */
+Test(gpu_backend, a_stream_takes_device_memory_at_its_first_matmul_and_shares_the_cublas_handle, .init = setup,
+     .fini = teardown)
+{
+    void *b[3];
+    reel_stream *s0 = stream();
+    mm_alloc(s0, b);
+    /* Both paths once first: what cuBLAS loads at its first use of a kernel
+     * (a tiny cuBLASLt matmul took 600 MiB more here) is not the stream's. */
+    cr_assert_eq(matmul_on(s0, REEL_F32, b), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(matmul_on(s0, REEL_F16, b), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(vt->stream_sync(be, s0), REEL_OK);
+    int64_t f0 = free_mib();
+    reel_stream *s1 = stream();
+    cr_assert_leq(f0 - free_mib(), 2, "a stream alone took %lld MiB", (long long)(f0 - free_mib()));
+    int64_t f1 = free_mib();
+    cr_assert_eq(matmul_on(s1, REEL_F32, b), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(matmul_on(s1, REEL_F16, b), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(vt->stream_sync(be, s1), REEL_OK);
+    /* The workspace (32 MiB on Hopper), and no second handle. */
+    int64_t took = f1 - free_mib();
+    cr_assert_leq(took, 40, "the second stream's first matmuls took %lld MiB", (long long)took);
+    cr_assert_geq(took, 4, "no workspace: %lld MiB", (long long)took);
+    for (int i = 0; i < 3; i++)
+        vt->dev_free(be, b[i]);
+    vt->stream_destroy(be, s1);
+    vt->stream_destroy(be, s0);
+}
+
+/* The first matmul of a stream inside a capture would allocate there: it
+ * is refused with a message, the capture aborts cleanly, and the same
+ * matmul outside the capture then runs. */
+Test(gpu_backend, a_streams_first_matmul_inside_a_capture_is_refused, .init = setup, .fini = teardown)
+{
+    static const reel_dtype dts[2] = {REEL_F16, REEL_F32};
+    for (int d = 0; d < 2; d++) {
+        void *b[3];
+        reel_stream *s = stream();
+        mm_alloc(s, b);
+        cr_assert_eq(vt->capture_begin(be, s), REEL_OK);
+        cr_assert_eq(matmul_on(s, dts[d], b), REEL_E_BACKEND, "%s", reel_dtype_name(dts[d]));
+        cr_assert(strstr(reel_ctx_last_error(ctx), "inside a capture"), "%s", reel_ctx_last_error(ctx));
+        vt->capture_abort(be, s);
+        cr_assert_not(vt->capturing(be, s));
+        cr_assert_eq(matmul_on(s, dts[d], b), REEL_OK, "%s", reel_ctx_last_error(ctx));
+        cr_assert_eq(vt->stream_sync(be, s), REEL_OK, "%s", reel_ctx_last_error(ctx));
+        for (int i = 0; i < 3; i++)
+            vt->dev_free(be, b[i]);
+        vt->stream_destroy(be, s);
+    }
 }
