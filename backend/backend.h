@@ -86,6 +86,7 @@ struct reel_backend {
     reel_backend_kind kind;
     reel_err *err;          /* errors are reported here (the context's buffer) */
     reel_device_caps caps;
+    bool tune_matmul;       /* reel_ctx_opts.matmul_tuning: time matmul candidates in warm-ups */
     void *impl;
     /* The backend's own table when vt is a wrapper over it (a fault
      * injection build: backend/fault.h), else NULL. */

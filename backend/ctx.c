@@ -74,7 +74,10 @@ reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out)
         REEL_TRY(reel_opts_load(&o, sizeof o, opts, CTX_OPTS_FIRST_SIZE, NULL, "context", "REEL_CTX_OPTS_INIT"));
     o.backend = reel_opt_int(o.backend, REEL_BACKEND_AUTO);
     o.device = reel_opt_int(o.device, 0);
+    o.matmul_tuning = reel_opt_int(o.matmul_tuning, 0);
     opts = &o;
+    if (opts->matmul_tuning != 0 && opts->matmul_tuning != 1)
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "context: matmul_tuning is %d, not 0 or 1", opts->matmul_tuning);
     if (opts->backend < REEL_BACKEND_AUTO || opts->backend > REEL_BACKEND_CUDA)
         return reel_seterr(NULL, REEL_E_INVALID_ARG, "context: backend %d is not a reel_backend_kind (0..%d)",
                            opts->backend, REEL_BACKEND_CUDA);
@@ -101,6 +104,7 @@ reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out)
         reel_hfree(ctx);
         return reel_seterr(NULL, st, "%s", msg[0] ? msg : "context: the backend could not be created");
     }
+    ctx->be->tune_matmul = opts->matmul_tuning == 1 && ctx->kind == REEL_BACKEND_CUDA; /* the host has no candidates */
 #if REEL_FAULT_INJECTION
     reel_fault_wrap_backend(ctx->be);
 #endif

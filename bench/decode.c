@@ -61,7 +61,7 @@
  *   bench_decode [--layers N --hidden N --heads N --kv-heads N --ffn N
  *                 --vocab N --batches 1,8,64 --contexts 128,2048 --steps 50
  *                 --warmup 10 --prefill-tokens 4096 --seed 1 --dir DIR
- *                 --no-eager --no-logits]
+ *                 --no-eager --no-logits --matmul-tuning]
  * (--ffn 0: 4 x hidden.) Exits 1 when replay and eager disagree on an id or
  * a timed step did not replay.
  */
@@ -91,7 +91,7 @@ typedef struct cfg {
     int batches[MAX_LIST], nbatches;
     int contexts[MAX_LIST], ncontexts;
     int steps, warmup, prefill_tokens;
-    bool eager, logits;
+    bool eager, logits, tuning;
     const char *dir;
 } cfg;
 
@@ -577,7 +577,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: bench_decode [--layers N] [--hidden N] [--heads N] [--kv-heads N] [--ffn N (0: 4 x hidden)]\n"
             "                    [--vocab N] [--batches 1,8,64] [--contexts 128,2048] [--steps 50] [--warmup 10]\n"
-            "                    [--prefill-tokens 4096] [--seed 1] [--dir /tmp/reel-decode] [--no-eager] [--no-logits]\n");
+            "                    [--prefill-tokens 4096] [--seed 1] [--dir /tmp/reel-decode] [--no-eager] [--no-logits]\n"
+            "                    [--matmul-tuning]\n");
     exit(2);
 }
 
@@ -593,6 +594,7 @@ static void parse(int argc, char **argv, cfg *c)
         {"ffn", 1, 0, 'F'}, {"vocab", 1, 0, 'V'}, {"batches", 1, 0, 'b'}, {"contexts", 1, 0, 'c'},
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"prefill-tokens", 1, 0, 'p'}, {"seed", 1, 0, 'S'},
         {"dir", 1, 0, 'd'}, {"no-eager", 0, 0, 'e'}, {"no-logits", 0, 0, 'l'}, {"help", 0, 0, 'h'},
+        {"matmul-tuning", 0, 0, 'T'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -612,6 +614,7 @@ static void parse(int argc, char **argv, cfg *c)
         case 'd': c->dir = optarg; break;
         case 'e': c->eager = false; break;
         case 'l': c->logits = false; break;
+        case 'T': c->tuning = true; break;
         default: usage();
         }
     }
@@ -898,6 +901,7 @@ int main(int argc, char **argv)
         return 1;
     }
     reel_ctx_opts co = REEL_CTX_OPTS_INIT;
+    co.matmul_tuning = c.tuning ? 1 : 0;
     RK("creating the context", reel_ctx_create(&co, &g_ctx));
     weights w;
     double t0 = now_s();

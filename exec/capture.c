@@ -43,13 +43,31 @@ reel_status reel_capture_all(reel_plan *p)
         return REEL_OK;
     }
     /* Warm-up: one eager run of the largest bucket (kernels, handles and
-     * workspaces initialise outside capture). Inputs are zero. */
+     * workspaces initialise outside capture), and of every other bucket
+     * where the context tunes its matmuls: each bucket's shapes are then
+     * first launched here, where an impl may time its candidates
+     * (reel_launch.tune), and a capture only reads the choices. Inputs are
+     * zero. */
     int top = p->nbuckets - 1;
-    reel_log(p->ctx, REEL_LOG_INFO, "capture: warm-up, one eager run of bucket %d (%d tokens, %d nodes)", top,
-             p->buckets[top], p->nnodes);
-    REEL_TRY(reel_plan_upload_padding(p, &p->bucket[top]));
-    REEL_TRY(reel_plan_issue(p, &p->bucket[top]));
-    REEL_TRY(vt->stream_sync(p->be, p->streams[0]));
+    const int low = p->be->tune_matmul ? 0 : top;
+    if (low == top)
+        reel_log(p->ctx, REEL_LOG_INFO, "capture: warm-up, one eager run of bucket %d (%d tokens, %d nodes)", top,
+                 p->buckets[top], p->nnodes);
+    else
+        reel_log(p->ctx, REEL_LOG_INFO,
+                 "capture: warm-up, one eager run of each bucket %d..%d (%d..%d tokens, %d nodes), matmuls tuned",
+                 top, low, p->buckets[top], p->buckets[low], p->nnodes);
+    p->warming = true;
+    reel_status wst = REEL_OK;
+    for (int b = top; b >= low && wst == REEL_OK; b--) {
+        wst = reel_plan_upload_padding(p, &p->bucket[b]);
+        if (wst == REEL_OK)
+            wst = reel_plan_issue(p, &p->bucket[b]);
+        if (wst == REEL_OK)
+            wst = vt->stream_sync(p->be, p->streams[0]);
+    }
+    p->warming = false;
+    REEL_TRY(wst);
     reel_log(p->ctx, REEL_LOG_INFO, "capture: warm-up done in %.1f ms", reel_now_ms() - t0);
     for (int b = top; b >= 0; b--) {
         double tb = reel_now_ms();

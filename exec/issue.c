@@ -60,8 +60,15 @@ static reel_status launch_node(reel_plan *p, const reel_layout *L, int i)
     if (p->be->vt->set_tag) /* op spans name the node (introspect.c), replays included */
         p->be->vt->set_tag(p->be, i + 1);
     reel_plan_dev_span_mark(p, L, i, false);
+    reel_launch warm;
+    const reel_launch *l = &L->launches[i];
+    if (p->warming) {
+        warm = *l;
+        warm.tune = true;
+        l = &warm;
+    }
     reel_status rc = p->dbg.fail_launch_of == i + 1 ? reel_seterr(p->err, REEL_E_BACKEND, "injected launch failure")
-                                                    : p->impl[i]->launch(p->be, &L->launches[i]);
+                                                    : p->impl[i]->launch(p->be, l);
     reel_plan_dev_span_mark(p, L, i, true);
     if (p->be->vt->set_tag)
         p->be->vt->set_tag(p->be, 0);

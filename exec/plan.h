@@ -147,6 +147,7 @@ struct reel_plan {
 
     /* ---- the serving loop's state (written by set_input, step, trim, ...) --- */
     struct {
+        bool warming;                /* the capture's warm-up runs (reel_launch.tune) */
         bool *param_written;         /* [ntensors] deferred params written */
         int params_unwritten;        /* deferred parameters not written yet */
         /* Inputs the caller set for the next step (host copies). */

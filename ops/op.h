@@ -247,6 +247,11 @@ typedef struct reel_launch {
     bool pdl;
     /* The plan's communicator (collective ops), NULL otherwise. */
     reel_comm *comm;
+    /* The plan's warm-up (outside any capture, before it): an impl may time
+     * its candidates for the launch's shape here and remember the choice,
+     * which every later launch of the shape (replayed or eager) then
+     * reads. Never set in a step. */
+    bool tune;
 } reel_launch;
 
 typedef struct reel_op_impl {

@@ -36,6 +36,10 @@ void reel_cuda_blas_end(reel_backend *be);
  * the stream's first matmul (a plan with no cuBLAS node has none), at a size
  * that never changes (the algorithms chosen depend on it). */
 reel_status reel_cuda_stream_workspace(reel_backend *be, reel_stream *s, void **ws, size_t *bytes);
+/* Counts a matmul shape whose algorithm a warm-up chose by timing
+ * (reel_ctx_opts.matmul_tuning); the count, for tests. */
+void reel_cuda_lt_tuned(reel_backend *be);
+int reel_cuda_lt_tuned_count(reel_backend *be);
 /* The backend's cuBLASLt handle (stateless apart from the device; the stream
  * is passed per call). */
 cublasLtHandle_t reel_cuda_lt_handle(reel_backend *be);

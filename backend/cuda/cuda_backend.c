@@ -80,6 +80,23 @@ reel_status reel_cuda_blas_begin(reel_backend *be, reel_stream *s, cublasHandle_
 
 void reel_cuda_blas_end(reel_backend *be) { pthread_mutex_unlock(&reel_cuda_of(be)->blas_lock); }
 
+void reel_cuda_lt_tuned(reel_backend *be)
+{
+    reel_cuda *c = reel_cuda_of(be);
+    pthread_mutex_lock(&c->lock);
+    c->lt_tuned++;
+    pthread_mutex_unlock(&c->lock);
+}
+
+int reel_cuda_lt_tuned_count(reel_backend *be)
+{
+    reel_cuda *c = reel_cuda_of(be);
+    pthread_mutex_lock(&c->lock);
+    int n = c->lt_tuned;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
 /* Optimizations are gated on these probed values, never on the name. */
 static reel_status probe_caps(reel_backend *be, int dev)
 {

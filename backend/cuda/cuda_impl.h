@@ -46,6 +46,7 @@ typedef struct reel_cuda {
     pthread_mutex_t lock;      /* guards the event pool and the memo */
     reel_event *free_events;
     int memo_used;
+    int lt_tuned;              /* matmul shapes whose algorithm was chosen by timing */
     reel_cuda_memo_entry memo[REEL_CUDA_MEMO_SLOTS];
 } reel_cuda;
 

@@ -107,9 +107,17 @@ typedef struct reel_ctx_opts {
     int backend;               /* a reel_backend_kind; an explicit choice wins over REEL_BACKEND;
                                   undefined: REEL_BACKEND_AUTO */
     int device;                /* CUDA device ordinal; undefined: 0 */
+    /* Appended in 0.1 (issue 8). */
+    int matmul_tuning;         /* CUDA: 1: a cuBLASLt matmul shape first seen in a plan's warm-up
+                                  (each bucket then warms up) takes the fastest of the
+                                  heuristic's top candidates, timed there with L2 flushed, and
+                                  the context keeps it; 0 (undefined): the heuristic's first, the
+                                  same algorithm (so the same bits) in every process. Timed
+                                  choices measured no faster in a decode step on an H200
+                                  (docs/decisions.md) */
 } reel_ctx_opts;
 
-#define REEL_CTX_OPTS_INIT { sizeof(reel_ctx_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, REEL_UNDEF_INT }
+#define REEL_CTX_OPTS_INIT { sizeof(reel_ctx_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT }
 
 /* Creates a context. opts may be NULL (defaults). On failure *out is NULL
  * and the reason is in reel_ctx_last_error(NULL) (this thread's).

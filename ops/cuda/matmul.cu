@@ -69,6 +69,8 @@ static_assert(sizeof(lt_key) == 48 && sizeof(lt_key) <= REEL_CUDA_MEMO_KEY_MAX, 
 typedef struct lt_choice {
     int64_t found;          /* 0: no cuBLASLt algorithm; use cublasGemmEx */
     cublasLtMatmulAlgo_t algo;
+    int32_t timed;          /* the heuristic's answers weighed by timing (0: its first taken) */
+    int32_t pick;           /* the chosen one's place in the heuristic's order */
 } lt_choice;
 static_assert(sizeof(lt_choice) <= REEL_CUDA_MEMO_VAL_MAX, "lt_choice must fit the memo");
 
@@ -118,11 +120,90 @@ static reel_status lt_pref_init(reel_err *ctx, cublasLtMatmulPreferenceOpaque_t 
     return REEL_OK;
 }
 
+/* Tuning (reel_ctx_opts.matmul_tuning): the heuristic's first LT_TOP
+ * answers, each launched once, then timed LT_REPS times, one launch at a
+ * time with L2 flushed before it (a decode step streams its weights from
+ * memory: timed on weights left in L2 by the launch before, the picks were
+ * algorithms that lost in the step; docs/decisions.md); the fastest launch
+ * counts. Another candidate displaces the heuristic's first only when it
+ * measured faster by LT_MARGIN, so run to run noise rarely changes the
+ * pick. */
+enum { LT_TOP = 8, LT_REPS = 5 };
+static const float LT_MARGIN = 0.97f;
+static const size_t LT_FLUSH_BYTES = (size_t)96 << 20; /* past the H200's 50 MB L2 */
+
+/* Microseconds a launch of algo takes on the launch's stream (its output
+ * written, as the real launch will write it again) after flush (device
+ * bytes) is written; INFINITY where cuBLASLt refuses the candidate. */
+static reel_status lt_time(reel_backend *be, const reel_launch *l, lt_descs *d, const cublasLtMatmulAlgo_t *algo,
+                           void *ws, size_t ws_bytes, void *flush, cudaEvent_t e[2], float *us)
+{
+    const float alpha = 1.0f, beta = 0.0f;
+    cudaStream_t st = reel_cuda_stream_handle(l->stream);
+    cublasLtHandle_t h = reel_cuda_lt_handle(be);
+    *us = INFINITY;
+    if (cublasLtMatmul(h, &d->op, &alpha, l->in[1], &d->a, l->in[0], &d->b, &beta, l->out[0], &d->c, l->out[0], &d->c,
+                       algo, ws, ws_bytes, st) != CUBLAS_STATUS_SUCCESS)
+        return REEL_OK;
+    for (int r = 0; r < LT_REPS; r++) {
+        float ms = 0.0f;
+        REEL_TRY(REEL_CUDA_CHECK(be->err, cudaMemsetAsync(flush, r, LT_FLUSH_BYTES, st)));
+        REEL_TRY(REEL_CUDA_CHECK(be->err, cudaEventRecord(e[0], st)));
+        REEL_TRY(REEL_CUDA_CHECK(be->err, cublasLtMatmul(h, &d->op, &alpha, l->in[1], &d->a, l->in[0], &d->b, &beta,
+                                                         l->out[0], &d->c, l->out[0], &d->c, algo, ws, ws_bytes, st)));
+        REEL_TRY(REEL_CUDA_CHECK(be->err, cudaEventRecord(e[1], st)));
+        REEL_TRY(REEL_CUDA_CHECK(be->err, cudaEventSynchronize(e[1])));
+        REEL_TRY(REEL_CUDA_CHECK(be->err, cudaEventElapsedTime(&ms, e[0], e[1])));
+        if (ms * 1000.0f < *us)
+            *us = ms * 1000.0f;
+    }
+    return REEL_OK;
+}
+
+/* The heuristic's answers res[0 .. nres) timed; ch takes the pick. The
+ * flush buffer and the events live for the call. */
+static reel_status lt_tune(reel_backend *be, const reel_launch *l, lt_descs *d, void *ws, size_t ws_bytes,
+                           const cublasLtMatmulHeuristicResult_t *res, int nres, lt_choice *ch)
+{
+    void *flush = NULL;
+    cudaEvent_t e[2] = {NULL, NULL};
+    /* No room for the flush buffer: the heuristic's first, untimed. */
+    if (cudaMalloc(&flush, LT_FLUSH_BYTES) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return REEL_OK;
+    }
+    reel_status rc = REEL_OK;
+    for (int i = 0; i < 2 && rc == REEL_OK; i++)
+        rc = REEL_CUDA_CHECK(be->err, cudaEventCreate(&e[i]));
+    float t0 = INFINITY, best = INFINITY;
+    for (int i = 0; i < nres && rc == REEL_OK; i++) {
+        float us = INFINITY;
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= ws_bytes)
+            rc = lt_time(be, l, d, &res[i].algo, ws, ws_bytes, flush, e, &us);
+        ch->timed++;
+        if (i == 0) {
+            t0 = best = us;
+        } else if (us < best && us < t0 * LT_MARGIN) {
+            best = us;
+            ch->algo = res[i].algo;
+            ch->pick = i;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (e[i])
+            (void)cudaEventDestroy(e[i]);
+    /* cudaFree waits for the device: the stream's timing work is done */
+    reel_status fr = REEL_CUDA_CHECK(be->err, cudaFree(flush));
+    return rc != REEL_OK ? rc : fr;
+}
+
 /* The algorithm for this shape and these alignments: from the memo, or from
- * the heuristic (then remembered, "none" included). The first launch of a
- * shape is a warm-up before any capture, so a capture only reads the memo. */
-static reel_status lt_choose(reel_backend *be, const reel_launch *l, const mm_dims *g, lt_descs *d, size_t ws_bytes,
-                             lt_choice *ch)
+ * the heuristic (then remembered, "none" included): its first answer, or,
+ * in a plan's warm-up of a tuning context, the fastest of its top answers.
+ * A shape's first launch is in a warm-up before any capture, so a capture
+ * only reads the memo; a capture never times. */
+static reel_status lt_choose(reel_backend *be, const reel_launch *l, const mm_dims *g, lt_descs *d, void *ws,
+                             size_t ws_bytes, lt_choice *ch)
 {
     lt_key key;
     memset(&key, 0, sizeof key);
@@ -136,18 +217,32 @@ static reel_status lt_choose(reel_backend *be, const reel_launch *l, const mm_di
     reel_err *ctx = be->err;
     cublasLtMatmulPreferenceOpaque_t pref;
     REEL_TRY(lt_pref_init(ctx, &pref, ws_bytes, &key));
-    cublasLtMatmulHeuristicResult_t res;
+    bool tune = l->tune && be->tune_matmul;
+    if (tune) {
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        REEL_TRY(REEL_CUDA_CHECK(be->err, cudaStreamIsCapturing(reel_cuda_stream_handle(l->stream), &cs)));
+        tune = cs == cudaStreamCaptureStatusNone;
+    }
+    cublasLtMatmulHeuristicResult_t res[LT_TOP];
     int nres = 0;
-    memset(&res, 0, sizeof res);
+    memset(res, 0, sizeof res);
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(reel_cuda_lt_handle(be), &d->op, &d->a, &d->b, &d->c, &d->c,
-                                                       &pref, 1, &res, &nres);
+                                                       &pref, tune ? LT_TOP : 1, res, &nres);
     /* NOT_SUPPORTED is an answer ("no algorithm"), not a failure. */
     if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
         REEL_TRY(REEL_CUDA_CHECK(ctx, hs));
     memset(ch, 0, sizeof *ch);
-    ch->found = hs == CUBLAS_STATUS_SUCCESS && nres > 0 && res.state == CUBLAS_STATUS_SUCCESS;
-    if (ch->found)
-        ch->algo = res.algo;
+    ch->found = hs == CUBLAS_STATUS_SUCCESS && nres > 0 && res[0].state == CUBLAS_STATUS_SUCCESS;
+    if (!ch->found) {
+        reel_cuda_memo_put(be, &key, sizeof key, ch, sizeof *ch);
+        return REEL_OK;
+    }
+    ch->algo = res[0].algo;
+    if (tune && nres > 1) {
+        REEL_TRY(lt_tune(be, l, d, ws, ws_bytes, res, nres, ch));
+        if (ch->timed)
+            reel_cuda_lt_tuned(be);
+    }
     reel_cuda_memo_put(be, &key, sizeof key, ch, sizeof *ch);
     return REEL_OK;
 }
@@ -226,7 +321,7 @@ static reel_status matmul_lt_launch(reel_backend *be, const reel_launch *l)
     const float alpha = 1.0f, beta = 0.0f;
     reel_status st = lt_descs_init(be->err, &g, t, &d);
     if (st == REEL_OK)
-        st = lt_choose(be, l, &g, &d, ws_bytes, &ch);
+        st = lt_choose(be, l, &g, &d, ws, ws_bytes, &ch);
     if (st == REEL_OK && ch.found)
         st = REEL_CUDA_CHECK(be->err, cublasLtMatmul(reel_cuda_lt_handle(be), &d.op, &alpha, l->in[1], &d.a,
                                                      l->in[0], &d.b, &beta, l->out[0], &d.c, l->out[0], &d.c,

@@ -2,11 +2,14 @@
  * status names, error text. */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "reel/reel.h"
+#include "backend/backend.h"
+#include "backend/ctx.h"
 #include "tests/core/opts.h"
 
 Test(ctx, an_explicit_host_backend_wins_over_the_environment)
@@ -141,5 +144,26 @@ Test(ctx, the_last_error_a_thread_read_does_not_change_when_another_thread_fails
     pthread_join(t, NULL);
     cr_assert_str_eq(mine, before, "the text this thread read changed under it");
     cr_assert_str_neq(reel_ctx_last_error(c), before, "the other thread's failure is the context's last error");
+    reel_ctx_destroy(c);
+}
+
+Test(ctx, matmul_tuning_is_0_or_1_and_an_older_header_without_it_is_accepted)
+{
+    reel_ctx *c = NULL;
+    reel_ctx_opts o = REEL_CTX_OPTS_INIT;
+    o.backend = REEL_BACKEND_HOST;
+    o.matmul_tuning = 2;
+    cr_assert_eq(reel_ctx_create(&o, &c), REEL_E_INVALID_ARG);
+    cr_assert_null(c);
+    cr_assert(strstr(reel_ctx_last_error(NULL), "matmul_tuning"), "%s", reel_ctx_last_error(NULL));
+    o.matmul_tuning = 1;
+    cr_assert_eq(reel_ctx_create(&o, &c), REEL_OK, "%s", reel_ctx_last_error(NULL));
+    cr_assert_not(c->be->tune_matmul, "the host has nothing to tune");
+    reel_ctx_destroy(c);
+    /* The header before the option: the default, no tuning. */
+    o.matmul_tuning = 2;
+    o.size = offsetof(reel_ctx_opts, matmul_tuning);
+    cr_assert_eq(reel_ctx_create(&o, &c), REEL_OK, "%s", reel_ctx_last_error(NULL));
+    cr_assert_not(c->be->tune_matmul);
     reel_ctx_destroy(c);
 }

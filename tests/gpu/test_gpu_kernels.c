@@ -4,6 +4,7 @@
  * matmul shape queries the cuBLASLt heuristic once; early-triggering PDL
  * kernels in a plan with cuBLAS nodes give the plain graph's bits. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,87 @@ Test(gpu_kernels, a_cublaslt_matmul_shape_queries_the_heuristic_once, .init = se
         gt_result_free(&r2);
         gt_op_free_data(&op);
     }
+}
+
+/* ---- matmul tuning: timed once in the warm-up, then read ---------------- */
+
+enum { TK = 1024, TN = 3072 };
+
+/* y = x w, x [T, TK], w [TK, TN] bf16 ([K, N]: cuBLASLt's at every row
+ * count), buckets 48 and 64, captured or eager. */
+static reel_plan *tuning_plan(reel_ctx *c, bool capture, const void *w)
+{
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(c, &g), REEL_OK);
+    int64_t d[2] = {REEL_DIM_TOKENS, TK}, wd[2] = {TK, TN};
+    reel_tensor x = reel_input(g, "x", REEL_BF16, 2, d), p = reel_param(g, "w", REEL_BF16, 2, wd);
+    cr_assert_eq(reel_param_bind(g, p, w), REEL_OK);
+    cr_assert_eq(reel_output(g, "y", reel_matmul(g, x, p, false)), REEL_OK);
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = 2;
+    o.buckets[0] = 48;
+    o.buckets[1] = 64;
+    o.no_capture = !capture;
+    reel_plan *pl = NULL;
+    cr_assert_eq(reel_compile(g, &o, &pl), REEL_OK, "%s", reel_ctx_last_error(c));
+    reel_graph_destroy(g);
+    return pl;
+}
+
+static const void *tuning_step(reel_plan *p, const void *x, int rows)
+{
+    cr_assert_eq(reel_plan_set_input(p, "x", x, rows), REEL_OK);
+    reel_step_info si = {.num_tokens = rows};
+    cr_assert_eq(reel_step(p, &si), REEL_OK, "%s", reel_ctx_last_error(cctx));
+    const void *y;
+    int64_t r;
+    cr_assert_eq(reel_plan_output(p, "y", &y, &r), REEL_OK);
+    return y;
+}
+
+/* In a context with matmul_tuning 1, the captured plan's warm-up times the
+ * heuristic's candidates for each bucket's shape and the context keeps the
+ * pick: replay gives an eager plan's bits, and no later launch times again.
+ * The default context times nothing, and its results (the heuristic's
+ * first algorithm) agree within bf16's rounding. */
+Test(gpu_kernels, a_tuning_warm_up_times_matmul_candidates_and_every_later_launch_keeps_the_pick, .init = setup,
+     .fini = teardown)
+{
+    void *w = gt_random(&rng, REEL_BF16, (int64_t)TK * TN, -1, 1), *x = gt_random(&rng, REEL_BF16, 64 * TK, -1, 1);
+    const size_t yb = (size_t)64 * TN * 2;
+    reel_ctx_opts co = REEL_CTX_OPTS_INIT;
+    co.backend = REEL_BACKEND_CUDA;
+    co.matmul_tuning = 1;
+    reel_ctx *tc = NULL;
+    cr_assert_eq(reel_ctx_create(&co, &tc), REEL_OK);
+    reel_plan *pr = tuning_plan(tc, true, w);
+    int tuned = reel_cuda_lt_tuned_count(tc->be);
+    cr_assert_geq(tuned, 1, "no shape of the warm-up was timed");
+    reel_plan *pe = tuning_plan(tc, false, w);
+    uint16_t *yr = malloc(yb), *yu = malloc(yb);
+    reel_plan *pu = tuning_plan(cctx, true, w);
+    cr_assert_eq(reel_cuda_lt_tuned_count(cctx->be), 0, "the default context timed");
+    static const int rows[2] = {48, 64};
+    for (int i = 0; i < 2; i++) {
+        const int m = rows[i];
+        memcpy(yr, tuning_step(pr, x, m), (size_t)m * TN * 2);
+        cr_assert(memcmp(yr, tuning_step(pe, x, m), (size_t)m * TN * 2) == 0, "rows %d: replay and eager differ", m);
+        memcpy(yu, tuning_step(pu, x, m), (size_t)m * TN * 2);
+        for (int64_t j = 0; j < (int64_t)m * TN; j++) {
+            double a = gt_get(yr, REEL_BF16, j), b = gt_get(yu, REEL_BF16, j);
+            cr_assert_leq(fabs(a - b), 0.02 * (1.0 + fabs(b)), "rows %d [%lld]: tuned %g, heuristic %g", m,
+                          (long long)j, a, b);
+        }
+    }
+    reel_plan_stats st;
+    cr_assert_eq(reel_plan_stats_get(pr, &st), REEL_OK);
+    cr_assert_eq(st.replays, 2, "the captured plan's steps replayed");
+    cr_assert_eq(reel_cuda_lt_tuned_count(tc->be), tuned, "a step timed again");
+    reel_plan_destroy(pu);
+    reel_plan_destroy(pe);
+    reel_plan_destroy(pr);
+    reel_ctx_destroy(tc);
+    free(w), free(x), free(yr), free(yu);
 }
 
 /* ---- PDL: kernels trigger their successors first thing ------------------- */
