@@ -1,6 +1,6 @@
 #!/bin/bash
 # On the GPU machine: bench_decode's replayed step (GPU time) for several
-# builds of the same tree, each with its own -D flags, same run.
+# builds of the same tree, each with its own -D flags (to nvcc and cc), same run.
 #   bench/variants_ab.sh "name:-DFLAG=1 -DOTHER=2" "base:" ...
 # (REEL_AB_HIDDEN="1024", REEL_AB_BATCHES=1,8, REEL_AB_CONTEXTS=128,2048)
 set -u -o pipefail
@@ -12,7 +12,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 for v in "$@"; do
     name=${v%%:*} args=${v#*:}
     d=/tmp/reel-var-$name
-    [ -d "$d" ] || meson setup "$d" -Dcuda=enabled -Dbuildtype=release -Dtests=false ${args:+"-Dcuda_args=$args"} \
+    [ -d "$d" ] || meson setup "$d" -Dcuda=enabled -Dbuildtype=release -Dtests=false ${args:+"-Dcuda_args=$args" "-Dc_args=$args"} \
         >"$OUT/var-setup-$name.log" 2>&1 || { tail -20 "$OUT/var-setup-$name.log"; exit 1; }
     timeout 300 ninja -C "$d" bench/bench_decode >"$OUT/var-build-$name.log" 2>&1 || { tail -20 "$OUT/var-build-$name.log"; exit 1; }
 done

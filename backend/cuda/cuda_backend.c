@@ -7,7 +7,10 @@
 
 /* Matmul workspace per stream: cuBLASLt's recommendation for Hopper is
  * 32 MiB; older parts do with 4 MiB. */
-#define REEL_CUDA_WS_HOPPER ((size_t)32 << 20)
+#ifndef REEL_CUDA_WS_HOPPER_MIB /* bench/variants_ab.sh builds others */
+#define REEL_CUDA_WS_HOPPER_MIB 32
+#endif
+#define REEL_CUDA_WS_HOPPER ((size_t)REEL_CUDA_WS_HOPPER_MIB << 20)
 #define REEL_CUDA_WS_DEFAULT ((size_t)4 << 20)
 
 bool reel_cuda_available(void)
