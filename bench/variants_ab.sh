@@ -1,7 +1,8 @@
 #!/bin/bash
 # On the GPU machine: bench_decode's replayed step (GPU time) for several
-# builds of the same tree, each with its own -D flags (to nvcc and cc), same run.
-#   bench/variants_ab.sh "name:-DFLAG=1 -DOTHER=2" "base:" ...
+# builds, each with its own -D flags (to nvcc and cc) and, after an @, its
+# own source tree (an older snapshot; this tree without one), same run.
+#   bench/variants_ab.sh "name:-DFLAG=1 -DOTHER=2" "base:" "old@/path/to/snapshot:" ...
 # (REEL_AB_HIDDEN="1024", REEL_AB_BATCHES=1,8, REEL_AB_CONTEXTS=128,2048)
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -10,16 +11,20 @@ mkdir -p "$OUT"
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
 export PATH=/usr/local/cuda/bin:$PATH
 for v in "$@"; do
-    name=${v%%:*} args=${v#*:}
+    spec=${v%%:*} args=${v#*:}
+    name=${spec%%@*} src=.
+    [ "$spec" != "$name" ] && src=${spec#*@}
     d=/tmp/reel-var-$name
-    [ -d "$d" ] || meson setup "$d" -Dcuda=enabled -Dbuildtype=release -Dtests=false ${args:+"-Dcuda_args=$args" "-Dc_args=$args"} \
+    [ -d "$d" ] || (cd "$src" && meson setup "$d" -Dcuda=enabled -Dbuildtype=release -Dtests=false \
+        ${args:+"-Dcuda_args=$args" "-Dc_args=$args"}) \
         >"$OUT/var-setup-$name.log" 2>&1 || { tail -20 "$OUT/var-setup-$name.log"; exit 1; }
     timeout 300 ninja -C "$d" bench/bench_decode >"$OUT/var-build-$name.log" 2>&1 || { tail -20 "$OUT/var-build-$name.log"; exit 1; }
 done
 for h in ${REEL_AB_HIDDEN:-1024}; do
     for v in "$@"; do
-        name=${v%%:*}
-        echo "--- hidden $h, $name (${v#*:})"
+        spec=${v%%:*}
+        name=${spec%%@*}
+        echo "--- hidden $h, $spec (${v#*:})"
         timeout 200 "/tmp/reel-var-$name/bench/bench_decode" --hidden "$h" --ffn $((4 * h)) --batches "${REEL_AB_BATCHES:-1,8}" \
             --contexts "${REEL_AB_CONTEXTS:-128,2048}" --steps 100 --no-eager --no-logits --dir /tmp/reel-ab 2>/dev/null | grep -E "^\| [0-9]"
     done

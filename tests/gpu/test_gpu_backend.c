@@ -217,16 +217,29 @@ Test(gpu_backend, a_failed_allocation_is_an_oom_status_with_the_cuda_message, .i
 
 /* A matmul captured after a warm-up launch replays to the same bits: the
  * cuBLAS(Lt) algorithm and workspace were fixed before the capture. */
+enum { MM_T = 16, MM_K = 64, MM_N = 32 };
+
+/* A [MM_T, MM_K] x [MM_K, MM_N] matmul of dtype dt: its shapes, plain
+ * attributes and the CUDA impl the registry picks (F32: the classic cuBLAS
+ * API; F16 and BF16: cuBLASLt). */
+static const reel_op_impl *mm_node(reel_dtype dt, reel_shape in[2], reel_shape *out, reel_op_attrs *at)
+{
+    in[0] = gt_shape(dt, true, 2, (int64_t[]){MM_T, MM_K});
+    in[1] = gt_shape(dt, false, 2, (int64_t[]){MM_K, MM_N});
+    *out = gt_shape(dt, true, 2, (int64_t[]){MM_T, MM_N});
+    memset(at, 0, sizeof *at);
+    const reel_op_impl *impl = reel_registry_select(REEL_BACKEND_CUDA, REEL_OP_MATMUL, in, 2, out, at, &be->caps);
+    cr_assert_not_null(impl);
+    return impl;
+}
+
 static void matmul_capture(reel_dtype dt)
 {
-    const int64_t t = 16, k = 64, n = 32;
+    const int64_t t = MM_T, k = MM_K, n = MM_N;
     gt_rng r = {gt_fresh_seed()};
-    reel_shape in[2] = {gt_shape(dt, true, 2, (int64_t[]){t, k}), gt_shape(dt, false, 2, (int64_t[]){k, n})};
-    reel_shape out = gt_shape(dt, true, 2, (int64_t[]){t, n});
+    reel_shape in[2], out;
     reel_op_attrs at;
-    memset(&at, 0, sizeof at);
-    const reel_op_impl *impl = reel_registry_select(REEL_BACKEND_CUDA, REEL_OP_MATMUL, in, 2, &out, &at, &be->caps);
-    cr_assert_not_null(impl);
+    const reel_op_impl *impl = mm_node(dt, in, &out, &at);
     reel_stream *s = stream();
     size_t xb = reel_shape_bytes(&in[0], t), wb = reel_shape_bytes(&in[1], t), ob = reel_shape_bytes(&out, t);
     void *x = gt_random(&r, dt, t * k, -1, 1), *w = gt_random(&r, dt, k * n, -1, 1);
@@ -264,7 +277,7 @@ Test(gpu_backend, a_captured_matmul_replays_to_the_eager_bits, .init = setup, .f
 /* Operands of matmul_on for any dtype (zeros), allocated and filled on s. */
 static void mm_alloc(reel_stream *s, void *b[3])
 {
-    static const size_t bytes[3] = {16 * 64 * 4, 64 * 32 * 4, 16 * 32 * 4};
+    static const size_t bytes[3] = {MM_T * MM_K * 4, MM_K * MM_N * 4, MM_T * MM_N * 4};
     for (int i = 0; i < 3; i++) {
         b[i] = dev(bytes[i]);
         cr_assert_eq(vt->fill(be, s, b[i], 0, bytes[i]), REEL_OK);
@@ -272,19 +285,14 @@ static void mm_alloc(reel_stream *s, void *b[3])
     cr_assert_eq(vt->stream_sync(be, s), REEL_OK);
 }
 
-/* A [16, 64] x [64, 32] matmul of dtype dt launched on s (F32: the classic
- * cuBLAS API; F16: cuBLASLt) over mm_alloc's operands. */
+/* mm_node's matmul launched on s over mm_alloc's operands. */
 static reel_status matmul_on(reel_stream *s, reel_dtype dt, void *b[3])
 {
-    const int64_t t = 16, k = 64, n = 32;
-    reel_shape in[2] = {gt_shape(dt, true, 2, (int64_t[]){t, k}), gt_shape(dt, false, 2, (int64_t[]){k, n})};
-    reel_shape out = gt_shape(dt, true, 2, (int64_t[]){t, n});
+    reel_shape in[2], out;
     reel_op_attrs at;
-    memset(&at, 0, sizeof at);
-    const reel_op_impl *impl = reel_registry_select(REEL_BACKEND_CUDA, REEL_OP_MATMUL, in, 2, &out, &at, &be->caps);
-    cr_assert_not_null(impl);
+    const reel_op_impl *impl = mm_node(dt, in, &out, &at);
     reel_launch l = {.op = REEL_OP_MATMUL, .attrs = &at, .in_shape = in, .out_shape = &out, .in = {b[0], b[1]},
-                     .out = {b[2]}, .rows = t, .stream = s};
+                     .out = {b[2]}, .rows = MM_T, .stream = s};
     return impl->launch(be, &l);
 }
 
