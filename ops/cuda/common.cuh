@@ -75,6 +75,72 @@ template <bool MAX> __device__ float block_reduce(float v)
     return MAX ? warp_max(v) : warp_sum(v);
 }
 
+/* rmsnorm's factor from a row's sum of squares: the one formula of every
+ * CUDA rmsnorm (rows.cu, the skinny matmul's prologue). */
+__device__ __forceinline__ float rms_rstd(float ss, int64_t d, float eps) { return 1.0f / sqrtf(ss / (float)d + eps); }
+
+/* The canonical sum of squares of ops/op.h over a row of d values, val(j)
+ * giving element j (each called once, by the thread of segment j / 32,
+ * lane j % 32: rms_canon_for walks the same mapping, so a kernel may write
+ * in val and read back in its second pass only what it wrote itself).
+ * warp_sum is the 32-lane butterfly: segment partials, then groups of 32
+ * partials by warp 0 in order. Returned to every thread; blockDim.x a
+ * multiple of 32. */
+template <typename F> __device__ __forceinline__ void rms_canon_for(int64_t d, F f)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int64_t s = warp; s * 32 < d; s += nw)
+        if (s * 32 + lane < d)
+            f(s * 32 + lane);
+}
+
+template <typename F> __device__ float rms_canon_ss(int64_t d, F val)
+{
+    enum { CHUNK = 1024 }; /* segment partials held in shared memory at once */
+    __shared__ float part[CHUNK];
+    __shared__ float total;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int64_t nseg = (d + 31) / 32;
+    float ss = 0.0f;
+    for (int64_t base = 0; base < nseg; base += CHUNK) {
+        const int64_t ns = nseg - base < CHUNK ? nseg - base : CHUNK;
+        for (int64_t s = warp; s < ns; s += nw) {
+            int64_t j = (base + s) * 32 + lane;
+            float e = j < d ? val(j) : 0.0f;
+            e = warp_sum(__fmul_rn(e, e)); /* the square never contracted into the butterfly's add */
+            if (lane == 0)
+                part[s] = e;
+        }
+        __syncthreads();
+        if (warp == 0)
+            for (int64_t g = 0; g * 32 < ns; g++)
+                ss += warp_sum(g * 32 + lane < ns ? part[g * 32 + lane] : 0.0f);
+        __syncthreads(); /* part is refilled by the next chunk */
+    }
+    if (threadIdx.x == 0)
+        total = ss;
+    __syncthreads();
+    return total;
+}
+
+/* The canonical total of a row's nseg segment partials (p[s * stride]),
+ * by one warp, returned to its every lane. */
+__device__ __forceinline__ float rms_canon_total(const float *p, int64_t nseg, int64_t stride)
+{
+    const int lane = threadIdx.x & 31;
+    float ss = 0.0f;
+    for (int64_t g = 0; g * 32 < nseg; g++)
+        ss += warp_sum(g * 32 + lane < nseg ? __ldcg(p + (g * 32 + lane) * stride) : 0.0f);
+    return ss;
+}
+
+/* rows.cu: the ADD_SUMSQ epilogue and RMSNORM_SUMSQ prologue as kernels of
+ * their own, for the skinny matmul's cuBLASLt launches (gemv.cu). */
+cudaError_t add_sumsq_run(reel_dtype dt, void *y, const void *r, float *part, int64_t rows, int64_t n,
+                          cudaStream_t st);
+cudaError_t norm_sumsq_run(reel_dtype dt, const void *x, const void *w, const float *part, void *out, int64_t rows,
+                           int64_t d, float eps, cudaStream_t st);
+
 /* Elements of one leading row and the leading extent in this launch: the
  * launch view of core/shape.h, the host kernels' too. */
 __host__ __forceinline__ int64_t row_numel(const reel_shape *s) { return reel_shape_inner(s); }
