@@ -139,7 +139,7 @@ __device__ __forceinline__ float rms_canon_total(const float *p, int64_t nseg, i
 cudaError_t add_sumsq_run(reel_dtype dt, void *y, const void *r, float *part, int64_t rows, int64_t n,
                           cudaStream_t st);
 cudaError_t norm_sumsq_run(reel_dtype dt, const void *x, const void *w, const float *part, void *out, int64_t rows,
-                           int64_t d, float eps, cudaStream_t st, bool pdl);
+                           int64_t d, float eps, cudaStream_t st);
 
 /* Elements of one leading row and the leading extent in this launch: the
  * launch view of core/shape.h, the host kernels' too. */

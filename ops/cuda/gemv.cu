@@ -49,7 +49,6 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemv.h"
-#include "ops/cuda/mma.cuh"
 #include "ops/cuda/impls.h"
 
 namespace cg = cooperative_groups;
@@ -88,12 +87,6 @@ static const int64_t GV_PREFETCH_MAX = (int64_t)24 << 20;
  * (docs/benchmarks.md); -DREEL_GEMV_IMPL_ROWS=16 builds the one-tile limit
  * for bench/variants_ab.sh. */
 static const int GV_NK_MAX_M = 32, GV_KN_MAX_M = 16;
-/* Rows up to which the kernel normalizes x in registers (RMSNORM_SUMSQ);
- * more take the norm's own kernel first (REEL_GEMV_PRO_ROWS for A/B). */
-#ifndef REEL_GEMV_PRO_ROWS
-#define REEL_GEMV_PRO_ROWS 16
-#endif
-static const int GV_PRO_MAX_M = REEL_GEMV_PRO_ROWS;
 #ifndef REEL_GEMV_IMPL_ROWS
 #define REEL_GEMV_IMPL_ROWS 32
 #endif
@@ -227,8 +220,7 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
  * * 4 + c: the fragment's c-th accumulator, row m = g (+8 for c >= 2),
  * column 2t + (c & 1) of the tile; col_of maps (tile, column) to n. */
 template <typename T, bool WT, int R>
-__device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, int m0, const gv_epi &ep,
-                          const T *sres = nullptr)
+__device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, int m0, const gv_epi &ep)
 {
     extern __shared__ float red[]; /* warps x 128 R floats (gv_run sizes it) */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -238,8 +230,6 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, int m0
 #pragma unroll
         for (int c = 0; c < 4; c++)
             red[warp * per + (j * 4 + c) * 32 + lane] = acc[j][c];
-    if (sres)
-        cp_async_wait<0>(); /* the residual tile this thread copied (the kernel's begin) */
     __syncthreads();
     /* Thread q owns partial q of every warp: summed into warp 0's slot, which
      * only thread q reads. */
@@ -274,7 +264,7 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, int m0
 #endif
         return s;
     };
-    const bool silu = ep.kind == REEL_MM_EPI_SILU_MUL, sumsq = WT && sres;
+    const bool silu = ep.kind == REEL_MM_EPI_SILU_MUL, sumsq = WT && ep.kind == REEL_MM_EPI_ADD_SUMSQ;
     const int nout = silu ? N / 2 : N;
     /* ADD_SUMSQ: the squares of the tile's sums, [row][column], in rank
      * 0's shared memory, which sums each row's segment after the sync. */
@@ -305,7 +295,7 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, int m0
         } else if (ep.kind == REEL_MM_EPI_BIAS) {
             v += to_f(((const T *)ep.bias)[n]);
         } else if (sumsq) {
-            v = rnd<T>(v + to_f(sres[m * 32 + (n - n0)]));
+            v = rnd<T>(v + to_f(((const T *)ep.res)[(int64_t)m * N + n]));
             sq0[(m - m0) * 33 + (n - n0)] = __fmul_rn(v, v);
         }
         y[gv_at(ep, M, nout, m, n)] = from_f<T>(v);
@@ -418,11 +408,6 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
     const uint4 z = make_uint4(0, 0, 0, 0);
     const T *nwp = (const T *)ep.nw + 8 * t;
     __shared__ float s_rs[GV_NK_MAX_M];
-    /* ADD_SUMSQ: the residual's [M, 32] tile of the block's columns, copied
-     * asynchronously once the first weight loads are in flight, so the
-     * epilogue does not wait for it. */
-    __shared__ __align__(16) T s_res[GV_NK_MAX_M * 32];
-    const bool sumsq = ep.kind == REEL_MM_EPI_ADD_SUMSQ;
     float ra[MT], rb[MT]; /* PRO: the factors of rows 16i + g and 16i + g + 8 */
     nk_stage<MT, PRO> st[P];
     gv_pipeline<P>(
@@ -448,7 +433,7 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
             for (int i = 0; i < MT; i++) {
                 if constexpr (PRO) {
                     xa[i] = rms8<T>(s.xa[i], s.nw, ra[i]);
-                    xb[i] = 16 * i + 8 < M ? rms8<T>(s.xb[i], s.nw, rb[i]) : z; /* rows never loaded */
+                    xb[i] = rms8<T>(s.xb[i], s.nw, rb[i]);
                 } else {
                     xa[i] = s.xa[i];
                     xb[i] = s.xb[i];
@@ -464,14 +449,6 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
                                     word(xb[i], 2 * h + 1), word(s.w[j], 2 * h), word(s.w[j], 2 * h + 1));
         },
         [&]() {
-            if (sumsq) {
-                for (int i = threadIdx.x; i < 4 * M; i += blockDim.x) {
-                    const int r = i >> 2, c8 = n0 + 8 * (i & 3); /* N is a multiple of 8 */
-                    cp_async16(&s_res[r * 32 + 8 * (i & 3)], (const T *)ep.res + (int64_t)r * N + (c8 < N ? c8 : 0),
-                               c8 < N ? 16 : 0);
-                }
-                cp_async_commit();
-            }
             if constexpr (PRO) {
                 const int64_t nseg = (K + 31) / 32;
                 for (int r = warp; r < GV_NK_MAX_M; r += nw) {
@@ -492,7 +469,7 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
 #pragma unroll
     for (int i = 0; i < MT; i++)
         if (16 * i < M)
-            gv_finish<T, true, R>(acc[i], y, M, N, n0, 16 * i, ep, sumsq ? s_res : nullptr);
+            gv_finish<T, true, R>(acc[i], y, M, N, n0, 16 * i, ep);
 #else
     pdl_start(pdl);
 #endif
@@ -718,7 +695,7 @@ static reel_status gemv_fallback(reel_backend *be, const reel_launch *l0)
         const int kn = reel_mm_norm_out(l0->attrs);
         cudaError_t e = norm_sumsq_run(l0->in_shape[0].dtype, l0->in[0], l0->in[4], (const float *)l0->in[5],
                                        l0->out[kn], m0, k0, l0->attrs->matmul.pro_eps,
-                                       reel_cuda_stream_handle(l0->stream), false);
+                                       reel_cuda_stream_handle(l0->stream));
         REEL_TRY(REEL_CU_LAUNCHED_E(be, "cuda.matmul.gemv (rmsnorm prologue)", e));
         lp.in[0] = l0->out[kn];
         lp.in_shape = l0->in_shape; /* x's shape is the normed rows' */
@@ -783,23 +760,10 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
     int64_t m = k > 0 ? lead(xs, l->rows) * row_numel(xs) / k : 0;
     if (m <= 0 || n <= 0)
         return REEL_OK;
-    bool pro = a->matmul.pro == REEL_MM_PRO_RMSNORM_SUMSQ;
-    const bool sumsq = a->matmul.epi == REEL_MM_EPI_ADD_SUMSQ;
+    const bool pro = a->matmul.pro == REEL_MM_PRO_RMSNORM_SUMSQ;
     if (m > GV_IMPL_MAX_M || !aligned16(l->in[0]) || !aligned16(l->in[1]) || !aligned16(l->out[0]) ||
-        (pro && !aligned16(l->in[4])) || (sumsq && !aligned16(l->in[2])))
+        (pro && !aligned16(l->in[4])))
         return gemv_fallback(be, l);
-    const void *x = l->in[0];
-    if (pro && m > GV_PRO_MAX_M) {
-        /* Past GV_PRO_MAX_M rows the in-register norm costs more than a
-         * kernel of its own: x normalized from the partials into the node's
-         * scratch (rows.cu, the same bits), the plain kernel after it. */
-        const int kn = reel_mm_norm_out(a);
-        cudaError_t ne = norm_sumsq_run(xs->dtype, l->in[0], l->in[4], (const float *)l->in[5], l->out[kn], m, k,
-                                        a->matmul.pro_eps, reel_cuda_stream_handle(l->stream), l->pdl);
-        REEL_TRY(REEL_CU_LAUNCHED_E(be, "cuda.matmul.gemv (rmsnorm prologue)", ne));
-        x = l->out[kn];
-        pro = false;
-    }
     gv_epi ep = {};
     ep.kind = a->matmul.epi;
     if (ep.kind == REEL_MM_EPI_ADD_SUMSQ) {
@@ -821,10 +785,10 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
     cudaError_t e = cudaSuccess;
     if (l->in_shape[0].dtype == REEL_F16)
-        e = gv_run(wt, (const __half *)x, (const __half *)l->in[1], (__half *)l->out[0], (int)m, (int)n,
+        e = gv_run(wt, (const __half *)l->in[0], (const __half *)l->in[1], (__half *)l->out[0], (int)m, (int)n,
                    (int)k, c, st, l->pdl, ep);
     else
-        e = gv_run(wt, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)l->in[1],
+        e = gv_run(wt, (const __nv_bfloat16 *)l->in[0], (const __nv_bfloat16 *)l->in[1],
                    (__nv_bfloat16 *)l->out[0], (int)m, (int)n, (int)k, c, st, l->pdl, ep);
     return REEL_CU_LAUNCHED_E(be, "cuda.matmul.gemv", e);
 }
@@ -861,7 +825,6 @@ static bool use_gemv(REEL_CU_USE_ARGS)
     bool wt = a->matmul.w_transposed;
     int64_t k = last_dim(&in[0]), n = wt ? in[1].dims[0] : in[1].dims[1];
     if (!wt || !gv_shape_ok(wt, n, k) || (epi == REEL_MM_EPI_SILU_MUL && n % 2 != 0) ||
-        (epi == REEL_MM_EPI_ADD_SUMSQ && n % 8 != 0) ||
         n * k > (k <= 1024 ? GV_IMPL_MAX_WEIGHTS_K1024 : GV_IMPL_MAX_WEIGHTS))
         return false;
     int64_t m = lead(&in[0], in[0].dims[0]) * row_numel(&in[0]) / k;

@@ -281,13 +281,13 @@ cudaError_t add_sumsq_run(reel_dtype dt, void *y, const void *r, float *part, in
 }
 
 cudaError_t norm_sumsq_run(reel_dtype dt, const void *x, const void *w, const float *part, void *out, int64_t rows,
-                           int64_t d, float eps, cudaStream_t st, bool pdl)
+                           int64_t d, float eps, cudaStream_t st)
 {
     if (rows <= 0 || rows > 0x7fffffffLL)
         return rows == 0 ? cudaSuccess : cudaErrorInvalidValue;
     int threads = row_threads(d, 1024);
     cudaError_t e = cudaSuccess;
-    REEL_CU_DISPATCH(dt, e = launch(norm_sumsq_kernel<T>, (unsigned)rows, threads, 0, st, pdl, (const T *)x,
+    REEL_CU_DISPATCH(dt, e = launch(norm_sumsq_kernel<T>, (unsigned)rows, threads, 0, st, false, (const T *)x,
                                     (const T *)w, part, (T *)out, d, eps));
     return e;
 }
