@@ -11,9 +11,6 @@
  * - a matmul whose every reader is a view_cols, the views tiling its
  *   columns -> the matmul writes each view's columns as a block of its own
  *   and the views alias those bytes (no node, no kernel);
- * - add_rmsnorm of a matmul's product (read by nothing else) whose normed
- *   rows only a matmul reads -> the producer's ADD_SUMSQ epilogue (the sum
- *   and the rows' sums of squares) and the reader's RMSNORM_SUMSQ prologue;
  * - rmsnorm or add_rmsnorm whose normed rows only a matmul reads -> the
  *   matmul's RMSNORM / ADD_RMSNORM prologue (the sum, and the normed rows as
  *   scratch, become its outputs), placed where the matmul was.
@@ -294,91 +291,6 @@ static void fuse_views(fuse_ctx *f, int m)
     note(p, m, what);
 }
 
-/* An add_rmsnorm one of whose terms is the product of a plain matmul that
- * only it reads, and whose normed rows only another matmul reads: the norm
- * is split between the two. The producer adds the other term and sums the
- * squares of each segment of the stored sum (ADD_SUMSQ: the sum and the
- * partials become its outputs); the reader normalizes x from those partials
- * (RMSNORM_SUMSQ, the normed rows its scratch output); the add_rmsnorm
- * node goes. No kernel runs for the norm itself, and none does the whole
- * row's reduction in every block of the reader. The partials take the
- * product's tensor id, retyped [T, nseg] float32. The producer runs where
- * it ran, earlier than the add did: the other term must exist there. */
-static void fuse_residual_norm(fuse_ctx *f, int a)
-{
-    reel_plan *p = f->p;
-    const reel_node *an = &p->nodes[a];
-    if (an->op != REEL_OP_ADD_RMSNORM)
-        return;
-    const uint32_t sum = an->out[0], nx = an->out[1];
-    int m1 = -1, side = 0;
-    for (int k = 0; k < 2 && m1 < 0; k++) {
-        int m = sole_matmul(f, an->in[k], a);
-        if (m >= 0 && p->nodes[m].attrs.matmul.pro == REEL_MM_PRO_NONE && p->nodes[m].nin <= 2) {
-            m1 = m;
-            side = k;
-        }
-    }
-    if (m1 < 0)
-        return;
-    const uint32_t prod = an->in[side], res = an->in[1 - side];
-    int rp = producer(p, res), m2 = -1;
-    if (res == prod || rp >= m1 || p->tensors[res].alias_of || f->extra[sum] || f->extra[nx])
-        return;
-    if (is_output(p, nx) || uses(f, nx, &m2) != 1 || m2 < 0)
-        return;
-    const reel_node *rd = &p->nodes[m2];
-    if (rd->op != REEL_OP_MATMUL || rd->in[0] != nx || rd->attrs.matmul.pro != REEL_MM_PRO_NONE || rd->nin > 3 ||
-        rd->stream != an->stream)
-        return;
-    reel_node prodn = p->nodes[m1];
-    prodn.attrs.matmul.epi = REEL_MM_EPI_ADD_SUMSQ;
-    prodn.nin = 3;
-    prodn.in[2] = res;
-    prodn.nout = 2;
-    prodn.out[0] = sum;
-    prodn.out[1] = prod;
-    reel_node readn = *rd;
-    readn.attrs.matmul.pro = REEL_MM_PRO_RMSNORM_SUMSQ;
-    readn.attrs.matmul.pro_eps = an->attrs.rmsnorm.eps;
-    for (int k = rd->nin; k < 6; k++)
-        readn.in[k] = 0;
-    readn.nin = 6;
-    readn.in[0] = sum;
-    readn.in[4] = an->in[2];
-    readn.in[5] = prod;
-    const int kn = reel_mm_norm_out(&readn.attrs);
-    if (kn >= REEL_OP_MAX_OUT)
-        return;
-    readn.out[kn] = nx;
-    readn.nout = kn + 1;
-    /* The product's tensor becomes the partials (checked by the schema in
-     * kernel_for); restored if either node has no kernel. */
-    reel_tinfo *pt = &p->tensors[prod];
-    const reel_shape was = pt->shape;
-    pt->shape.dtype = REEL_F32;
-    pt->shape.dims[1] = reel_rms_nseg(was.dims[1]);
-    if (!kernel_for(f, &prodn) || !kernel_for(f, &readn)) {
-        pt->shape = was;
-        return;
-    }
-    for (int k = 0; k < readn.nin; k++)
-        if (readn.in[k])
-            f->extra[readn.in[k]] = true;
-    f->extra[res] = true;
-    p->nodes[m1] = prodn;
-    p->nodes[m2] = readn;
-    p->tensors[sum].producer = m1;
-    p->tensors[sum].out_index = 0;
-    pt->producer = m1;
-    pt->out_index = 1;
-    p->tensors[nx].producer = m2;
-    p->tensors[nx].out_index = kn;
-    f->gone[a] = true;
-    note(p, m1, "matmul+add+sumsq");
-    note(p, m2, "rmsnorm(sumsq)->matmul");
-}
-
 /* The rmsnorm (or add_rmsnorm) whose normed rows only matmul m reads, on
  * m's stream: the matmul normalizes x itself (its RMSNORM / ADD_RMSNORM
  * prologue) and the norm node goes. The fused node runs where the matmul
@@ -487,9 +399,9 @@ reel_status reel_plan_fuse(reel_plan *p)
     f.extra = reel_hcalloc((size_t)p->ntensors + 1, sizeof *f.extra);
     reel_status st = f.gone && f.rstart && f.extra ? REEL_OK
                                         : reel_seterr(p->err, REEL_E_OOM, "compile: out of host memory fusing");
-    void (*const pass[6])(fuse_ctx *, int) = {fuse_bias,  fuse_silu,          fuse_add_rmsnorm,
-                                              fuse_views, fuse_residual_norm, fuse_norm_prologue};
-    for (int k = 0; k < 6 && st == REEL_OK; k++) {
+    void (*const pass[5])(fuse_ctx *, int) = {fuse_bias, fuse_silu, fuse_add_rmsnorm, fuse_views,
+                                              fuse_norm_prologue};
+    for (int k = 0; k < 5 && st == REEL_OK; k++) {
         st = index_readers(&f);
         for (int i = 0; st == REEL_OK && i < p->nnodes; i++)
             if (!f.gone[i])

@@ -79,12 +79,7 @@ static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_RED
  * matmul then add). SILU_MUL: the output is silu(y[:, :N/2]) * y[:, N/2:] of
  * the product y rounded to storage, [T, N/2]; the second output [T, N] is
  * planned scratch a kernel may stage y in. */
-enum { REEL_MM_EPI_NONE = 0, REEL_MM_EPI_BIAS = 1, REEL_MM_EPI_SILU_MUL = 2, REEL_MM_EPI_ADD_SUMSQ = 3 };
-/* ADD_SUMSQ (a residual add and the sums of squares of the next rmsnorm):
- * in[2] r [T, N] is added to the rounded product and the sum rounded again
- * (the matmul, then the add) into out[0]; out[1], [T, reel_rms_nseg(N)]
- * float32, gets each row's partial sums of squares of the stored sum, one
- * per segment of REEL_RMS_SEG columns, in the canonical order below. */
+enum { REEL_MM_EPI_NONE = 0, REEL_MM_EPI_BIAS = 1, REEL_MM_EPI_SILU_MUL = 2 };
 /* Matmul prologues, likewise: the rmsnorm that makes x, folded into the
  * matmul reading it. RMSNORM: in[0] is the rmsnorm's input, in[4] its
  * weight [K]; ADD_RMSNORM: in[0] + in[3] (same shape) is summed first, as
@@ -92,21 +87,7 @@ enum { REEL_MM_EPI_NONE = 0, REEL_MM_EPI_BIAS = 1, REEL_MM_EPI_SILU_MUL = 2, REE
  * (0 when it has none). After the epilogue's outputs come the sum (ADD_RMSNORM)
  * and the normed x, [T, K], planned scratch a kernel may stage it in; the
  * normed values are rmsnorm's (add_rmsnorm's) bits, with pro_eps. */
-enum { REEL_MM_PRO_NONE = 0, REEL_MM_PRO_RMSNORM = 1, REEL_MM_PRO_ADD_RMSNORM = 2, REEL_MM_PRO_RMSNORM_SUMSQ = 3 };
-/* RMSNORM_SUMSQ: RMSNORM whose sums of squares a matmul's ADD_SUMSQ
- * epilogue already made: in[0] is x, in[4] the weight [K], in[5] x's
- * partials ([T, reel_rms_nseg(K)] float32); each row's mean square is the
- * canonical total of its partials, so the normed values are rmsnorm's bits.
- *
- * The canonical sum of squares of a row of d values (every rmsnorm kernel
- * of every backend sums this way, so a norm split across kernels gives the
- * bits of one kernel): segment s holds columns [32 s, 32 s + 32) (zeros
- * past d); its partial is the 32-lane butterfly of the squares (step h =
- * 16, 8, 4, 2, 1: v[i] += v[i ^ h]; the result is v[0], the same in every
- * lane); groups of 32 segment partials are butterflied the same way, and
- * the groups' results are added in order from 0. */
-#define REEL_RMS_SEG 32
-static inline int64_t reel_rms_nseg(int64_t d) { return (d + REEL_RMS_SEG - 1) / REEL_RMS_SEG; }
+enum { REEL_MM_PRO_NONE = 0, REEL_MM_PRO_RMSNORM = 1, REEL_MM_PRO_ADD_RMSNORM = 2 };
 /* Column segments of a matmul's output (views fused into it): nseg > 0
  * stores columns [c_s, c_s + seg[s]) as their own row-major [rows, seg[s]]
  * block at element rows * c_s, so each view is contiguous. */
@@ -195,7 +176,7 @@ typedef union reel_op_attrs {
  * ADD_RMSNORM, then the normed x; both after the epilogue's scratch. */
 static inline int reel_mm_sum_out(const reel_op_attrs *a)
 {
-    return a->matmul.epi == REEL_MM_EPI_SILU_MUL || a->matmul.epi == REEL_MM_EPI_ADD_SUMSQ ? 2 : 1;
+    return a->matmul.epi == REEL_MM_EPI_SILU_MUL ? 2 : 1;
 }
 
 static inline int reel_mm_norm_out(const reel_op_attrs *a)

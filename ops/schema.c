@@ -125,7 +125,7 @@ static reel_status infer_matmul(const reel_shape *in, int nin, const reel_op_att
     set_tok(&out[0], in[0].dtype, 2, n, 0);
     /* Epilogues and segments come from the fusion pass (exec/fuse.c). */
     const int epi = a->matmul.epi, nseg = a->matmul.nseg;
-    if (epi < REEL_MM_EPI_NONE || epi > REEL_MM_EPI_ADD_SUMSQ)
+    if (epi < REEL_MM_EPI_NONE || epi > REEL_MM_EPI_SILU_MUL)
         return bad(err, len, REEL_E_INTERNAL, "unknown epilogue %d", epi);
     if (nseg < 0 || nseg > REEL_MM_MAX_SEG)
         return bad(err, len, REEL_E_INTERNAL, "segments %d outside 0..%d", nseg, REEL_MM_MAX_SEG);
@@ -135,18 +135,12 @@ static reel_status infer_matmul(const reel_shape *in, int nin, const reel_op_att
             return bad(err, len, REEL_E_INTERNAL, "segment %d has %lld columns", s, (long long)a->matmul.seg[s]);
         cols += a->matmul.seg[s];
     }
-    if (nseg && (cols != n || epi == REEL_MM_EPI_SILU_MUL || epi == REEL_MM_EPI_ADD_SUMSQ))
+    if (nseg && (cols != n || epi == REEL_MM_EPI_SILU_MUL))
         return bad(err, len, REEL_E_INTERNAL, "segments cover %lld of %lld columns", (long long)cols, (long long)n);
     if (epi == REEL_MM_EPI_BIAS) {
         if (nin < 3 || in[2].tokens || in[2].ndim != 1 || in[2].dims[0] != n)
             return bad(err, len, REEL_E_SHAPE, "the bias must be a row [%lld]", (long long)n);
         TRY(same_dtype(&in[0], "x", &in[2], "bias", err, len));
-    }
-    if (epi == REEL_MM_EPI_ADD_SUMSQ) {
-        if (nin < 3 || !in[2].tokens || in[2].ndim != 2 || in[2].dims[1] != n)
-            return bad(err, len, REEL_E_SHAPE, "the residual must be [T, %lld]", (long long)n);
-        TRY(same_dtype(&in[0], "x", &in[2], "residual", err, len));
-        set_tok(&out[1], REEL_F32, 2, reel_rms_nseg(n), 0);
     }
     if (epi == REEL_MM_EPI_SILU_MUL) {
         if (n % 2 != 0)
@@ -155,7 +149,7 @@ static reel_status infer_matmul(const reel_shape *in, int nin, const reel_op_att
         set_tok(&out[0], in[0].dtype, 2, n / 2, 0);
     }
     const int pro = a->matmul.pro;
-    if (pro < REEL_MM_PRO_NONE || pro > REEL_MM_PRO_RMSNORM_SUMSQ)
+    if (pro < REEL_MM_PRO_NONE || pro > REEL_MM_PRO_ADD_RMSNORM)
         return bad(err, len, REEL_E_INTERNAL, "unknown prologue %d", pro);
     if (pro != REEL_MM_PRO_NONE) {
         const int64_t k = in[0].dims[1];
@@ -169,11 +163,6 @@ static reel_status infer_matmul(const reel_shape *in, int nin, const reel_op_att
             TRY(same_dtype(&in[0], "x", &in[3], "second term", err, len));
             out[reel_mm_sum_out(a)] = in[0];
         }
-        if (pro == REEL_MM_PRO_RMSNORM_SUMSQ &&
-            (nin < 6 || !in[5].tokens || in[5].ndim != 2 || in[5].dims[1] != reel_rms_nseg(k) ||
-             in[5].dtype != REEL_F32))
-            return bad(err, len, REEL_E_SHAPE, "the rmsnorm prologue's partials must be [T, %lld] f32",
-                       (long long)reel_rms_nseg(k));
         out[reel_mm_norm_out(a)] = in[0];
     }
     return REEL_OK;

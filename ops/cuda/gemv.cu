@@ -101,10 +101,6 @@ static const int64_t GV_IMPL_MAX_M = REEL_GEMV_IMPL_ROWS;
  *   rows 16b .. 16b + 16, tiles 2-3 the up rows F + 16b .. : output column
  *   n of [M, F] is silu(gate) * up of the two rounded products, as
  *   silu_and_mul computes it (elementwise.cu);
- * - ADD_SUMSQ: res[m][n] added, rounded again (matmul, then add), and the
- *   block's 32 columns are one segment of ops/op.h's canonical sum of
- *   squares: its partial of each row (the squares of the stored sums,
- *   butterflied in column order, add_rmsnorm's tree) goes to part;
  * - segments (nseg > 0): output columns [cs[s], cs[s + 1]) are a row-major
  *   [M, cs[s + 1] - cs[s]] block at element M * cs[s]. */
 struct gv_epi {
@@ -113,14 +109,6 @@ struct gv_epi {
     const void *bias;
     int nseg;
     int cs[REEL_MM_MAX_SEG + 1];
-    /* ADD_SUMSQ: the residual [M, N] and the partials [M, ceil(N / 32)] */
-    const void *res;
-    float *part;
-    /* RMSNORM_SUMSQ (the kernel's PRO form): x's norm weight [K] and
-     * partials [M, ceil(K / 32)], eps */
-    const void *nw;
-    const float *npart;
-    float eps;
 };
 
 /* No epilogue, no segments; every line of the weights prefetched. */
@@ -264,16 +252,8 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, int m0
 #endif
         return s;
     };
-    const bool silu = ep.kind == REEL_MM_EPI_SILU_MUL, sumsq = WT && ep.kind == REEL_MM_EPI_ADD_SUMSQ;
+    const bool silu = ep.kind == REEL_MM_EPI_SILU_MUL;
     const int nout = silu ? N / 2 : N;
-    /* ADD_SUMSQ: the squares of the tile's sums, [row][column], in rank
-     * 0's shared memory, which sums each row's segment after the sync. */
-    __shared__ float sq[16][33];
-    float *sq0 = &sq[0][0];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (sumsq && ranks > 1)
-        sq0 = cl.map_shared_rank(sq0, 0);
-#endif
     for (int q = threadIdx.x; q < per; q += blockDim.x) {
         if (q % ranks != rank)
             continue;
@@ -282,22 +262,13 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, int m0
             continue; /* up tiles: read with their gate tile */
         int m = m0 + (ln >> 2) + (c >= 2 ? 8 : 0), col = 2 * (ln & 3) + (c & 1);
         int n = WT ? n0 + 8 * j + col : n0 + 8 * col + j;
-        if (m >= M)
+        if (m >= M || n >= nout)
             continue;
-        if (n >= nout) {
-            if (sumsq)
-                sq0[(m - m0) * 33 + (n - n0)] = 0.0f; /* past N: the segment's zeros */
-            continue;
-        }
         float v = rnd<T>(total(q));
-        if (silu) {
+        if (silu)
             v = silu_mul_f(v, rnd<T>(total(q + 2 * 4 * 32)));
-        } else if (ep.kind == REEL_MM_EPI_BIAS) {
+        else if (ep.kind == REEL_MM_EPI_BIAS)
             v += to_f(((const T *)ep.bias)[n]);
-        } else if (sumsq) {
-            v = rnd<T>(v + to_f(((const T *)ep.res)[(int64_t)m * N + n]));
-            sq0[(m - m0) * 33 + (n - n0)] = __fmul_rn(v, v);
-        }
         y[gv_at(ep, M, nout, m, n)] = from_f<T>(v);
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -306,28 +277,20 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, int m0
     else
 #endif
         __syncthreads(); /* red is refilled by the next row tile */
-    if (sumsq && rank == 0)
-        for (int mm = warp; mm < 16 && m0 + mm < M; mm += nw) {
-            float p = warp_sum(sq[mm][lane]);
-            if (lane == 0)
-                ep.part[(int64_t)(m0 + mm) * gridDim.x + blockIdx.x] = p;
-        }
 }
 
 /* The chunks of one warp, c0, c0 + nw, ... below c_end, run as a register
  * pipeline P stages deep: chunk i + P - 1 is loaded before chunk i is
  * multiplied, so each warp keeps P - 1 chunks of loads in flight while it
  * computes, and the stream over the weights never drains between steps. */
-template <int P, typename Stage, typename Load, typename Compute, typename Begin>
-__device__ __forceinline__ void gv_pipeline(int c0, int nw, int c_end, Stage (&st)[P], Load load, Compute compute,
-                                            Begin begin)
+template <int P, typename Stage, typename Load, typename Compute>
+__device__ __forceinline__ void gv_pipeline(int c0, int nw, int c_end, Stage (&st)[P], Load load, Compute compute)
 {
     const int n = c0 < c_end ? (c_end - c0 + nw - 1) / nw : 0;
 #pragma unroll
     for (int p = 0; p < P - 1; p++)
         if (p < n)
             load(st[p], c0 + p * nw);
-    begin(); /* every thread, its first loads in flight */
     for (int i0 = 0; i0 < n; i0 += P) {
 #pragma unroll
         for (int p = 0; p < P; p++) {
@@ -349,33 +312,11 @@ __device__ __forceinline__ void gv_pipeline(int c0, int nw, int c_end, Stage (&s
  * fragment is multiplied with every row tile, so the weights are read once
  * whatever M; each tile's sums are the same instructions in the same order
  * as at one tile, so a row's bits do not depend on MT. */
-template <int MT, bool PRO> struct nk_stage {
+template <int MT> struct nk_stage {
     uint4 w[GV_NK_TILES], xa[MT], xb[MT];
 };
-template <int MT> struct nk_stage<MT, true> {
-    uint4 w[GV_NK_TILES], xa[MT], xb[MT];
-    uint4 nw; /* the norm weight at the stage's k (RMSNORM_SUMSQ) */
-};
 
-/* rmsnorm of 8 elements of x at row factor r and weight w (rows.cu's
- * formula: (x * r) * w, rounded): the RMSNORM_SUMSQ prologue. */
-template <typename T> __device__ __forceinline__ uint4 rms8(const uint4 &x, const uint4 &w, float r)
-{
-    uint4 o;
-    const T *xe = reinterpret_cast<const T *>(&x), *we = reinterpret_cast<const T *>(&w);
-    T *oe = reinterpret_cast<T *>(&o);
-#pragma unroll
-    for (int e = 0; e < 8; e++)
-        oe[e] = from_f<T>(to_f(xe[e]) * r * to_f(we[e]));
-    return o;
-}
-
-/* PRO: the RMSNORM_SUMSQ prologue. x is the sum the producer's ADD_SUMSQ
- * stored; each row's factor comes from its partials (a warp a row, after
- * the first weight loads are issued), and each x fragment is normalized in
- * registers as it is multiplied: the fragments the unfused kernel loads
- * from the norm's output, the same bits. */
-template <typename T, int P, int MT, bool PRO>
+template <typename T, int P, int MT>
 __global__ void __launch_bounds__(GV_MAX_THREADS)
     gemv_nk_kernel(const T *x, const T *w, T *y, int M, int N, int K, bool pdl, gv_epi ep)
 {
@@ -406,13 +347,10 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
         for (int j = 0; j < R; j++)
             acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
     const uint4 z = make_uint4(0, 0, 0, 0);
-    const T *nwp = (const T *)ep.nw + 8 * t;
-    __shared__ float s_rs[GV_NK_MAX_M];
-    float ra[MT], rb[MT]; /* PRO: the factors of rows 16i + g and 16i + g + 8 */
-    nk_stage<MT, PRO> st[P];
+    nk_stage<MT> st[P];
     gv_pipeline<P>(
         c_begin + warp, nw, c_end, st,
-        [&](nk_stage<MT, PRO> &s, int c) {
+        [&](nk_stage<MT> &s, int c) {
             int k = c * 32;
             bool in = k + 8 * t < K;
 #pragma unroll
@@ -424,47 +362,17 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
                 s.xa[i] = in && 16 * i + g < M ? __ldg((const uint4 *)xi) : z;
                 s.xb[i] = in && 16 * i + g + 8 < M ? __ldg((const uint4 *)(xi + (int64_t)8 * K)) : z;
             }
-            if constexpr (PRO)
-                s.nw = in ? __ldg((const uint4 *)(nwp + k)) : z;
         },
-        [&](const nk_stage<MT, PRO> &s) {
-            uint4 xa[MT], xb[MT];
-#pragma unroll
-            for (int i = 0; i < MT; i++) {
-                if constexpr (PRO) {
-                    xa[i] = rms8<T>(s.xa[i], s.nw, ra[i]);
-                    xb[i] = rms8<T>(s.xb[i], s.nw, rb[i]);
-                } else {
-                    xa[i] = s.xa[i];
-                    xb[i] = s.xb[i];
-                }
-            }
+        [&](const nk_stage<MT> &s) {
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int i = 0; i < MT; i++)
 #pragma unroll
                     for (int j = 0; j < R; j++)
-                        mma16816<T>(acc[i][j], word(xa[i], 2 * h), word(xb[i], 2 * h), word(xa[i], 2 * h + 1),
-                                    word(xb[i], 2 * h + 1), word(s.w[j], 2 * h), word(s.w[j], 2 * h + 1));
-        },
-        [&]() {
-            if constexpr (PRO) {
-                const int64_t nseg = (K + 31) / 32;
-                for (int r = warp; r < GV_NK_MAX_M; r += nw) {
-                    float f = 0.0f; /* rows past M: x is zeros, never stored */
-                    if (r < M)
-                        f = rms_rstd(rms_canon_total(ep.npart + (int64_t)r * nseg, nseg, 1), K, ep.eps);
-                    if (lane == 0)
-                        s_rs[r] = f;
-                }
-                __syncthreads();
-#pragma unroll
-                for (int i = 0; i < MT; i++) {
-                    ra[i] = s_rs[16 * i + g];
-                    rb[i] = s_rs[16 * i + g + 8];
-                }
-            }
+                        mma16816<T>(acc[i][j], word(s.xa[i], 2 * h), word(s.xb[i], 2 * h),
+                                    word(s.xa[i], 2 * h + 1), word(s.xb[i], 2 * h + 1), word(s.w[j], 2 * h),
+                                    word(s.w[j], 2 * h + 1));
         });
 #pragma unroll
     for (int i = 0; i < MT; i++)
@@ -531,8 +439,7 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
             for (int j = 0; j < R; j++)
                 mma16816<T>(acc[j], s.xa.x, s.xb.x, s.xa.y, s.xb.y, pair(s.w[0], s.w[1], j),
                             pair(s.w[2], s.w[3], j));
-        },
-        [] {});
+        });
     gv_finish<T, false, R>(acc, y, M, N, n0, 0, ep);
 #endif
 }
@@ -615,19 +522,12 @@ static int gv_tiles(int64_t m)
  * is the configuration's at one tile; two tiles hold their x fragments and
  * accumulators in the registers a deeper pipeline would take, and run two
  * stages (the depth changes no sum's order). */
-template <typename T, bool PRO> static gv_kernel_t<T> gv_nk_kernel(int unroll, int mt)
+template <typename T> static gv_kernel_t<T> gv_kernel(bool wt, int unroll, int mt)
 {
-    if (mt == 2)
-        return gemv_nk_kernel<T, 2, 2, PRO>;
-    return unroll == 4 ? gemv_nk_kernel<T, 4, 1, PRO>
-                       : unroll == 3 ? gemv_nk_kernel<T, 3, 1, PRO> : gemv_nk_kernel<T, 2, 1, PRO>;
-}
-
-/* pro: the RMSNORM_SUMSQ form ([N, K] only). */
-template <typename T> static gv_kernel_t<T> gv_kernel(bool wt, int unroll, int mt, bool pro)
-{
+    if (wt && mt == 2)
+        return gemv_nk_kernel<T, 2, 2>;
     if (wt)
-        return pro ? gv_nk_kernel<T, true>(unroll, mt) : gv_nk_kernel<T, false>(unroll, mt);
+        return unroll == 4 ? gemv_nk_kernel<T, 4, 1> : unroll == 3 ? gemv_nk_kernel<T, 3, 1> : gemv_nk_kernel<T, 2, 1>;
     return unroll == 4 ? gemv_kn_kernel<T, 4> : unroll == 3 ? gemv_kn_kernel<T, 3> : gemv_kn_kernel<T, 2>;
 }
 
@@ -640,11 +540,9 @@ template <typename T>
 static cudaError_t gv_run(bool wt, const T *x, const T *w, T *y, int m, int n, int k, reel_gemv_cfg c,
                           cudaStream_t st, bool pdl, const gv_epi &ep)
 {
-    const bool pro = ep.nw != nullptr;
-    if (!gv_cfg_ok(wt, c) || (!wt && (ep.kind == REEL_MM_EPI_SILU_MUL || ep.kind == REEL_MM_EPI_ADD_SUMSQ || pro)) ||
-        m < 1 || m > (wt ? GV_NK_MAX_M : GV_KN_MAX_M))
+    if (!gv_cfg_ok(wt, c) || (!wt && ep.kind == REEL_MM_EPI_SILU_MUL) || m < 1 || m > (wt ? GV_NK_MAX_M : GV_KN_MAX_M))
         return cudaErrorInvalidValue;
-    gv_kernel_t<T> kern = gv_kernel<T>(wt, c.unroll, gv_tiles(m), pro);
+    gv_kernel_t<T> kern = gv_kernel<T>(wt, c.unroll, gv_tiles(m));
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[2];
     int na = 0;
@@ -679,42 +577,16 @@ static bool gv_shape_ok(bool wt, int64_t n, int64_t k)
  * product (segments included) is cuBLASLt's; BIAS adds the row in place
  * after it; SILU_MUL stages the product in the node's scratch output and
  * runs silu_and_mul from there: the unfused ops, the same rounding. */
-static reel_status gemv_fallback(reel_backend *be, const reel_launch *l0)
+static reel_status gemv_fallback(reel_backend *be, const reel_launch *l)
 {
-    const int64_t k0 = last_dim(&l0->in_shape[0]), m0 = lead(&l0->in_shape[0], l0->rows) * row_numel(&l0->in_shape[0]) / k0;
-    reel_op_attrs plain = *l0->attrs;
-    plain.matmul.epi = REEL_MM_EPI_NONE;
-    plain.matmul.pro = REEL_MM_PRO_NONE;
-    reel_op_attrs nopro = *l0->attrs;
-    nopro.matmul.pro = REEL_MM_PRO_NONE;
-    reel_launch lp = *l0;
-    const reel_launch *l = l0;
-    if (l0->attrs->matmul.pro == REEL_MM_PRO_RMSNORM_SUMSQ) {
-        /* x normalized into the node's scratch first, then the product of
-         * that: the unfused norm's bits (rows.cu). */
-        const int kn = reel_mm_norm_out(l0->attrs);
-        cudaError_t e = norm_sumsq_run(l0->in_shape[0].dtype, l0->in[0], l0->in[4], (const float *)l0->in[5],
-                                       l0->out[kn], m0, k0, l0->attrs->matmul.pro_eps,
-                                       reel_cuda_stream_handle(l0->stream));
-        REEL_TRY(REEL_CU_LAUNCHED_E(be, "cuda.matmul.gemv (rmsnorm prologue)", e));
-        lp.in[0] = l0->out[kn];
-        lp.in_shape = l0->in_shape; /* x's shape is the normed rows' */
-        lp.attrs = &nopro;
-        l = &lp;
-    }
     int epi = l->attrs->matmul.epi;
+    if (epi == REEL_MM_EPI_NONE)
+        return reel_cu_matmul_lt_impl.launch(be, l);
+    reel_op_attrs plain = *l->attrs;
+    plain.matmul.epi = REEL_MM_EPI_NONE;
     reel_launch mm = *l;
     mm.attrs = &plain;
     mm.pdl = false;
-    if (epi == REEL_MM_EPI_NONE)
-        return reel_cu_matmul_lt_impl.launch(be, &mm);
-    if (epi == REEL_MM_EPI_ADD_SUMSQ) {
-        REEL_TRY(reel_cu_matmul_lt_impl.launch(be, &mm));
-        const int64_t n = last_dim(&l->out_shape[0]);
-        cudaError_t e = add_sumsq_run(l->out_shape[0].dtype, l->out[0], l->in[2], (float *)l->out[1], m0, n,
-                                      reel_cuda_stream_handle(l->stream));
-        return REEL_CU_LAUNCHED_E(be, "cuda.matmul.gemv (add + sumsq epilogue)", e);
-    }
     reel_launch ew = *l;
     ew.pdl = false;
     if (epi == REEL_MM_EPI_SILU_MUL) {
@@ -760,21 +632,10 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
     int64_t m = k > 0 ? lead(xs, l->rows) * row_numel(xs) / k : 0;
     if (m <= 0 || n <= 0)
         return REEL_OK;
-    const bool pro = a->matmul.pro == REEL_MM_PRO_RMSNORM_SUMSQ;
-    if (m > GV_IMPL_MAX_M || !aligned16(l->in[0]) || !aligned16(l->in[1]) || !aligned16(l->out[0]) ||
-        (pro && !aligned16(l->in[4])))
+    if (m > GV_IMPL_MAX_M || !aligned16(l->in[0]) || !aligned16(l->in[1]) || !aligned16(l->out[0]))
         return gemv_fallback(be, l);
     gv_epi ep = {};
     ep.kind = a->matmul.epi;
-    if (ep.kind == REEL_MM_EPI_ADD_SUMSQ) {
-        ep.res = l->in[2];
-        ep.part = (float *)l->out[1];
-    }
-    if (pro) {
-        ep.nw = l->in[4];
-        ep.npart = (const float *)l->in[5];
-        ep.eps = a->matmul.pro_eps;
-    }
     int64_t wbytes = n * k * (int64_t)sizeof(uint16_t);
     ep.pf_lines = wbytes <= GV_PREFETCH_MAX ? INT32_MAX : (int)(GV_PREFETCH_MAX / n / 128);
     ep.bias = ep.kind == REEL_MM_EPI_BIAS ? l->in[2] : NULL;
@@ -803,24 +664,20 @@ static bool use_gemv(REEL_CU_USE_ARGS)
 {
     if (caps->cc_major < 9 || nin < 2 || in[0].dtype != in[1].dtype)
         return false;
-    const int epi = a->matmul.epi, pro = a->matmul.pro;
+    const int epi = a->matmul.epi;
     reel_op_attrs plain = *a;
     plain.matmul.epi = REEL_MM_EPI_NONE;
-    plain.matmul.pro = REEL_MM_PRO_NONE;
     /* cuBLASLt runs the launches the kernel does not: it must take the
      * product, and the elementwise kernels the epilogue. */
     if (!reel_cu_matmul_lt_impl.can_use(in, nin, out, &plain, caps))
         return false;
-    if ((epi == REEL_MM_EPI_BIAS || epi == REEL_MM_EPI_ADD_SUMSQ) && (nin < 3 || in[2].dtype != in[0].dtype))
+    if (epi == REEL_MM_EPI_BIAS && (nin < 3 || in[2].dtype != in[0].dtype))
         return false;
-    /* Of the rmsnorm prologues only the one from partials: normalizing x
-     * from the rows in every block measured slower than add_rmsnorm's own
-     * kernel at every batch (docs/decisions.md). */
-    if (pro != REEL_MM_PRO_NONE &&
-        (pro != REEL_MM_PRO_RMSNORM_SUMSQ || nin < 6 || in[4].dtype != in[0].dtype || in[5].dtype != REEL_F32))
+    /* No rmsnorm prologue: normalizing x in every block measured slower
+     * than add_rmsnorm's own kernel at every batch (docs/decisions.md). */
+    if (a->matmul.pro != REEL_MM_PRO_NONE)
         return false;
-    if (epi != REEL_MM_EPI_NONE && epi != REEL_MM_EPI_BIAS && epi != REEL_MM_EPI_SILU_MUL &&
-        epi != REEL_MM_EPI_ADD_SUMSQ)
+    if (epi != REEL_MM_EPI_NONE && epi != REEL_MM_EPI_BIAS && epi != REEL_MM_EPI_SILU_MUL)
         return false;
     bool wt = a->matmul.w_transposed;
     int64_t k = last_dim(&in[0]), n = wt ? in[1].dims[0] : in[1].dims[1];
@@ -867,7 +724,7 @@ static int64_t gemv_grid(const reel_launch *l, const reel_device_caps *caps)
     int64_t blocks = gv_blocks(n, wt, epi) * c.splits;
     int per_sm = 1;
     if (gv_cfg_ok(wt, c) &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gv_kernel<__nv_bfloat16>(wt, c.unroll, gv_tiles(m), l->attrs->matmul.pro == REEL_MM_PRO_RMSNORM_SUMSQ), 32 * c.warps,
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gv_kernel<__nv_bfloat16>(wt, c.unroll, gv_tiles(m)), 32 * c.warps,
                                                       gv_smem(wt, c)) != cudaSuccess)
         per_sm = 1;
     if (per_sm < 1)

@@ -8,18 +8,22 @@
 
 namespace reel_cu {
 
-/* x / sqrt(mean(x^2) + eps) * w, in the host's order: (x * r) * w; the
- * mean square in ops/op.h's canonical order (rms_canon_ss), which the
- * skinny matmul's ADD_SUMSQ epilogue and RMSNORM_SUMSQ prologue split
- * between two kernels. */
+/* x / sqrt(mean(x^2) + eps) * w, in the host's order: (x * r) * w. */
 template <typename T>
 __global__ void rmsnorm_kernel(const T *x, const T *w, T *out, int64_t d, float eps, bool pdl)
 {
     pdl_start(pdl);
     const T *xr = x + (int64_t)blockIdx.x * d;
     T *orow = out + (int64_t)blockIdx.x * d;
-    const float r = rms_rstd(rms_canon_ss(d, [&](int64_t j) { return to_f(xr[j]); }), d, eps);
-    rms_canon_for(d, [&](int64_t j) { orow[j] = from_f<T>(to_f(xr[j]) * r * to_f(w[j])); });
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = to_f(xr[i]);
+        ss += v * v;
+    }
+    ss = block_reduce<false>(ss);
+    float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+        orow[i] = from_f<T>(to_f(xr[i]) * r * to_f(w[i]));
 }
 
 /* Rows as the host sees them: the product of the leading extent and the
@@ -214,82 +218,17 @@ __global__ void add_rmsnorm_kernel(const T *a, const T *b, const T *w, T *sum, T
 {
     pdl_start(pdl);
     const int64_t at = (int64_t)blockIdx.x * d;
-    const float r = rms_rstd(rms_canon_ss(d,
-                                          [&](int64_t j) {
-                                              T s = from_f<T>(to_f(a[at + j]) + to_f(b[at + j]));
-                                              sum[at + j] = s;
-                                              return to_f(s);
-                                          }),
-                             d, eps);
-    rms_canon_for(d, [&](int64_t j) { out[at + j] = from_f<T>(to_f(sum[at + j]) * r * to_f(w[j])); });
-}
-
-/* The skinny matmul's ADD_SUMSQ epilogue where cuBLASLt made the product
- * (ops/cuda/gemv.cu: launches of more rows than its kernel takes): y, the
- * rounded product, plus r, rounded again in place, and each segment's
- * partial of the squares (a warp a segment, one block a row): the bits of
- * the kernel's epilogue and of add_rmsnorm's sum and reduction. */
-template <typename T>
-__global__ void add_sumsq_kernel(T *y, const T *r, float *part, int64_t n, bool pdl)
-{
-    pdl_start(pdl);
-    const int64_t at = (int64_t)blockIdx.x * n, nseg = (n + 31) / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int64_t s = warp; s < nseg; s += nw) {
-        int64_t j = s * 32 + lane;
-        float e = 0.0f;
-        if (j < n) {
-            T v = from_f<T>(to_f(y[at + j]) + to_f(r[at + j]));
-            y[at + j] = v;
-            e = to_f(v);
-        }
-        e = warp_sum(__fmul_rn(e, e));
-        if (lane == 0)
-            part[blockIdx.x * nseg + s] = e;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+        T s = from_f<T>(to_f(a[at + i]) + to_f(b[at + i]));
+        sum[at + i] = s;
+        float v = to_f(s);
+        ss += v * v;
     }
-}
-
-/* The RMSNORM_SUMSQ prologue likewise: x normalized from its partials into
- * the node's scratch, rmsnorm's bits, for cuBLASLt to read. */
-template <typename T>
-__global__ void norm_sumsq_kernel(const T *x, const T *w, const float *part, T *out, int64_t d, float eps, bool pdl)
-{
-    pdl_start(pdl);
-    __shared__ float s_r;
-    const int64_t at = (int64_t)blockIdx.x * d, nseg = (d + 31) / 32;
-    if (threadIdx.x < 32) {
-        float ss = rms_canon_total(part + blockIdx.x * nseg, nseg, 1);
-        if (threadIdx.x == 0)
-            s_r = rms_rstd(ss, d, eps);
-    }
-    __syncthreads();
-    const float r = s_r;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-        out[at + j] = from_f<T>(to_f(x[at + j]) * r * to_f(w[j]));
-}
-
-cudaError_t add_sumsq_run(reel_dtype dt, void *y, const void *r, float *part, int64_t rows, int64_t n,
-                          cudaStream_t st)
-{
-    if (rows <= 0 || rows > 0x7fffffffLL)
-        return rows == 0 ? cudaSuccess : cudaErrorInvalidValue;
-    int threads = row_threads(n, 1024);
-    cudaError_t e = cudaSuccess;
-    REEL_CU_DISPATCH(dt, e = launch(add_sumsq_kernel<T>, (unsigned)rows, threads, 0, st, false, (T *)y, (const T *)r,
-                                    part, n));
-    return e;
-}
-
-cudaError_t norm_sumsq_run(reel_dtype dt, const void *x, const void *w, const float *part, void *out, int64_t rows,
-                           int64_t d, float eps, cudaStream_t st)
-{
-    if (rows <= 0 || rows > 0x7fffffffLL)
-        return rows == 0 ? cudaSuccess : cudaErrorInvalidValue;
-    int threads = row_threads(d, 1024);
-    cudaError_t e = cudaSuccess;
-    REEL_CU_DISPATCH(dt, e = launch(norm_sumsq_kernel<T>, (unsigned)rows, threads, 0, st, false, (const T *)x,
-                                    (const T *)w, part, (T *)out, d, eps));
-    return e;
+    ss = block_reduce<false>(ss);
+    float r = 1.0f / sqrtf(ss / (float)d + eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+        out[at + i] = from_f<T>(to_f(sum[at + i]) * r * to_f(w[i]));
 }
 
 static reel_status add_rmsnorm_launch(reel_backend *be, const reel_launch *l)

@@ -32,50 +32,6 @@ static inline void reel_hk_zero(void *p, reel_dtype dt, int64_t at, int64_t n)
         reel_store(p, dt, at + i, 0.0f);
 }
 
-/* The 32-lane butterfly of ops/op.h's canonical sum of squares over v[32]
- * (destroyed): step h adds lane i ^ h into lane i; every lane ends with the
- * same bits, lane 0 is returned. */
-static inline float reel_hk_bfly32(float *v)
-{
-    for (int h = 16; h >= 1; h >>= 1) {
-        float n[32];
-        for (int i = 0; i < 32; i++)
-            n[i] = v[i] + v[i ^ h];
-        for (int i = 0; i < 32; i++)
-            v[i] = n[i];
-    }
-    return v[0];
-}
-
-/* Segment s's partial of row x (d values of dtype xd from element at). */
-static inline float reel_hk_rms_part(const void *x, reel_dtype xd, int64_t at, int64_t d, int64_t s)
-{
-    float v[32];
-    for (int i = 0; i < 32; i++) {
-        int64_t j = s * REEL_RMS_SEG + i;
-        float e = j < d ? reel_load(x, xd, at + j) : 0.0f;
-        v[i] = e * e;
-    }
-    return reel_hk_bfly32(v);
-}
-
-/* The canonical total of nseg segment partials (stride apart in p). */
-static inline float reel_hk_rms_total(const float *p, int64_t nseg, int64_t stride)
-{
-    float ss = 0.0f;
-    for (int64_t g = 0; g * 32 < nseg; g++) {
-        float v[32];
-        for (int i = 0; i < 32; i++)
-            v[i] = g * 32 + i < nseg ? p[(g * 32 + i) * stride] : 0.0f;
-        ss += reel_hk_bfly32(v);
-    }
-    return ss;
-}
-
-/* rmsnorm's factor from the mean square: the one formula of every rmsnorm
- * kernel of the host backend. */
-static inline float reel_hk_rstd(float ss, int64_t d, float eps) { return 1.0f / sqrtf(ss / (float)d + eps); }
-
 /* Rotates one head of hd elements of x (from element xat) into out (from
  * oat): neox pairs (i, i + half) for i < half by pos * theta^(-2i/(2 half)),
  * the rest copied. The one rope formula of the host backend (ops/host/rope.c):

@@ -53,20 +53,6 @@ static void reel_hk_mm_prologue(const reel_launch *l)
         reel_host_add_rmsnorm(&r);
         return;
     }
-    if (a->matmul.pro == REEL_MM_PRO_RMSNORM_SUMSQ) {
-        /* The mean squares from the partials the producer's ADD_SUMSQ made:
-         * rmsnorm's formula on rmsnorm's canonical total. */
-        const reel_shape *xs = &l->in_shape[0];
-        const int64_t k = reel_shape_last(xs), rows = k > 0 ? reel_hk_numel(xs, l->rows) / k : 0;
-        const int64_t nseg = reel_rms_nseg(k);
-        for (int64_t i = 0; i < rows; i++) {
-            float rs = reel_hk_rstd(reel_hk_rms_total((const float *)l->in[5] + i * nseg, nseg, 1), k, a->matmul.pro_eps);
-            for (int64_t j = 0; j < k; j++)
-                reel_store(l->out[kn], l->out_shape[kn].dtype, i * k + j,
-                           reel_load(l->in[0], xs->dtype, i * k + j) * rs * reel_load(l->in[4], l->in_shape[4].dtype, j));
-        }
-        return;
-    }
     in[0] = l->in_shape[0], in[1] = l->in_shape[4];
     out[0] = l->out_shape[kn];
     r.in[0] = l->in[0], r.in[1] = l->in[4];
@@ -116,19 +102,6 @@ static void reel_hk_mm_epilogue(const reel_launch *l, const reel_hk_mm *g)
                 int64_t at = reel_hk_mm_at(g, i, j);
                 reel_store(g->out, g->od, at, reel_load(g->out, g->od, at) + reel_load(l->in[2], bd, j));
             }
-    } else if (epi == REEL_MM_EPI_ADD_SUMSQ) {
-        /* The residual added to the stored product and stored again, then
-         * each row's segment partials of the stored sum (ops/op.h). */
-        reel_dtype rd = l->in_shape[2].dtype;
-        const int64_t nseg = reel_rms_nseg(g->n);
-        for (int64_t i = 0; i < g->m; i++) {
-            for (int64_t j = 0; j < g->n; j++) {
-                int64_t at = i * g->n + j;
-                reel_store(g->out, g->od, at, reel_load(g->out, g->od, at) + reel_load(l->in[2], rd, at));
-            }
-            for (int64_t sg = 0; sg < nseg; sg++)
-                ((float *)l->out[1])[i * nseg + sg] = reel_hk_rms_part(g->out, g->od, i * g->n, g->n, sg);
-        }
     } else if (epi == REEL_MM_EPI_SILU_MUL) {
         reel_launch s = *l;
         s.in[0] = l->out[1];

@@ -1,7 +1,7 @@
 /* Host reference kernels over the last dim of each row: rmsnorm, softmax and
- * argmax. Each row is reduced in float32 in a fixed order (ascending index;
- * rmsnorm's sum of squares in ops/op.h's canonical order) before any output
- * of that row is written, so out may alias x. */
+ * argmax. Each row is reduced in float32 in ascending index order (so the
+ * result is deterministic) before any output of that row is written, so out
+ * may alias x. */
 #include <math.h>
 #include <string.h>
 
@@ -13,15 +13,12 @@
 static void reel_hk_rms_row(const void *x, reel_dtype xd, const void *w, reel_dtype wd, void *out, reel_dtype od,
                             int64_t t, int64_t d, float eps)
 {
-    /* ops/op.h's canonical order: segment partials, then groups of them. */
     float ss = 0.0f;
-    for (int64_t g = 0; g * 32 < reel_rms_nseg(d); g++) {
-        float v[32];
-        for (int i = 0; i < 32; i++)
-            v[i] = reel_hk_rms_part(x, xd, t * d, d, g * 32 + i);
-        ss += reel_hk_bfly32(v);
+    for (int64_t i = 0; i < d; i++) {
+        float v = reel_load(x, xd, t * d + i);
+        ss += v * v;
     }
-    float r = reel_hk_rstd(ss, d, eps);
+    float r = 1.0f / sqrtf(ss / (float)d + eps);
     for (int64_t i = 0; i < d; i++) {
         float v = reel_load(x, xd, t * d + i);
         reel_store(out, od, t * d + i, v * r * reel_load(w, wd, i));
