@@ -92,6 +92,14 @@ static const int GV_NK_MAX_M = 32, GV_KN_MAX_M = 16;
 #endif
 static_assert(REEL_GEMV_IMPL_ROWS >= 1 && REEL_GEMV_IMPL_ROWS <= GV_NK_MAX_M, "the kernel takes at most 32 rows");
 static const int64_t GV_IMPL_MAX_M = REEL_GEMV_IMPL_ROWS;
+/* A weight of more than REEL_GEMV_LARGE_MI Mi elements (gemv.h) takes the
+ * kernel at up to REEL_GEMV_LARGE_ROWS rows only, cuBLASLt beyond: in a
+ * decode step at hidden 2048 (q/k/v 12.6 Mi, gate/up 33.5 Mi, down 16.8 Mi
+ * elements), cuBLASLt from 9 rows was 6-19% faster a step than the kernel's
+ * one and two row tiles (bench/variants_ab.sh, docs/benchmarks.md), where at
+ * hidden 1024 (every layer weight 8 Mi elements or fewer) the kernel stays
+ * faster to 32. */
+static const int64_t GV_LARGE_WEIGHTS = (int64_t)REEL_GEMV_LARGE_MI << 20, GV_LARGE_MAX_M = REEL_GEMV_LARGE_ROWS;
 
 /* What the kernel does with a sum before it stores it (the matmul's fused
  * epilogue and segments, ops/op.h), rounding where the unfused ops do: the
@@ -632,7 +640,8 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
     int64_t m = k > 0 ? lead(xs, l->rows) * row_numel(xs) / k : 0;
     if (m <= 0 || n <= 0)
         return REEL_OK;
-    if (m > GV_IMPL_MAX_M || !aligned16(l->in[0]) || !aligned16(l->in[1]) || !aligned16(l->out[0]))
+    if (m > GV_IMPL_MAX_M || (m > GV_LARGE_MAX_M && n * k > GV_LARGE_WEIGHTS) || !aligned16(l->in[0]) ||
+        !aligned16(l->in[1]) || !aligned16(l->out[0]))
         return gemv_fallback(be, l);
     gv_epi ep = {};
     ep.kind = a->matmul.epi;

@@ -19,6 +19,16 @@ extern "C" {
 #define REEL_GEMV_MAX_M 32
 #define REEL_GEMV_MAX_M_KN 16
 
+/* The impl's launches: a weight of more than REEL_GEMV_LARGE_MI Mi elements
+ * runs on the kernel at up to REEL_GEMV_LARGE_ROWS rows, on cuBLASLt beyond
+ * (ops/cuda/gemv.cu says why); -D either for bench/variants_ab.sh. */
+#ifndef REEL_GEMV_LARGE_MI
+#define REEL_GEMV_LARGE_MI 8
+#endif
+#ifndef REEL_GEMV_LARGE_ROWS
+#define REEL_GEMV_LARGE_ROWS 8
+#endif
+
 /* warps: per block, splitting the block's share of K (1 to 16 for [N, K]
  * weights, 1 to 8 for [K, N]); splits: blocks of one thread-block cluster
  * splitting K (1, 2, 4 or 8); unroll: stages of each warp's register

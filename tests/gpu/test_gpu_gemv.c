@@ -346,6 +346,28 @@ Test(gpu_gemv, the_impl_runs_the_kernel_up_to_32_rows_and_cublaslt_above, .init 
         }
 }
 
+/* A weight of more than REEL_GEMV_LARGE_MI Mi elements: the kernel's bits to
+ * REEL_GEMV_LARGE_ROWS rows, cuBLASLt's beyond (hidden 2048's q/k/v, 6144 x
+ * 2048); one of 8 Mi exactly keeps the kernel to 32. */
+Test(gpu_gemv, a_large_weight_runs_the_kernel_to_8_rows_and_cublaslt_above, .init = setup, .fini = teardown)
+{
+    const reel_op_impl *gv = gt_cuda_impl("cuda.matmul.gemv"), *lt = gt_cuda_impl("cuda.matmul.cublaslt");
+    const int64_t rows[5] = {1, 8, 9, 16, 32};
+    static const int64_t shapes[2][2] = {{2048, 6144}, {1024, 8192}}; /* K, N: 12 Mi and 8 Mi elements */
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 5; i++) {
+            const int64_t k = shapes[s][0], n = shapes[s][1];
+            gt_op op = mm_op(REEL_BF16, rows[i], k, n, true);
+            const bool large = n * k > ((int64_t)REEL_GEMV_LARGE_MI << 20);
+            const bool kern = rows[i] <= (large ? REEL_GEMV_LARGE_ROWS : REEL_GEMV_MAX_M);
+            void *a = run_bits(gv, &op), *b = run_bits(kern ? &kernel : lt, &op);
+            cr_assert(memcmp(a, b, reel_shape_bytes(&op.out[0], op.rows)) == 0, "%lld x %lld, M=%lld: not the %s's bits",
+                      (long long)n, (long long)k, (long long)rows[i], kern ? "kernel" : "cuBLASLt");
+            free(a), free(b);
+            gt_op_free_data(&op);
+        }
+}
+
 /* Eager, eager under PDL, a captured graph replayed once and twice, and a
  * PDL capture replayed: one set of bits. */
 static void capture_bits(reel_dtype dt, int64_t m, int64_t k, int64_t n)
