@@ -85,6 +85,10 @@ static double time_matmul(int m, int n, int k, int steps, int *replayed)
     RK("compiling", reel_compile(g, &o, &p));
     RK("timing steps", reel_plan_time_steps(p, 1));
     double *us = malloc((size_t)steps * sizeof *us);
+    if (!us) {
+        fprintf(stderr, "bench_prefill_gemm: out of memory\n");
+        exit(1);
+    }
     int got = 0;
     *replayed = 0;
     for (int i = 0; i < 5 + steps; i++) {
