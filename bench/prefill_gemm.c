@@ -4,8 +4,9 @@
  * of the replayed steps (reel_plan_last_step_device_us) and its TFLOP/s.
  * At these M the node is cuBLASLt's (the heuristic's first algorithm for the
  * stream's workspace), so building this program against a backend with
- * another workspace size (-DREEL_CUDA_WS_HOPPER_MIB, bench/prefill_ab.sh)
- * shows what the workspace costs or buys the prefill.
+ * another workspace size (-DREEL_CUDA_WS_HOPPER_MIB, through
+ * REEL_AB_PROGRAM of bench/variants_ab.sh) shows what the workspace costs or
+ * buys the prefill.
  *
  *   bench_prefill_gemm [steps]      (default 50, after 5 warm-up steps)
  * Public API only. The device time of a step includes its upload and

@@ -4,12 +4,17 @@
 # own source tree (an older snapshot; this tree without one), same run.
 #   bench/variants_ab.sh "name:-DFLAG=1 -DOTHER=2" "base:" "old@/path/to/snapshot:" ...
 # (REEL_AB_HIDDEN="1024", REEL_AB_BATCHES=1,8, REEL_AB_CONTEXTS=128,2048)
+# REEL_AB_PROGRAM=bench_prefill_gemm builds and runs that program instead
+# (its whole table, REEL_AB_ARGS its arguments), e.g. the matmul workspace:
+#   REEL_AB_PROGRAM=bench_prefill_gemm bench/variants_ab.sh \
+#       "ws4:-DREEL_CUDA_WS_HOPPER_MIB=4" "ws32:-DREEL_CUDA_WS_HOPPER_MIB=32"
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/reel-step-out}
 mkdir -p "$OUT"
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
 export PATH=/usr/local/cuda/bin:$PATH
+prog=${REEL_AB_PROGRAM:-bench_decode}
 for v in "$@"; do
     spec=${v%%:*} args=${v#*:}
     name=${spec%%@*} src=.
@@ -18,8 +23,17 @@ for v in "$@"; do
     [ -d "$d" ] || (cd "$src" && meson setup "$d" -Dcuda=enabled -Dbuildtype=release -Dtests=false \
         ${args:+"-Dcuda_args=$args" "-Dc_args=$args"}) \
         >"$OUT/var-setup-$name.log" 2>&1 || { tail -20 "$OUT/var-setup-$name.log"; exit 1; }
-    timeout 300 ninja -C "$d" bench/bench_decode >"$OUT/var-build-$name.log" 2>&1 || { tail -20 "$OUT/var-build-$name.log"; exit 1; }
+    timeout 300 ninja -C "$d" "bench/$prog" >"$OUT/var-build-$name.log" 2>&1 || { tail -20 "$OUT/var-build-$name.log"; exit 1; }
 done
+if [ "$prog" != bench_decode ]; then
+    for v in "$@"; do
+        spec=${v%%:*}
+        name=${spec%%@*}
+        echo "--- $prog, $spec (${v#*:})"
+        timeout 300 "/tmp/reel-var-$name/bench/$prog" ${REEL_AB_ARGS:-} | tee "$OUT/$prog-$name.md"
+    done
+    exit 0
+fi
 for h in ${REEL_AB_HIDDEN:-1024}; do
     for v in "$@"; do
         spec=${v%%:*}
