@@ -38,6 +38,10 @@ __device__ __forceinline__ uint32_t dm_hash(int32_t blk)
     return ((uint32_t)blk * 2654435761u) >> (32 - 10);
 }
 static constexpr int64_t DM_PREFETCH_BYTES = 16ll << 20;
+#ifndef REEL_ATTN_YPB_GRID
+#define REEL_ATTN_YPB_GRID 4096
+#endif
+static constexpr int64_t DM_YPB_GRID = REEL_ATTN_YPB_GRID;
 
 /* K/V stages: two (one tile in flight while the block computes the
  * other). -DREEL_ATTN_DM_STAGES64=3 builds three at head dim 64, for A/B:
@@ -182,27 +186,23 @@ __device__ void dm_put_kv(const attn_fw &fw, const attn_geom &g, int64_t u, int6
     }
 }
 
+/* One item of the decode grid: head group y (of ny = hkv x hsplit) of the
+ * token and chunk tc (t x nchunks + c). Every return is the whole block's. */
 template <typename T, int DH>
-__global__ void __launch_bounds__(DM_THREADS)
-    attn_decode_mma_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
-                           T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g,
-                           int64_t rows, int nchunks, int hsplit, bool skip_runs, uint32_t *cnt, attn_fw fw,
-                           int32_t pf_keys, bool pdl)
+__device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
+                                        T *__restrict__ out, float *__restrict__ ws, const reel_meta_view &m,
+                                        const attn_geom &g, int64_t rows, int nchunks, int hsplit, bool skip_runs,
+                                        uint32_t *cnt, const attn_fw &fw, int32_t pf_keys, bool pdl, int64_t y,
+                                        int64_t tc)
 {
     constexpr int LD = DH + DM_PAD, NS = dm_stages<DH>();
     constexpr int KSTEPS = DH / 16, DTILES = DH / 8, CPR = DH / 8;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    /* The op's next kernel may launch now: it waits for this grid's
-     * completion before it reads what this one writes. */
-    cudaTriggerProgrammaticLaunchCompletion();
-#endif
     extern __shared__ __align__(16) unsigned char dm_smem_raw[];
     T(*ks_all)[DM_BN * LD] = (T(*)[DM_BN * LD])dm_smem_raw;
     T(*vs_all)[DM_BN * LD] = (T(*)[DM_BN * LD])(dm_smem_raw + sizeof(T) * NS * DM_BN * LD);
     float *mrg = (float *)dm_smem_raw; /* after the loop: [warp][row][DH + 2] */
 
     const int64_t ny = g.hkv * hsplit;
-    const int64_t y = blockIdx.x % ny, tc = blockIdx.x / ny;
     const int64_t t = tc / nchunks;
     const int c = (int)(tc % nchunks);
     const int64_t kvh = y / hsplit;
@@ -586,6 +586,44 @@ __global__ void __launch_bounds__(DM_THREADS)
         dm_arrive_and_combine<T, DH>(ws, cnt, t * ny + y, g, t, nchunks, nact, h0, nh, orow, mrg);
 }
 
+/* A block takes ypb head groups of one token and chunk in turn (ypb divides
+ * ny; 1 but for large grids, dm_ypb): a step of long prefill runs then has
+ * rows x chunks blocks that end at their first read, not ny times as many. */
+template <typename T, int DH>
+__global__ void __launch_bounds__(DM_THREADS)
+    attn_decode_mma_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
+                           T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g,
+                           int64_t rows, int nchunks, int hsplit, bool skip_runs, uint32_t *cnt, attn_fw fw,
+                           int32_t pf_keys, int ypb, bool pdl)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* The op's next kernel may launch now: it waits for this grid's
+     * completion before it reads what this one writes. */
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+    const int64_t nyb = g.hkv * hsplit / ypb;
+    const int64_t yb = blockIdx.x % nyb, tc = blockIdx.x / nyb;
+    if (ypb > 1 && skip_runs && attn_in_run(m, tc / nchunks, rows))
+        return; /* the prefill kernel's token, for every head group */
+    for (int i = 0; i < ypb; i++) {
+        if (i > 0)
+            __syncthreads(); /* the previous item is done with shared memory */
+        dm_item<T, DH>(q, kc, vc, out, ws, m, g, rows, nchunks, hsplit, skip_runs, cnt, fw, pf_keys, pdl,
+                       yb * ypb + i, tc);
+    }
+}
+
+/* Head groups a block takes: 1 while the grid has at most DM_YPB_GRID
+ * blocks (every decode batch to 64 tokens), else halved grids down to
+ * DM_YPB_GRID (measured: docs/attention.md). Depends only on the launch. */
+static int dm_ypb(int64_t items, int64_t ny, bool fw_on)
+{
+    int ypb = 1;
+    while (!fw_on && ny % (2 * ypb) == 0 && items / (2 * ypb) >= DM_YPB_GRID)
+        ypb *= 2;
+    return ypb;
+}
+
 bool attn_decode_mma_supports(reel_dtype dt, int64_t dh)
 {
     return (dt == REEL_F16 || dt == REEL_BF16) && (dh == 64 || dh == 128);
@@ -618,7 +656,8 @@ static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom
         return e;
     int hsplit = (int)((g.group + DM_ROWS - 1) / DM_ROWS);
     const int64_t blocks = l->rows * nchunks * g.hkv * hsplit;
-    dim3 grid((unsigned)blocks);
+    const int ypb = dm_ypb(blocks, g.hkv * hsplit, fw.on);
+    dim3 grid((unsigned)(blocks / ypb));
     float *ws = (float *)l->out[1];
     /* The one-kernel decode rotates q itself: it reads the op's q. */
     const T *q = (const T *)(fw.on ? l->in[0] : attn_q(l));
@@ -631,7 +670,7 @@ static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom
     const int32_t pf_keys = (int32_t)(pf < bn ? bn : pf > INT32_MAX ? INT32_MAX : pf);
     return launch(attn_decode_mma_kernel<T, DH>, grid, DM_THREADS, dm_smem<T, DH>(), st, pdl, q,
                   (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows, nchunks,
-                  hsplit, skip, inblock ? cnt : (uint32_t *)nullptr, fw, pf_keys);
+                  hsplit, skip, inblock ? cnt : (uint32_t *)nullptr, fw, pf_keys, ypb);
 }
 
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,

@@ -15,12 +15,17 @@
  * position reaches it (zeros and REEL_E_LIMIT), like the host. */
 #include "ops/cuda/attention.cuh"
 #include "ops/cuda/mma.cuh"
+#include "ops/cuda/wgmma.cuh"
 
 namespace reel_cu {
 
 enum { PF_BM = 64, PF_BN = 64, PF_STAGES = 2, PF_WARPS = 4, PF_THREADS = PF_WARPS * 32, PF_PAD = 8 };
 
-template <typename T, int DH>
+/* WG: the block is one warpgroup and both products run on wgmma (sm_90a),
+ * K and V staged in 128-byte swizzled rows (load_tile), from which K is read
+ * as a K-major and V as an N-major operand; otherwise on mma.sync, K and V
+ * staged as padded rows. */
+template <typename T, int DH, bool WG>
 __global__ void __launch_bounds__(PF_THREADS)
     attn_prefill_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                         T *__restrict__ out, reel_meta_view m, attn_geom g, int64_t rows, bool pdl)
@@ -28,15 +33,24 @@ __global__ void __launch_bounds__(PF_THREADS)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cudaTriggerProgrammaticLaunchCompletion(); /* a decode launched as our dependent may start its metadata reads */
 #endif
-    constexpr int LD = DH + PF_PAD;        /* shared row stride, elements */
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (WG) {
+        __trap(); /* never launched: attn_prefill_launch takes it only in sm_90a builds */
+    } else
+#endif
+    {
+    constexpr int LD = WG ? DH : DH + PF_PAD; /* shared row stride, elements (WG: a core-matrix layout) */
     constexpr int KSTEPS = DH / 16;        /* k-steps of S = Q K^T */
     constexpr int DTILES = DH / 8;         /* n-tiles of O */
     constexpr int STILES = PF_BN / 8;      /* n-tiles of S */
     constexpr int CPR = DH / 8;            /* 16-byte chunks per cache row */
     /* Dynamic: [PF_STAGES][PF_BN * LD] of K, then the same of V. */
     extern __shared__ __align__(16) unsigned char pf_smem[];
-    T(*ks_all)[PF_BN * LD] = (T(*)[PF_BN * LD])pf_smem;
-    T(*vs_all)[PF_BN * LD] = (T(*)[PF_BN * LD])(pf_smem + sizeof(T) * PF_STAGES * PF_BN * LD);
+    unsigned char *smem = pf_smem;
+    if constexpr (WG) /* swizzle atoms start on 1024-byte boundaries (prefill_smem adds the slack) */
+        smem += (1024u - ((uint32_t)__cvta_generic_to_shared(pf_smem) & 1023u)) & 1023u;
+    T(*ks_all)[PF_BN * LD] = (T(*)[PF_BN * LD])smem;
+    T(*vs_all)[PF_BN * LD] = (T(*)[PF_BN * LD])(smem + sizeof(T) * PF_STAGES * PF_BN * LD);
     __shared__ int32_t s_seq[PF_BM], s_pos[PF_BM];
     __shared__ int s_state[PF_BM]; /* 1: this block's to attend, 0: not (or done) */
     __shared__ int s_cur, s_maxpos, s_firstbad;
@@ -171,6 +185,29 @@ __global__ void __launch_bounds__(PF_THREADS)
         /* Two stages: tile it + 1 is in flight while tile it is computed. */
         auto load_tile = [&](int32_t kt, int stage) {
             T *ks = ks_all[stage], *vs = vs_all[stage];
+            if constexpr (WG) {
+                /* 128-byte swizzled rows: dims 64 a .. 64 a + 63 of key r at
+                 * byte 128 (PF_BN a + r), their 16-byte chunk c at (c ^ r % 8);
+                 * a row's chunks come from consecutive threads. */
+                for (int c = threadIdx.x; c < PF_BN * CPR; c += PF_THREADS) {
+                    int r = c / CPR, part = c % CPR;
+                    int32_t j = kt + r;
+                    const T *ksrc = kc, *vsrc = vc;
+                    int bytes = 0;
+                    if (j <= maxpos) {
+                        int64_t row =
+                            ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
+                        ksrc = kc + row;
+                        vsrc = vc + row;
+                        bytes = 16;
+                    }
+                    int off = (part >> 3) * (PF_BN * 128) + r * 128 + (((part & 7) ^ (r & 7)) << 4);
+                    cp_async16((unsigned char *)ks + off, ksrc, bytes);
+                    cp_async16((unsigned char *)vs + off, vsrc, bytes);
+                }
+                cp_async_commit();
+                return;
+            }
             static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
             const int part = threadIdx.x % CPR;
             for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
@@ -198,26 +235,49 @@ __global__ void __launch_bounds__(PF_THREADS)
             else
                 cp_async_commit(); /* an empty group keeps the count */
             cp_async_wait_1();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+            if constexpr (WG)
+                fence_proxy_async(); /* the tensor cores read what cp.async wrote */
+#endif
             __syncthreads();
             const T *ks = ks_all[it & 1], *vs = vs_all[it & 1];
-            if (kt > wmax) {
+            /* mma.sync skips a tile wholly after this warp's rows; the
+             * warpgroup's products are collective, and every tile holds a key
+             * of some row (the loop ends at maxpos). */
+            if (!WG && kt > wmax) {
                 __syncthreads();
-                continue; /* every key of the tile is after this warp's rows */
+                continue;
             }
             float sc[STILES][4];
 #pragma unroll
             for (int n = 0; n < STILES; n++)
                 sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+            if constexpr (WG) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+                /* K-major B (dims contiguous): k-step kk starts 32 bytes
+                 * into its 64 dims' rows; 8 keys are 1024 bytes apart. */
+                wg_fence();
 #pragma unroll
-            for (int kk = 0; kk < KSTEPS; kk++) {
+                for (int kk = 0; kk < KSTEPS; kk++)
+                    wg_mma<T, PF_BN>::template run<0>(
+                        &sc[0][0], qf[kk],
+                        wg_desc((const unsigned char *)ks + (kk >> 2) * (PF_BN * 128) + (kk & 3) * 32, 16, 1024, true),
+                        1);
+                wg_commit();
+                wg_wait<0>();
+#endif
+            } else {
 #pragma unroll
-                for (int n = 0; n < STILES; n += 2) {
-                    uint32_t b[4];
-                    int key = n * 8 + (lane >> 4) * 8 + (lane & 7);
-                    int dim = kk * 16 + ((lane >> 3) & 1) * 8;
-                    ldsm_x4(b, &ks[key * LD + dim]);
-                    mma_op<T>::run(sc[n], qf[kk], b);
-                    mma_op<T>::run(sc[n + 1], qf[kk], b + 2);
+                for (int kk = 0; kk < KSTEPS; kk++) {
+#pragma unroll
+                    for (int n = 0; n < STILES; n += 2) {
+                        uint32_t b[4];
+                        int key = n * 8 + (lane >> 4) * 8 + (lane & 7);
+                        int dim = kk * 16 + ((lane >> 3) & 1) * 8;
+                        ldsm_x4(b, &ks[key * LD + dim]);
+                        mma_op<T>::run(sc[n], qf[kk], b);
+                        mma_op<T>::run(sc[n + 1], qf[kk], b + 2);
+                    }
                 }
             }
             /* The online softmax of rows r0 (c0, c1) and r1 (c2, c3), on raw
@@ -273,6 +333,10 @@ __global__ void __launch_bounds__(PF_THREADS)
                 l1 += sc[n][2] + sc[n][3];
             }
             /* O += P V, 16 keys per k-step: P's A fragment is two S n-tiles. */
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+            if constexpr (WG)
+                wg_fence(); /* o's rescale and P's registers before the products */
+#endif
 #pragma unroll
             for (int kk = 0; kk < PF_BN / 16; kk++) {
                 uint32_t a[4];
@@ -280,6 +344,14 @@ __global__ void __launch_bounds__(PF_THREADS)
                 a[1] = mma_op<T>::pack2(sc[2 * kk][2], sc[2 * kk][3]);
                 a[2] = mma_op<T>::pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
                 a[3] = mma_op<T>::pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+                if constexpr (WG) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+                    /* N-major B (V's dims contiguous): keys 16 kk on; the
+                     * leading offset steps 64 dims, the stride offset 8 keys. */
+                    wg_mma<T, DH>::template run<1>(
+                        &o[0][0], a, wg_desc((const unsigned char *)vs + kk * 2048, PF_BN * 128, 1024, true), 1);
+#endif
+                } else {
 #pragma unroll
                 for (int n = 0; n < DTILES; n += 2) {
                     uint32_t b[4];
@@ -289,7 +361,14 @@ __global__ void __launch_bounds__(PF_THREADS)
                     mma_op<T>::run(o[n], a, b);
                     mma_op<T>::run(o[n + 1], a, b + 2);
                 }
+                }
             }
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+            if constexpr (WG) {
+                wg_commit();
+                wg_wait<0>();
+            }
+#endif
             __syncthreads(); /* the next prefetch reuses this stage */
         }
 
@@ -321,7 +400,16 @@ __global__ void __launch_bounds__(PF_THREADS)
             s_state[threadIdx.x] = 0;
         __syncthreads();
     }
+    }
 }
+
+/* The warpgroup kernel in builds for sm_90a (REEL_CUDA_SM90A) unless
+ * REEL_ATTN_PREFILL_SYNC is defined (an A/B of the two); mma.sync otherwise. */
+#if defined(REEL_CUDA_SM90A) && !defined(REEL_ATTN_PREFILL_SYNC)
+static constexpr bool PF_WG = true;
+#else
+static constexpr bool PF_WG = false;
+#endif
 
 bool attn_prefill_supports(reel_dtype dt, int64_t dh)
 {
@@ -330,7 +418,7 @@ bool attn_prefill_supports(reel_dtype dt, int64_t dh)
 
 template <typename T, int DH> static size_t prefill_smem()
 {
-    return sizeof(T) * 2 * PF_STAGES * PF_BN * (DH + PF_PAD);
+    return PF_WG ? sizeof(T) * 2 * PF_STAGES * PF_BN * DH + 1024 : sizeof(T) * 2 * PF_STAGES * PF_BN * (DH + PF_PAD);
 }
 
 /* The stages need more than the default 48 KB of dynamic shared memory:
@@ -339,7 +427,7 @@ template <typename T, int DH> static size_t prefill_smem()
 template <typename T, int DH> static cudaError_t prefill_opt_in()
 {
     static std::atomic<unsigned long long> done(0);
-    return smem_opt_in(attn_prefill_kernel<T, DH>, prefill_smem<T, DH>(), done);
+    return smem_opt_in(attn_prefill_kernel<T, DH, PF_WG>, prefill_smem<T, DH>(), done);
 }
 
 template <typename T, int DH>
@@ -349,8 +437,9 @@ static cudaError_t prefill_run(const reel_launch *l, cudaStream_t st, const attn
     if (e != cudaSuccess)
         return e;
     dim3 grid((unsigned)((l->rows + PF_BM - 1) / PF_BM * g.h));
-    return launch(attn_prefill_kernel<T, DH>, grid, PF_THREADS, prefill_smem<T, DH>(), st, pdl, (const T *)attn_q(l),
-                  (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], *l->meta, g, l->rows);
+    return launch(attn_prefill_kernel<T, DH, PF_WG>, grid, PF_THREADS, prefill_smem<T, DH>(), st, pdl,
+                  (const T *)attn_q(l), (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], *l->meta, g,
+                  l->rows);
 }
 
 cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl)

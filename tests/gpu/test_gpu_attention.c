@@ -211,6 +211,29 @@ Test(gpu_attention, long_prefills_match_host, .init = setup, .fini = teardown, .
     }
 }
 
+/* A large mixed batch: 600 prefill tokens beside 40 decodes, a two-token
+ * run and padding, 645 rows. With 32 and 16 kv heads the decode grid has
+ * more than 8192 (token, chunk, head group) items, so its blocks take 2 to
+ * 16 head groups each in turn (attn_decode_mma.cu, dm_ypb); with 4 it has
+ * fewer and takes one. */
+Test(gpu_attention, large_mixed_batch_matches_host, .init = setup, .fini = teardown, .timeout = 240)
+{
+    static const int hkvs[3] = {32, 16, 4};
+    for (int d = 1; d < 3; d++)
+        for (int k = 0; k < 3; k++) {
+            acase c = {.h = 32, .hkv = hkvs[k], .dh = 64 * (1 + k % 2), .bs = 16, .nseq = 42, .npad = 3};
+            c.qlen[0] = 600;
+            c.ctx[0] = 900;
+            c.qlen[1] = 2;
+            c.ctx[1] = 33;
+            for (int s = 2; s < 42; s++) {
+                c.qlen[s] = 1;
+                c.ctx[s] = (int32_t)gt_int(&rng, 1, 1500);
+            }
+            run_case(&c, dts[d], 2048, "large mixed");
+        }
+}
+
 /* The fused rope (attrs.attn.rope_rot_dim: the compiler folds rope ops into
  * the attention): q and k arrive unrotated, the op rotates them in its KV
  * write and produces them as outputs 2 and 3; decode, prefill and mixed
