@@ -19,10 +19,16 @@
 
 namespace reel_cu {
 
-enum { PF_BM = 64, PF_BN = 64, PF_STAGES = 2, PF_WARPS = 4, PF_THREADS = PF_WARPS * 32, PF_PAD = 8 };
+enum { PF_BM = 64, PF_BN = 64, PF_WARPS = 4, PF_THREADS = PF_WARPS * 32, PF_PAD = 8 };
+/* K/V stages in shared memory: the warpgroup kernel's next load goes to the
+ * stage of two tiles back, whose products it has waited for. */
+template <bool WG> constexpr int pf_stages()
+{
+    return WG ? 3 : 2;
+}
 
 /* WG: the block is one warpgroup and both products run on wgmma (sm_90a),
- * K and V staged in 128-byte swizzled rows (load_tile), from which K is read
+ * K and V staged in 128-byte swizzled rows (load_wg), from which K is read
  * as a K-major and V as an N-major operand; otherwise on mma.sync, K and V
  * staged as padded rows. */
 template <typename T, int DH, bool WG>
@@ -44,13 +50,14 @@ __global__ void __launch_bounds__(PF_THREADS)
     constexpr int DTILES = DH / 8;         /* n-tiles of O */
     constexpr int STILES = PF_BN / 8;      /* n-tiles of S */
     constexpr int CPR = DH / 8;            /* 16-byte chunks per cache row */
-    /* Dynamic: [PF_STAGES][PF_BN * LD] of K, then the same of V. */
+    constexpr int NS = pf_stages<WG>();
+    /* Dynamic: [NS][PF_BN * LD] of K, then the same of V. */
     extern __shared__ __align__(16) unsigned char pf_smem[];
     unsigned char *smem = pf_smem;
     if constexpr (WG) /* swizzle atoms start on 1024-byte boundaries (prefill_smem adds the slack) */
         smem += (1024u - ((uint32_t)__cvta_generic_to_shared(pf_smem) & 1023u)) & 1023u;
     T(*ks_all)[PF_BN * LD] = (T(*)[PF_BN * LD])smem;
-    T(*vs_all)[PF_BN * LD] = (T(*)[PF_BN * LD])(smem + sizeof(T) * PF_STAGES * PF_BN * LD);
+    T(*vs_all)[PF_BN * LD] = (T(*)[PF_BN * LD])(smem + sizeof(T) * NS * PF_BN * LD);
     __shared__ int32_t s_seq[PF_BM], s_pos[PF_BM];
     __shared__ int s_state[PF_BM]; /* 1: this block's to attend, 0: not (or done) */
     __shared__ int s_cur, s_maxpos, s_firstbad;
@@ -185,29 +192,6 @@ __global__ void __launch_bounds__(PF_THREADS)
         /* Two stages: tile it + 1 is in flight while tile it is computed. */
         auto load_tile = [&](int32_t kt, int stage) {
             T *ks = ks_all[stage], *vs = vs_all[stage];
-            if constexpr (WG) {
-                /* 128-byte swizzled rows: dims 64 a .. 64 a + 63 of key r at
-                 * byte 128 (PF_BN a + r), their 16-byte chunk c at (c ^ r % 8);
-                 * a row's chunks come from consecutive threads. */
-                for (int c = threadIdx.x; c < PF_BN * CPR; c += PF_THREADS) {
-                    int r = c / CPR, part = c % CPR;
-                    int32_t j = kt + r;
-                    const T *ksrc = kc, *vsrc = vc;
-                    int bytes = 0;
-                    if (j <= maxpos) {
-                        int64_t row =
-                            ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
-                        ksrc = kc + row;
-                        vsrc = vc + row;
-                        bytes = 16;
-                    }
-                    int off = (part >> 3) * (PF_BN * 128) + r * 128 + (((part & 7) ^ (r & 7)) << 4);
-                    cp_async16((unsigned char *)ks + off, ksrc, bytes);
-                    cp_async16((unsigned char *)vs + off, vsrc, bytes);
-                }
-                cp_async_commit();
-                return;
-            }
             static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
             const int part = threadIdx.x % CPR;
             for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
@@ -225,65 +209,22 @@ __global__ void __launch_bounds__(PF_THREADS)
             }
             cp_async_commit();
         };
-        const int ntiles = maxpos / PF_BN + 1;
-        __syncthreads(); /* the previous segment no longer reads the stages */
-        load_tile(0, 0);
-        for (int it = 0; it < ntiles; it++) {
-            const int32_t kt = it * PF_BN;
-            if (it + 1 < ntiles)
-                load_tile(kt + PF_BN, (it + 1) & 1);
-            else
-                cp_async_commit(); /* an empty group keeps the count */
-            cp_async_wait_1();
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-            if constexpr (WG)
-                fence_proxy_async(); /* the tensor cores read what cp.async wrote */
-#endif
-            __syncthreads();
-            const T *ks = ks_all[it & 1], *vs = vs_all[it & 1];
-            /* mma.sync skips a tile wholly after this warp's rows; the
-             * warpgroup's products are collective, and every tile holds a key
-             * of some row (the loop ends at maxpos). */
-            if (!WG && kt > wmax) {
-                __syncthreads();
-                continue;
+        /* The online softmax of rows r0 (c0, c1) and r1 (c2, c3) over the
+         * scores of the tile at key kt, on raw scores: max first, then
+         * exp2(s * qscale - max * qscale) in one FMA; sc becomes P, and c0,
+         * c1 the factor o takes before P V is added (rescale_o). A tile wholly at or before both rows' positions needs no
+         * mask (most tiles of a causal prefill). */
+        float c0 = 1.0f, c1 = 1.0f; /* the last softmax's rescale of o, rows r0 and r1 */
+        auto rescale_o = [&]() {
+#pragma unroll
+            for (int n = 0; n < DTILES; n++) {
+                o[n][0] *= c0;
+                o[n][1] *= c0;
+                o[n][2] *= c1;
+                o[n][3] *= c1;
             }
-            float sc[STILES][4];
-#pragma unroll
-            for (int n = 0; n < STILES; n++)
-                sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-            if constexpr (WG) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-                /* K-major B (dims contiguous): k-step kk starts 32 bytes
-                 * into its 64 dims' rows; 8 keys are 1024 bytes apart. */
-                wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < KSTEPS; kk++)
-                    wg_mma<T, PF_BN>::template run<0>(
-                        &sc[0][0], qf[kk],
-                        wg_desc((const unsigned char *)ks + (kk >> 2) * (PF_BN * 128) + (kk & 3) * 32, 16, 1024, true),
-                        1);
-                wg_commit();
-                wg_wait<0>();
-#endif
-            } else {
-#pragma unroll
-                for (int kk = 0; kk < KSTEPS; kk++) {
-#pragma unroll
-                    for (int n = 0; n < STILES; n += 2) {
-                        uint32_t b[4];
-                        int key = n * 8 + (lane >> 4) * 8 + (lane & 7);
-                        int dim = kk * 16 + ((lane >> 3) & 1) * 8;
-                        ldsm_x4(b, &ks[key * LD + dim]);
-                        mma_op<T>::run(sc[n], qf[kk], b);
-                        mma_op<T>::run(sc[n + 1], qf[kk], b + 2);
-                    }
-                }
-            }
-            /* The online softmax of rows r0 (c0, c1) and r1 (c2, c3), on raw
-             * scores: max first, then exp2(s * qscale - max * qscale) in one
-             * FMA. A tile wholly at or before both rows' positions needs no
-             * mask (most tiles of a causal prefill). */
+        };
+        auto softmax = [&](float (&sc)[STILES][4], int32_t kt) {
             float mx0 = m0, mx1 = m1;
             if (kt + PF_BN - 1 <= wmin) {
 #pragma unroll
@@ -310,19 +251,12 @@ __global__ void __launch_bounds__(PF_THREADS)
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
             /* m0, m1 are raw maxima; a row with no key yet stays -inf. */
             float s0 = mx0 == -INFINITY ? 0.0f : mx0 * qscale, s1 = mx1 == -INFINITY ? 0.0f : mx1 * qscale;
-            float c0 = mx0 == -INFINITY ? 1.0f : exp2f((m0 - mx0) * qscale);
-            float c1 = mx1 == -INFINITY ? 1.0f : exp2f((m1 - mx1) * qscale);
+            c0 = mx0 == -INFINITY ? 1.0f : exp2f((m0 - mx0) * qscale);
+            c1 = mx1 == -INFINITY ? 1.0f : exp2f((m1 - mx1) * qscale);
             m0 = mx0;
             m1 = mx1;
             l0 *= c0;
             l1 *= c1;
-#pragma unroll
-            for (int n = 0; n < DTILES; n++) {
-                o[n][0] *= c0;
-                o[n][1] *= c0;
-                o[n][2] *= c1;
-                o[n][3] *= c1;
-            }
 #pragma unroll
             for (int n = 0; n < STILES; n++) {
                 sc[n][0] = exp2f(fmaf(sc[n][0], qscale, -s0));
@@ -332,44 +266,170 @@ __global__ void __launch_bounds__(PF_THREADS)
                 l0 += sc[n][0] + sc[n][1];
                 l1 += sc[n][2] + sc[n][3];
             }
-            /* O += P V, 16 keys per k-step: P's A fragment is two S n-tiles. */
+        };
+        /* P's A fragment for keys 16 kk .. 16 kk + 15: two S n-tiles. */
+        auto p_frag = [&](const float (&sc)[STILES][4], int kk, uint32_t (&a)[4]) {
+            a[0] = mma_op<T>::pack2(sc[2 * kk][0], sc[2 * kk][1]);
+            a[1] = mma_op<T>::pack2(sc[2 * kk][2], sc[2 * kk][3]);
+            a[2] = mma_op<T>::pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+            a[3] = mma_op<T>::pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+        };
+        const int ntiles = maxpos / PF_BN + 1;
+        __syncthreads(); /* the previous segment no longer reads the stages */
+        if constexpr (WG) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-            if constexpr (WG)
-                wg_fence(); /* o's rescale and P's registers before the products */
-#endif
-#pragma unroll
-            for (int kk = 0; kk < PF_BN / 16; kk++) {
-                uint32_t a[4];
-                a[0] = mma_op<T>::pack2(sc[2 * kk][0], sc[2 * kk][1]);
-                a[1] = mma_op<T>::pack2(sc[2 * kk][2], sc[2 * kk][3]);
-                a[2] = mma_op<T>::pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-                a[3] = mma_op<T>::pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-                if constexpr (WG) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-                    /* N-major B (V's dims contiguous): keys 16 kk on; the
-                     * leading offset steps 64 dims, the stride offset 8 keys. */
-                    wg_mma<T, DH>::template run<1>(
-                        &o[0][0], a, wg_desc((const unsigned char *)vs + kk * 2048, PF_BN * 128, 1024, true), 1);
-#endif
-                } else {
-#pragma unroll
-                for (int n = 0; n < DTILES; n += 2) {
-                    uint32_t b[4];
-                    int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-                    int dim = (n + (lane >> 4)) * 8;
-                    ldsm_x4_t(b, &vs[key * LD + dim]);
-                    mma_op<T>::run(o[n], a, b);
-                    mma_op<T>::run(o[n + 1], a, b + 2);
+            /* Three stages, and P V of one tile on the tensor cores while
+             * the next tile's softmax runs. Per tile it: find tile it + 2's
+             * rows, load tile it + 1 (into the stage of tile it - 2, whose
+             * products are done), wait for tile it, issue S(it), rescale o, issue
+             * PV(it - 1) from P's registers, wait for S(it) alone, softmax,
+             * wait for PV(it - 1), pack P(it). Every tile holds a key of
+             * some row (the loop ends at maxpos), and the products are the
+             * warpgroup's: no warp skips one. */
+            float sc[STILES][4];
+            uint32_t pa[PF_BN / 16][4]; /* P of the last softmax, as A fragments */
+            /* Each key's cache row (element offset of this kv head, -1 past
+             * maxpos), found two tiles ahead by a thread a key: the loads
+             * then need no dependent read of the block table. */
+            __shared__ int64_t s_row[NS][PF_BN];
+            auto rows_of = [&](int it) {
+                if (threadIdx.x < PF_BN) {
+                    int32_t j = it * PF_BN + (int32_t)threadIdx.x;
+                    s_row[it % NS][threadIdx.x] =
+                        j <= maxpos ? ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH : -1;
                 }
+            };
+            /* 128-byte swizzled rows: dims 64 a .. 64 a + 63 of key r at
+             * byte 128 (PF_BN a + r), their 16-byte chunk c at (c ^ r % 8);
+             * a row's chunks come from consecutive threads. */
+            auto load_wg = [&](int it) {
+                unsigned char *ks = (unsigned char *)ks_all[it % NS], *vs = (unsigned char *)vs_all[it % NS];
+                const int64_t *rw = s_row[it % NS];
+                static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
+                const int part = threadIdx.x % CPR;
+#pragma unroll
+                for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
+                    const int64_t row = rw[r];
+                    const int64_t e = row >= 0 ? row + part * 8 : 0;
+                    const int bytes = row >= 0 ? 16 : 0;
+                    const int off = (part >> 3) * (PF_BN * 128) + r * 128 + (((part & 7) ^ (r & 7)) << 4);
+                    cp_async16(ks + off, kc + e, bytes);
+                    cp_async16(vs + off, vc + e, bytes);
                 }
-            }
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-            if constexpr (WG) {
+                cp_async_commit();
+            };
+            auto s_issue = [&](int it) {
+                const unsigned char *ks = (const unsigned char *)ks_all[it % NS];
+                wg_fence();
+                /* K-major B (dims contiguous): k-step kk starts 32 bytes
+                 * into its 64 dims' rows; 8 keys are 1024 bytes apart. */
+#pragma unroll
+                for (int kk = 0; kk < KSTEPS; kk++)
+                    wg_mma<T, PF_BN>::template run<0>(
+                        &sc[0][0], qf[kk], wg_desc(ks + (kk >> 2) * (PF_BN * 128) + (kk & 3) * 32, 16, 1024, true),
+                        kk > 0);
                 wg_commit();
+            };
+            auto pv_issue = [&](int it) {
+                const unsigned char *vs = (const unsigned char *)vs_all[it % NS];
+                rescale_o();
+                wg_fence(); /* o's rescale and P's registers before the products */
+                /* N-major B (V's dims contiguous): keys 16 kk on; the
+                 * leading offset steps 64 dims, the stride offset 8 keys. */
+#pragma unroll
+                for (int kk = 0; kk < PF_BN / 16; kk++)
+                    wg_mma<T, DH>::template run<1>(&o[0][0], pa[kk], wg_desc(vs + kk * 2048, PF_BN * 128, 1024, true),
+                                                   1);
+                wg_commit();
+            };
+            auto pack_p = [&]() {
+#pragma unroll
+                for (int kk = 0; kk < PF_BN / 16; kk++)
+                    p_frag(sc, kk, pa[kk]);
+            };
+            rows_of(0);
+            if (ntiles > 1)
+                rows_of(1);
+            __syncthreads();
+            load_wg(0);
+            for (int it = 0; it < ntiles; it++) {
+                if (it + 2 < ntiles)
+                    rows_of(it + 2); /* tile it - 1's rows, whose loads are issued */
+                if (it + 1 < ntiles) {
+                    load_wg(it + 1);
+                    cp_async_wait<1>();
+                } else {
+                    cp_async_wait<0>();
+                }
+                fence_proxy_async(); /* the tensor cores read what cp.async wrote */
+                __syncthreads();
+                s_issue(it);
+                if (it > 0) {
+                    pv_issue(it - 1);
+                    wg_wait<1>();
+                } else {
+                    wg_wait<0>();
+                }
+                wg_hold(sc);
+                softmax(sc, it * PF_BN);
                 wg_wait<0>();
+                wg_hold(o);
+                pack_p();
             }
+            pv_issue(ntiles - 1);
+            wg_wait<0>();
+            wg_hold(o);
 #endif
-            __syncthreads(); /* the next prefetch reuses this stage */
+        } else {
+            load_tile(0, 0);
+            for (int it = 0; it < ntiles; it++) {
+                const int32_t kt = it * PF_BN;
+                if (it + 1 < ntiles)
+                    load_tile(kt + PF_BN, (it + 1) & 1);
+                else
+                    cp_async_commit(); /* an empty group keeps the count */
+                cp_async_wait_1();
+                __syncthreads();
+                const T *ks = ks_all[it & 1], *vs = vs_all[it & 1];
+                if (kt > wmax) {
+                    __syncthreads();
+                    continue; /* every key of the tile is after this warp's rows */
+                }
+                float sc[STILES][4];
+#pragma unroll
+                for (int n = 0; n < STILES; n++)
+                    sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < KSTEPS; kk++) {
+#pragma unroll
+                    for (int n = 0; n < STILES; n += 2) {
+                        uint32_t b[4];
+                        int key = n * 8 + (lane >> 4) * 8 + (lane & 7);
+                        int dim = kk * 16 + ((lane >> 3) & 1) * 8;
+                        ldsm_x4(b, &ks[key * LD + dim]);
+                        mma_op<T>::run(sc[n], qf[kk], b);
+                        mma_op<T>::run(sc[n + 1], qf[kk], b + 2);
+                    }
+                }
+                softmax(sc, kt);
+                rescale_o();
+                /* O += P V, 16 keys per k-step. */
+#pragma unroll
+                for (int kk = 0; kk < PF_BN / 16; kk++) {
+                    uint32_t a[4];
+                    p_frag(sc, kk, a);
+#pragma unroll
+                    for (int n = 0; n < DTILES; n += 2) {
+                        uint32_t b[4];
+                        int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+                        int dim = (n + (lane >> 4)) * 8;
+                        ldsm_x4_t(b, &vs[key * LD + dim]);
+                        mma_op<T>::run(o[n], a, b);
+                        mma_op<T>::run(o[n + 1], a, b + 2);
+                    }
+                }
+                __syncthreads(); /* the next prefetch reuses this stage */
+            }
         }
 
         l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -418,7 +478,8 @@ bool attn_prefill_supports(reel_dtype dt, int64_t dh)
 
 template <typename T, int DH> static size_t prefill_smem()
 {
-    return PF_WG ? sizeof(T) * 2 * PF_STAGES * PF_BN * DH + 1024 : sizeof(T) * 2 * PF_STAGES * PF_BN * (DH + PF_PAD);
+    constexpr size_t ns = pf_stages<PF_WG>();
+    return PF_WG ? sizeof(T) * 2 * ns * PF_BN * DH + 1024 : sizeof(T) * 2 * ns * PF_BN * (DH + PF_PAD);
 }
 
 /* The stages need more than the default 48 KB of dynamic shared memory:

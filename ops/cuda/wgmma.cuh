@@ -46,6 +46,16 @@ template <int N> __device__ __forceinline__ void wg_wait()
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+/* Pins accumulator registers at this point of the program: placed after a
+ * wait, it keeps the compiler from moving their reads above it (ptxas would
+ * then serialize the matrix multiplies, warning C7514). */
+template <int N> __device__ __forceinline__ void wg_hold(float (&d)[N][4])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])::"memory");
+}
+
 /* Shared memory written through the generic proxy (stores, cp.async) that
  * the tensor cores read next: each writing thread fences before the barrier. */
 __device__ __forceinline__ void fence_proxy_async()
