@@ -117,7 +117,8 @@ if [ "$san" != 0 ] && command -v compute-sanitizer >/dev/null; then
     # memcheck: out-of-bounds and misaligned accesses; racecheck: shared
     # memory races (top-k, attention). Criterion forks each test: follow them.
     for run in "memcheck test_gpu_ops" "memcheck test_gpu_plan" "racecheck test_gpu_ops" \
-               "memcheck test_gpu_attention *guards*" "racecheck test_gpu_attention *mixed*" \
+               "memcheck test_gpu_attention *guards*" "racecheck test_gpu_attention */mixed_batch*" \
+               "racecheck test_gpu_attention *long_prefills*" "memcheck test_gpu_attention *long_prefills*" \
                "memcheck test_gpu_attention *one_kernel*" "racecheck test_gpu_attention *one_kernel_guards*"; do
         set -f; set -- $run; set +f
         [ "$san" = attention ] && [ "$2" != test_gpu_attention ] && continue
