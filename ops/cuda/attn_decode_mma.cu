@@ -586,10 +586,12 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
         dm_arrive_and_combine<T, DH>(ws, cnt, t * ny + y, g, t, nchunks, nact, h0, nh, orow, mrg);
 }
 
-/* A block takes ypb head groups of one token and chunk in turn (ypb divides
- * ny; 1 but for large grids, dm_ypb): a step of long prefill runs then has
- * rows x chunks blocks that end at their first read, not ny times as many. */
-template <typename T, int DH>
+/* MULTI: a block takes ypb head groups of one token and chunk in turn (ypb
+ * divides ny; dm_ypb): a step of long prefill runs then has rows x chunks
+ * blocks that end at their first read, not ny times as many. Otherwise a
+ * block is one item (the instantiation every decode batch to 64 tokens
+ * runs, kept apart so that its registers stay the item's own). */
+template <typename T, int DH, bool MULTI>
 __global__ void __launch_bounds__(DM_THREADS)
     attn_decode_mma_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                            T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g,
@@ -601,15 +603,21 @@ __global__ void __launch_bounds__(DM_THREADS)
      * completion before it reads what this one writes. */
     cudaTriggerProgrammaticLaunchCompletion();
 #endif
-    const int64_t nyb = g.hkv * hsplit / ypb;
-    const int64_t yb = blockIdx.x % nyb, tc = blockIdx.x / nyb;
-    if (ypb > 1 && skip_runs && attn_in_run(m, tc / nchunks, rows))
-        return; /* the prefill kernel's token, for every head group */
-    for (int i = 0; i < ypb; i++) {
-        if (i > 0)
-            __syncthreads(); /* the previous item is done with shared memory */
+    if constexpr (!MULTI) {
+        const int64_t ny = g.hkv * hsplit;
         dm_item<T, DH>(q, kc, vc, out, ws, m, g, rows, nchunks, hsplit, skip_runs, cnt, fw, pf_keys, pdl,
-                       yb * ypb + i, tc);
+                       blockIdx.x % ny, blockIdx.x / ny);
+    } else {
+        const int64_t nyb = g.hkv * hsplit / ypb;
+        const int64_t yb = blockIdx.x % nyb, tc = blockIdx.x / nyb;
+        if (skip_runs && attn_in_run(m, tc / nchunks, rows))
+            return; /* the prefill kernel's token, for every head group */
+        for (int i = 0; i < ypb; i++) {
+            if (i > 0)
+                __syncthreads(); /* the previous item is done with shared memory */
+            dm_item<T, DH>(q, kc, vc, out, ws, m, g, rows, nchunks, hsplit, skip_runs, cnt, fw, pf_keys, pdl,
+                           yb * ypb + i, tc);
+        }
     }
 }
 
@@ -641,22 +649,22 @@ int64_t attn_decode_mma_smem_floats(int64_t dh)
 
 /* The shared-memory opt-in past 48 KB, once per kernel, at its first launch
  * (a warm-up before any capture). */
-template <typename T, int DH> static cudaError_t dm_opt_in()
+template <typename T, int DH, bool MULTI> static cudaError_t dm_opt_in()
 {
     static std::atomic<unsigned long long> done(0);
-    return smem_opt_in(attn_decode_mma_kernel<T, DH>, dm_smem<T, DH>(), done);
+    return smem_opt_in(attn_decode_mma_kernel<T, DH, MULTI>, dm_smem<T, DH>(), done);
 }
 
 template <typename T, int DH>
 static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip,
                           bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
 {
-    cudaError_t e = dm_opt_in<T, DH>();
-    if (e != cudaSuccess)
-        return e;
     int hsplit = (int)((g.group + DM_ROWS - 1) / DM_ROWS);
     const int64_t blocks = l->rows * nchunks * g.hkv * hsplit;
     const int ypb = dm_ypb(blocks, g.hkv * hsplit, fw.on);
+    cudaError_t e = ypb > 1 ? dm_opt_in<T, DH, true>() : dm_opt_in<T, DH, false>();
+    if (e != cudaSuccess)
+        return e;
     dim3 grid((unsigned)(blocks / ypb));
     float *ws = (float *)l->out[1];
     /* The one-kernel decode rotates q itself: it reads the op's q. */
@@ -668,7 +676,8 @@ static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom
     const int64_t bn = DM_BN;
     int64_t pf = DM_PREFETCH_BYTES / (blocks * per_key) / bn * bn;
     const int32_t pf_keys = (int32_t)(pf < bn ? bn : pf > INT32_MAX ? INT32_MAX : pf);
-    return launch(attn_decode_mma_kernel<T, DH>, grid, DM_THREADS, dm_smem<T, DH>(), st, pdl, q,
+    return launch(ypb > 1 ? attn_decode_mma_kernel<T, DH, true> : attn_decode_mma_kernel<T, DH, false>, grid,
+                  DM_THREADS, dm_smem<T, DH>(), st, pdl, q,
                   (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows, nchunks,
                   hsplit, skip, inblock ? cnt : (uint32_t *)nullptr, fw, pf_keys, ypb);
 }
