@@ -45,421 +45,425 @@ __global__ void __launch_bounds__(PF_THREADS)
     } else
 #endif
     {
-    constexpr int LD = WG ? DH : DH + PF_PAD; /* shared row stride, elements (WG: a core-matrix layout) */
-    constexpr int KSTEPS = DH / 16;        /* k-steps of S = Q K^T */
-    constexpr int DTILES = DH / 8;         /* n-tiles of O */
-    constexpr int STILES = PF_BN / 8;      /* n-tiles of S */
-    constexpr int CPR = DH / 8;            /* 16-byte chunks per cache row */
-    constexpr int NS = pf_stages<WG>();
-    /* Dynamic: [NS][PF_BN * LD] of K, then the same of V. */
-    extern __shared__ __align__(16) unsigned char pf_smem[];
-    unsigned char *smem = pf_smem;
-    if constexpr (WG) /* swizzle atoms start on 1024-byte boundaries (prefill_smem adds the slack) */
-        smem += (1024u - ((uint32_t)__cvta_generic_to_shared(pf_smem) & 1023u)) & 1023u;
-    T(*ks_all)[PF_BN * LD] = (T(*)[PF_BN * LD])smem;
-    T(*vs_all)[PF_BN * LD] = (T(*)[PF_BN * LD])(smem + sizeof(T) * NS * PF_BN * LD);
-    __shared__ int32_t s_seq[PF_BM], s_pos[PF_BM];
-    __shared__ int s_state[PF_BM]; /* 1: this block's to attend, 0: not (or done) */
-    __shared__ int s_cur, s_maxpos, s_firstbad;
+        constexpr int LD = WG ? DH : DH + PF_PAD; /* shared row stride, elements (WG: swizzled, unpadded) */
+        constexpr int KSTEPS = DH / 16;        /* k-steps of S = Q K^T */
+        constexpr int DTILES = DH / 8;         /* n-tiles of O */
+        constexpr int STILES = PF_BN / 8;      /* n-tiles of S */
+        constexpr int CPR = DH / 8;            /* 16-byte chunks per cache row */
+        constexpr int NS = pf_stages<WG>();
+        /* Dynamic: [NS][PF_BN * LD] of K, then the same of V. */
+        extern __shared__ __align__(16) unsigned char pf_smem[];
+        unsigned char *smem = pf_smem;
+        if constexpr (WG) /* swizzle atoms start on 1024-byte boundaries (prefill_smem adds the slack) */
+            smem += (1024u - ((uint32_t)__cvta_generic_to_shared(pf_smem) & 1023u)) & 1023u;
+        T(*ks_all)[PF_BN * LD] = (T(*)[PF_BN * LD])smem;
+        T(*vs_all)[PF_BN * LD] = (T(*)[PF_BN * LD])(smem + sizeof(T) * NS * PF_BN * LD);
+        __shared__ int32_t s_seq[PF_BM], s_pos[PF_BM];
+        __shared__ int s_state[PF_BM]; /* 1: this block's to attend, 0: not (or done) */
+        __shared__ int s_cur, s_maxpos, s_firstbad;
 
-    /* Heads vary fastest (blocks that run together share K/V rows), and the
-     * last tiles come first: in a causal prefill they have the most keys,
-     * so the grid's tail is made of short blocks. */
-    const int64_t ntq = (rows + PF_BM - 1) / PF_BM;
-    const int64_t t0 = (ntq - 1 - (int64_t)(blockIdx.x / g.h)) * PF_BM, h = blockIdx.x % g.h, kvh = h / g.group;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int gi = lane >> 2, ti = lane & 3; /* mma fragment coordinates */
-    const float qscale = g.scale * 1.4426950408889634f;
-    const int32_t bs = (int32_t)g.bs;
+        /* Heads vary fastest (blocks that run together share K/V rows), and the
+         * last tiles come first: in a causal prefill they have the most keys,
+         * so the grid's tail is made of short blocks. */
+        const int64_t ntq = (rows + PF_BM - 1) / PF_BM;
+        const int64_t t0 = (ntq - 1 - (int64_t)(blockIdx.x / g.h)) * PF_BM, h = blockIdx.x % g.h, kvh = h / g.group;
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        const int gi = lane >> 2, ti = lane & 3; /* mma fragment coordinates */
+        const float qscale = g.scale * 1.4426950408889634f;
+        const int32_t bs = (int32_t)g.bs;
 
-    /* The rows' classes from the metadata alone (readable before the wait:
-     * the step's upload precedes every kernel of it); launched as a
-     * programmatic dependent of the decode, a block of a step without runs
-     * has done its work by the time the decode ends. Its stores, and every
-     * read of q and the cache, follow the wait. */
-    int zero = 0, bad = 0;
-    if (threadIdx.x < PF_BM) {
-        int i = threadIdx.x;
-        int64_t t = t0 + i;
-        int st = 0;
-        int32_t s = -1, p = 0;
-        if (t < rows && attn_in_run(m, t, rows)) {
-            int ok = attn_token_ok(m, g, t, &s, &p); /* p: the last key, local under DCP */
-            if (ok == 1 && p >= 0) {
-                st = 1;
-            } else {
-                zero = 1;
-                bad = ok != 1; /* in a run, so not padding */
-            }
-        }
-        s_seq[i] = s;
-        s_pos[i] = p;
-        s_state[i] = st;
-    }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (pdl)
-        cudaGridDependencySynchronize();
-#endif
-    if (zero) {
-        const int64_t t = t0 + threadIdx.x;
-        if (bad)
-            report(&m, REEL_E_LIMIT);
-        for (int64_t d = 0; d < DH; d++) /* a breach, or an empty DCP shard: (0, -inf) */
-            out[t * g.qrow + h * DH + d] = from_f<T>(0.0f);
-        if (g.lse)
-            g.lse[t * g.h + h] = -INFINITY;
-    }
-    __syncthreads();
-
-    for (;;) {
-        /* The next segment: the sequence of the first row still to do. */
-        if (threadIdx.x == 0) {
-            int cur = -1;
-            for (int i = 0; i < PF_BM && cur < 0; i++)
-                if (s_state[i] == 1)
-                    cur = s_seq[i];
-            s_cur = cur;
-            s_maxpos = -1;
-            s_firstbad = 0x7fffffff;
-        }
-        __syncthreads();
-        const int32_t seq = s_cur;
-        if (seq < 0)
-            break;
-        if (threadIdx.x < PF_BM && s_state[threadIdx.x] == 1 && s_seq[threadIdx.x] == seq)
-            atomicMax(&s_maxpos, s_pos[threadIdx.x]);
-        __syncthreads();
-        const int32_t *bt = m.block_tables + (int64_t)seq * m.max_blocks;
-        for (int32_t b = threadIdx.x; b <= s_maxpos / bs; b += PF_THREADS) {
-            int32_t blk = bt[b];
-            if (blk < 0 || blk >= g.nblocks)
-                atomicMin(&s_firstbad, b);
-        }
-        __syncthreads();
-        /* Rows whose keys reach a bad block are refused; the rest form the segment. */
-        if (threadIdx.x == 0)
-            s_maxpos = -1;
-        __syncthreads();
-        if (threadIdx.x < PF_BM && s_state[threadIdx.x] == 1 && s_seq[threadIdx.x] == seq) {
+        /* The rows' classes from the metadata alone (readable before the wait:
+         * the step's upload precedes every kernel of it); launched as a
+         * programmatic dependent of the decode, a block of a step without runs
+         * has done its work by the time the decode ends. Its stores, and every
+         * read of q and the cache, follow the wait. */
+        int zero = 0, bad = 0;
+        if (threadIdx.x < PF_BM) {
             int i = threadIdx.x;
-            if (s_pos[i] / bs >= s_firstbad) {
-                report(&m, REEL_E_LIMIT);
-                for (int64_t d = 0; d < DH; d++)
-                    out[(t0 + i) * g.qrow + h * DH + d] = from_f<T>(0.0f);
-                if (g.lse)
-                    g.lse[(t0 + i) * g.h + h] = -INFINITY;
-                s_state[i] = 0;
-            } else {
-                s_state[i] = 2; /* in this segment */
-                atomicMax(&s_maxpos, s_pos[i]);
+            int64_t t = t0 + i;
+            int st = 0;
+            int32_t s = -1, p = 0;
+            if (t < rows && attn_in_run(m, t, rows)) {
+                int ok = attn_token_ok(m, g, t, &s, &p); /* p: the last key, local under DCP */
+                if (ok == 1 && p >= 0) {
+                    st = 1;
+                } else {
+                    zero = 1;
+                    bad = ok != 1; /* in a run, so not padding */
+                }
             }
+            s_seq[i] = s;
+            s_pos[i] = p;
+            s_state[i] = st;
+        }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if (pdl)
+            cudaGridDependencySynchronize();
+#endif
+        if (zero) {
+            const int64_t t = t0 + threadIdx.x;
+            if (bad)
+                report(&m, REEL_E_LIMIT);
+            for (int64_t d = 0; d < DH; d++) /* a breach, or an empty DCP shard: (0, -inf) */
+                out[t * g.qrow + h * DH + d] = from_f<T>(0.0f);
+            if (g.lse)
+                g.lse[t * g.h + h] = -INFINITY;
         }
         __syncthreads();
-        const int32_t maxpos = s_maxpos;
 
-        /* This warp's rows gi and gi + 8 of its 16. */
-        const int r0 = warp * 16 + gi, r1 = r0 + 8;
-        const bool in0 = s_state[r0] == 2, in1 = s_state[r1] == 2;
-        const int32_t p0 = in0 ? s_pos[r0] : -1, p1 = in1 ? s_pos[r1] : -1;
-        int32_t wmax = max(p0, p1), wmin = min(p0, p1);
-        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 1));
-        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 2));
-        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 4));
-        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 8));
-        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 16));
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1)
-            wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, o));
+        for (;;) {
+            /* The next segment: the sequence of the first row still to do. */
+            if (threadIdx.x == 0) {
+                int cur = -1;
+                for (int i = 0; i < PF_BM && cur < 0; i++)
+                    if (s_state[i] == 1)
+                        cur = s_seq[i];
+                s_cur = cur;
+                s_maxpos = -1;
+                s_firstbad = 0x7fffffff;
+            }
+            __syncthreads();
+            const int32_t seq = s_cur;
+            if (seq < 0)
+                break;
+            if (threadIdx.x < PF_BM && s_state[threadIdx.x] == 1 && s_seq[threadIdx.x] == seq)
+                atomicMax(&s_maxpos, s_pos[threadIdx.x]);
+            __syncthreads();
+            const int32_t *bt = m.block_tables + (int64_t)seq * m.max_blocks;
+            for (int32_t b = threadIdx.x; b <= s_maxpos / bs; b += PF_THREADS) {
+                int32_t blk = bt[b];
+                if (blk < 0 || blk >= g.nblocks)
+                    atomicMin(&s_firstbad, b);
+            }
+            __syncthreads();
+            /* Rows whose keys reach a bad block are refused; the rest form the segment. */
+            if (threadIdx.x == 0)
+                s_maxpos = -1;
+            __syncthreads();
+            if (threadIdx.x < PF_BM && s_state[threadIdx.x] == 1 && s_seq[threadIdx.x] == seq) {
+                int i = threadIdx.x;
+                if (s_pos[i] / bs >= s_firstbad) {
+                    report(&m, REEL_E_LIMIT);
+                    for (int64_t d = 0; d < DH; d++)
+                        out[(t0 + i) * g.qrow + h * DH + d] = from_f<T>(0.0f);
+                    if (g.lse)
+                        g.lse[(t0 + i) * g.h + h] = -INFINITY;
+                    s_state[i] = 0;
+                } else {
+                    s_state[i] = 2; /* in this segment */
+                    atomicMax(&s_maxpos, s_pos[i]);
+                }
+            }
+            __syncthreads();
+            const int32_t maxpos = s_maxpos;
 
-        uint32_t qf[KSTEPS][4];
-        {
-            const T *q0 = q + (t0 + r0) * g.qrow + h * DH, *q1 = q + (t0 + r1) * g.qrow + h * DH;
+            /* This warp's rows gi and gi + 8 of its 16. */
+            const int r0 = warp * 16 + gi, r1 = r0 + 8;
+            const bool in0 = s_state[r0] == 2, in1 = s_state[r1] == 2;
+            const int32_t p0 = in0 ? s_pos[r0] : -1, p1 = in1 ? s_pos[r1] : -1;
+            int32_t wmax = max(p0, p1), wmin = min(p0, p1);
+            wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 1));
+            wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 2));
+            wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 4));
+            wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 8));
+            wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, 16));
 #pragma unroll
-            for (int kk = 0; kk < KSTEPS; kk++) {
-                int d = kk * 16 + ti * 2;
-                qf[kk][0] = in0 ? *(const uint32_t *)(q0 + d) : 0u;
-                qf[kk][1] = in1 ? *(const uint32_t *)(q1 + d) : 0u;
-                qf[kk][2] = in0 ? *(const uint32_t *)(q0 + d + 8) : 0u;
-                qf[kk][3] = in1 ? *(const uint32_t *)(q1 + d + 8) : 0u;
-            }
-        }
-        float o[DTILES][4];
-#pragma unroll
-        for (int n = 0; n < DTILES; n++)
-            o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-        float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+            for (int o = 1; o < 32; o <<= 1)
+                wmin = min(wmin, __shfl_xor_sync(0xffffffffu, wmin, o));
 
-        /* Two stages: tile it + 1 is in flight while tile it is computed. */
-        auto load_tile = [&](int32_t kt, int stage) {
-            T *ks = ks_all[stage], *vs = vs_all[stage];
-            static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
-            const int part = threadIdx.x % CPR;
-            for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
-                int32_t j = kt + r;
-                const T *ksrc = kc, *vsrc = vc;
-                int bytes = 0;
-                if (j <= maxpos) {
-                    int64_t row = ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
-                    ksrc = kc + row;
-                    vsrc = vc + row;
-                    bytes = 16;
-                }
-                cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
-                cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
-            }
-            cp_async_commit();
-        };
-        /* The online softmax of rows r0 (c0, c1) and r1 (c2, c3) over the
-         * scores of the tile at key kt, on raw scores: max first, then
-         * exp2(s * qscale - max * qscale) in one FMA; sc becomes P, and c0,
-         * c1 the factor o takes before P V is added (rescale_o). A tile wholly at or before both rows' positions needs no
-         * mask (most tiles of a causal prefill). */
-        float c0 = 1.0f, c1 = 1.0f; /* the last softmax's rescale of o, rows r0 and r1 */
-        auto rescale_o = [&]() {
+            uint32_t qf[KSTEPS][4];
+            {
+                const T *q0 = q + (t0 + r0) * g.qrow + h * DH, *q1 = q + (t0 + r1) * g.qrow + h * DH;
 #pragma unroll
-            for (int n = 0; n < DTILES; n++) {
-                o[n][0] *= c0;
-                o[n][1] *= c0;
-                o[n][2] *= c1;
-                o[n][3] *= c1;
-            }
-        };
-        auto softmax = [&](float (&sc)[STILES][4], int32_t kt) {
-            float mx0 = m0, mx1 = m1;
-            if (kt + PF_BN - 1 <= wmin) {
-#pragma unroll
-                for (int n = 0; n < STILES; n++) {
-                    mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
-                    mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
-                }
-            } else {
-#pragma unroll
-                for (int n = 0; n < STILES; n++) {
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        int32_t j = kt + n * 8 + ti * 2 + e;
-                        sc[n][e] = j <= p0 ? sc[n][e] : -INFINITY;
-                        sc[n][2 + e] = j <= p1 ? sc[n][2 + e] : -INFINITY;
-                        mx0 = fmaxf(mx0, sc[n][e]);
-                        mx1 = fmaxf(mx1, sc[n][2 + e]);
-                    }
+                for (int kk = 0; kk < KSTEPS; kk++) {
+                    int d = kk * 16 + ti * 2;
+                    qf[kk][0] = in0 ? *(const uint32_t *)(q0 + d) : 0u;
+                    qf[kk][1] = in1 ? *(const uint32_t *)(q1 + d) : 0u;
+                    qf[kk][2] = in0 ? *(const uint32_t *)(q0 + d + 8) : 0u;
+                    qf[kk][3] = in1 ? *(const uint32_t *)(q1 + d + 8) : 0u;
                 }
             }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            /* m0, m1 are raw maxima; a row with no key yet stays -inf. */
-            float s0 = mx0 == -INFINITY ? 0.0f : mx0 * qscale, s1 = mx1 == -INFINITY ? 0.0f : mx1 * qscale;
-            c0 = mx0 == -INFINITY ? 1.0f : exp2f((m0 - mx0) * qscale);
-            c1 = mx1 == -INFINITY ? 1.0f : exp2f((m1 - mx1) * qscale);
-            m0 = mx0;
-            m1 = mx1;
-            l0 *= c0;
-            l1 *= c1;
+            float o[DTILES][4];
 #pragma unroll
-            for (int n = 0; n < STILES; n++) {
-                sc[n][0] = exp2f(fmaf(sc[n][0], qscale, -s0));
-                sc[n][1] = exp2f(fmaf(sc[n][1], qscale, -s0));
-                sc[n][2] = exp2f(fmaf(sc[n][2], qscale, -s1));
-                sc[n][3] = exp2f(fmaf(sc[n][3], qscale, -s1));
-                l0 += sc[n][0] + sc[n][1];
-                l1 += sc[n][2] + sc[n][3];
-            }
-        };
-        /* P's A fragment for keys 16 kk .. 16 kk + 15: two S n-tiles. */
-        auto p_frag = [&](const float (&sc)[STILES][4], int kk, uint32_t (&a)[4]) {
-            a[0] = mma_op<T>::pack2(sc[2 * kk][0], sc[2 * kk][1]);
-            a[1] = mma_op<T>::pack2(sc[2 * kk][2], sc[2 * kk][3]);
-            a[2] = mma_op<T>::pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-            a[3] = mma_op<T>::pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
-        };
-        const int ntiles = maxpos / PF_BN + 1;
-        __syncthreads(); /* the previous segment no longer reads the stages */
-        if constexpr (WG) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-            /* Three stages, and P V of one tile on the tensor cores while
-             * the next tile's softmax runs. Per tile it: find tile it + 2's
-             * rows, load tile it + 1 (into the stage of tile it - 2, whose
-             * products are done), wait for tile it, issue S(it), rescale o, issue
-             * PV(it - 1) from P's registers, wait for S(it) alone, softmax,
-             * wait for PV(it - 1), pack P(it). Every tile holds a key of
-             * some row (the loop ends at maxpos), and the products are the
-             * warpgroup's: no warp skips one. */
-            float sc[STILES][4];
-            uint32_t pa[PF_BN / 16][4]; /* P of the last softmax, as A fragments */
-            /* Each key's cache row (element offset of this kv head, -1 past
-             * maxpos), found two tiles ahead by a thread a key: the loads
-             * then need no dependent read of the block table. */
-            __shared__ int64_t s_row[NS][PF_BN];
-            auto rows_of = [&](int it) {
-                if (threadIdx.x < PF_BN) {
-                    int32_t j = it * PF_BN + (int32_t)threadIdx.x;
-                    s_row[it % NS][threadIdx.x] =
-                        j <= maxpos ? ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH : -1;
-                }
-            };
-            /* 128-byte swizzled rows: dims 64 a .. 64 a + 63 of key r at
-             * byte 128 (PF_BN a + r), their 16-byte chunk c at (c ^ r % 8);
-             * a row's chunks come from consecutive threads. */
-            auto load_wg = [&](int it) {
-                unsigned char *ks = (unsigned char *)ks_all[it % NS], *vs = (unsigned char *)vs_all[it % NS];
-                const int64_t *rw = s_row[it % NS];
+            for (int n = 0; n < DTILES; n++)
+                o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+            float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+            /* Two stages: tile it + 1 is in flight while tile it is computed. */
+            auto load_tile = [&](int32_t kt, int stage) {
+                T *ks = ks_all[stage], *vs = vs_all[stage];
                 static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
                 const int part = threadIdx.x % CPR;
-#pragma unroll
                 for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
-                    const int64_t row = rw[r];
-                    const int64_t e = row >= 0 ? row + part * 8 : 0;
-                    const int bytes = row >= 0 ? 16 : 0;
-                    const int off = (part >> 3) * (PF_BN * 128) + r * 128 + (((part & 7) ^ (r & 7)) << 4);
-                    cp_async16(ks + off, kc + e, bytes);
-                    cp_async16(vs + off, vc + e, bytes);
+                    int32_t j = kt + r;
+                    const T *ksrc = kc, *vsrc = vc;
+                    int bytes = 0;
+                    if (j <= maxpos) {
+                        int64_t row =
+                            ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
+                        ksrc = kc + row;
+                        vsrc = vc + row;
+                        bytes = 16;
+                    }
+                    cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
+                    cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
                 }
                 cp_async_commit();
             };
-            auto s_issue = [&](int it) {
-                const unsigned char *ks = (const unsigned char *)ks_all[it % NS];
-                wg_fence();
-                /* K-major B (dims contiguous): k-step kk starts 32 bytes
-                 * into its 64 dims' rows; 8 keys are 1024 bytes apart. */
+            /* The online softmax of rows r0 (c0, c1) and r1 (c2, c3) over the
+             * scores of the tile at key kt, on raw scores: max first, then
+             * exp2(s * qscale - max * qscale) in one FMA; sc becomes P, and c0,
+             * c1 the factor o takes before P V is added (rescale_o). A tile
+             * wholly at or before both rows' positions needs no mask (most
+             * tiles of a causal prefill). */
+            float c0 = 1.0f, c1 = 1.0f; /* the last softmax's rescale of o, rows r0 and r1 */
+            auto rescale_o = [&]() {
 #pragma unroll
-                for (int kk = 0; kk < KSTEPS; kk++)
-                    wg_mma<T, PF_BN>::template run<0>(
-                        &sc[0][0], qf[kk], wg_desc(ks + (kk >> 2) * (PF_BN * 128) + (kk & 3) * 32, 16, 1024, true),
-                        kk > 0);
-                wg_commit();
-            };
-            auto pv_issue = [&](int it) {
-                const unsigned char *vs = (const unsigned char *)vs_all[it % NS];
-                rescale_o();
-                wg_fence(); /* o's rescale and P's registers before the products */
-                /* N-major B (V's dims contiguous): keys 16 kk on; the
-                 * leading offset steps 64 dims, the stride offset 8 keys. */
-#pragma unroll
-                for (int kk = 0; kk < PF_BN / 16; kk++)
-                    wg_mma<T, DH>::template run<1>(&o[0][0], pa[kk], wg_desc(vs + kk * 2048, PF_BN * 128, 1024, true),
-                                                   1);
-                wg_commit();
-            };
-            auto pack_p = [&]() {
-#pragma unroll
-                for (int kk = 0; kk < PF_BN / 16; kk++)
-                    p_frag(sc, kk, pa[kk]);
-            };
-            rows_of(0);
-            if (ntiles > 1)
-                rows_of(1);
-            __syncthreads();
-            load_wg(0);
-            for (int it = 0; it < ntiles; it++) {
-                if (it + 2 < ntiles)
-                    rows_of(it + 2); /* tile it - 1's rows, whose loads are issued */
-                if (it + 1 < ntiles) {
-                    load_wg(it + 1);
-                    cp_async_wait<1>();
-                } else {
-                    cp_async_wait<0>();
+                for (int n = 0; n < DTILES; n++) {
+                    o[n][0] *= c0;
+                    o[n][1] *= c0;
+                    o[n][2] *= c1;
+                    o[n][3] *= c1;
                 }
-                fence_proxy_async(); /* the tensor cores read what cp.async wrote */
+            };
+            auto softmax = [&](float (&sc)[STILES][4], int32_t kt) {
+                float mx0 = m0, mx1 = m1;
+                if (kt + PF_BN - 1 <= wmin) {
+#pragma unroll
+                    for (int n = 0; n < STILES; n++) {
+                        mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
+                        mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
+                    }
+                } else {
+#pragma unroll
+                    for (int n = 0; n < STILES; n++) {
+#pragma unroll
+                        for (int e = 0; e < 2; e++) {
+                            int32_t j = kt + n * 8 + ti * 2 + e;
+                            sc[n][e] = j <= p0 ? sc[n][e] : -INFINITY;
+                            sc[n][2 + e] = j <= p1 ? sc[n][2 + e] : -INFINITY;
+                            mx0 = fmaxf(mx0, sc[n][e]);
+                            mx1 = fmaxf(mx1, sc[n][2 + e]);
+                        }
+                    }
+                }
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+                /* m0, m1 are raw maxima; a row with no key yet stays -inf. */
+                float s0 = mx0 == -INFINITY ? 0.0f : mx0 * qscale, s1 = mx1 == -INFINITY ? 0.0f : mx1 * qscale;
+                c0 = mx0 == -INFINITY ? 1.0f : exp2f((m0 - mx0) * qscale);
+                c1 = mx1 == -INFINITY ? 1.0f : exp2f((m1 - mx1) * qscale);
+                m0 = mx0;
+                m1 = mx1;
+                l0 *= c0;
+                l1 *= c1;
+#pragma unroll
+                for (int n = 0; n < STILES; n++) {
+                    sc[n][0] = exp2f(fmaf(sc[n][0], qscale, -s0));
+                    sc[n][1] = exp2f(fmaf(sc[n][1], qscale, -s0));
+                    sc[n][2] = exp2f(fmaf(sc[n][2], qscale, -s1));
+                    sc[n][3] = exp2f(fmaf(sc[n][3], qscale, -s1));
+                    l0 += sc[n][0] + sc[n][1];
+                    l1 += sc[n][2] + sc[n][3];
+                }
+            };
+            /* P's A fragment for keys 16 kk .. 16 kk + 15: two S n-tiles. */
+            auto p_frag = [&](const float (&sc)[STILES][4], int kk, uint32_t (&a)[4]) {
+                a[0] = mma_op<T>::pack2(sc[2 * kk][0], sc[2 * kk][1]);
+                a[1] = mma_op<T>::pack2(sc[2 * kk][2], sc[2 * kk][3]);
+                a[2] = mma_op<T>::pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+                a[3] = mma_op<T>::pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+            };
+            const int ntiles = maxpos / PF_BN + 1;
+            __syncthreads(); /* the previous segment no longer reads the stages */
+            if constexpr (WG) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+                /* Three stages, and P V of one tile on the tensor cores while
+                 * the next tile's softmax runs. Per tile it: find tile it + 2's
+                 * rows, load tile it + 1 (into the stage of tile it - 2, whose
+                 * products are done), wait for tile it, issue S(it), rescale o,
+                 * issue PV(it - 1) from P's registers, wait for S(it) alone,
+                 * softmax, wait for PV(it - 1), pack P(it). Every tile holds a
+                 * key of some row (the loop ends at maxpos), and the products
+                 * are the warpgroup's: no warp skips one. */
+                float sc[STILES][4];
+                uint32_t pa[PF_BN / 16][4]; /* P of the last softmax, as A fragments */
+                /* Each key's cache row (element offset of this kv head, -1 past
+                 * maxpos), found two tiles ahead by a thread a key: the loads
+                 * then need no dependent read of the block table. */
+                __shared__ int64_t s_row[NS][PF_BN];
+                auto rows_of = [&](int it) {
+                    if (threadIdx.x < PF_BN) {
+                        int32_t j = it * PF_BN + (int32_t)threadIdx.x;
+                        s_row[it % NS][threadIdx.x] =
+                            j <= maxpos
+                                ? ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH
+                                : -1;
+                    }
+                };
+                /* 128-byte swizzled rows: dims 64 a .. 64 a + 63 of key r at
+                 * byte 128 (PF_BN a + r), their 16-byte chunk c at (c ^ r % 8);
+                 * a row's chunks come from consecutive threads. */
+                auto load_wg = [&](int it) {
+                    unsigned char *ks = (unsigned char *)ks_all[it % NS], *vs = (unsigned char *)vs_all[it % NS];
+                    const int64_t *rw = s_row[it % NS];
+                    static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
+                    const int part = threadIdx.x % CPR;
+#pragma unroll
+                    for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
+                        const int64_t row = rw[r];
+                        const int64_t e = row >= 0 ? row + part * 8 : 0;
+                        const int bytes = row >= 0 ? 16 : 0;
+                        const int off = (part >> 3) * (PF_BN * 128) + r * 128 + (((part & 7) ^ (r & 7)) << 4);
+                        cp_async16(ks + off, kc + e, bytes);
+                        cp_async16(vs + off, vc + e, bytes);
+                    }
+                    cp_async_commit();
+                };
+                auto s_issue = [&](int it) {
+                    const unsigned char *ks = (const unsigned char *)ks_all[it % NS];
+                    wg_fence();
+                    /* K-major B (dims contiguous): k-step kk starts 32 bytes
+                     * into its 64 dims' rows; 8 keys are 1024 bytes apart. */
+#pragma unroll
+                    for (int kk = 0; kk < KSTEPS; kk++)
+                        wg_mma<T, PF_BN>::template run<0>(
+                            &sc[0][0], qf[kk], wg_desc(ks + (kk >> 2) * (PF_BN * 128) + (kk & 3) * 32, 16, 1024, true),
+                            kk > 0);
+                    wg_commit();
+                };
+                auto pv_issue = [&](int it) {
+                    const unsigned char *vs = (const unsigned char *)vs_all[it % NS];
+                    rescale_o();
+                    wg_fence(); /* o's rescale and P's registers before the products */
+                    /* N-major B (V's dims contiguous): keys 16 kk on; the
+                     * leading offset steps 64 dims, the stride offset 8 keys. */
+#pragma unroll
+                    for (int kk = 0; kk < PF_BN / 16; kk++)
+                        wg_mma<T, DH>::template run<1>(&o[0][0], pa[kk],
+                                                       wg_desc(vs + kk * 2048, PF_BN * 128, 1024, true), 1);
+                    wg_commit();
+                };
+                auto pack_p = [&]() {
+#pragma unroll
+                    for (int kk = 0; kk < PF_BN / 16; kk++)
+                        p_frag(sc, kk, pa[kk]);
+                };
+                rows_of(0);
+                if (ntiles > 1)
+                    rows_of(1);
                 __syncthreads();
-                s_issue(it);
-                if (it > 0) {
-                    pv_issue(it - 1);
-                    wg_wait<1>();
-                } else {
+                load_wg(0);
+                for (int it = 0; it < ntiles; it++) {
+                    if (it + 2 < ntiles)
+                        rows_of(it + 2); /* tile it - 1's rows, whose loads are issued */
+                    if (it + 1 < ntiles) {
+                        load_wg(it + 1);
+                        cp_async_wait<1>();
+                    } else {
+                        cp_async_wait<0>();
+                    }
+                    fence_proxy_async(); /* the tensor cores read what cp.async wrote */
+                    __syncthreads();
+                    s_issue(it);
+                    if (it > 0) {
+                        pv_issue(it - 1);
+                        wg_wait<1>();
+                    } else {
+                        wg_wait<0>();
+                    }
+                    wg_hold(sc);
+                    softmax(sc, it * PF_BN);
                     wg_wait<0>();
+                    wg_hold(o);
+                    pack_p();
                 }
-                wg_hold(sc);
-                softmax(sc, it * PF_BN);
+                pv_issue(ntiles - 1);
                 wg_wait<0>();
                 wg_hold(o);
-                pack_p();
-            }
-            pv_issue(ntiles - 1);
-            wg_wait<0>();
-            wg_hold(o);
 #endif
-        } else {
-            load_tile(0, 0);
-            for (int it = 0; it < ntiles; it++) {
-                const int32_t kt = it * PF_BN;
-                if (it + 1 < ntiles)
-                    load_tile(kt + PF_BN, (it + 1) & 1);
-                else
-                    cp_async_commit(); /* an empty group keeps the count */
-                cp_async_wait_1();
-                __syncthreads();
-                const T *ks = ks_all[it & 1], *vs = vs_all[it & 1];
-                if (kt > wmax) {
+            } else {
+                load_tile(0, 0);
+                for (int it = 0; it < ntiles; it++) {
+                    const int32_t kt = it * PF_BN;
+                    if (it + 1 < ntiles)
+                        load_tile(kt + PF_BN, (it + 1) & 1);
+                    else
+                        cp_async_commit(); /* an empty group keeps the count */
+                    cp_async_wait_1();
                     __syncthreads();
-                    continue; /* every key of the tile is after this warp's rows */
-                }
-                float sc[STILES][4];
-#pragma unroll
-                for (int n = 0; n < STILES; n++)
-                    sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-#pragma unroll
-                for (int kk = 0; kk < KSTEPS; kk++) {
-#pragma unroll
-                    for (int n = 0; n < STILES; n += 2) {
-                        uint32_t b[4];
-                        int key = n * 8 + (lane >> 4) * 8 + (lane & 7);
-                        int dim = kk * 16 + ((lane >> 3) & 1) * 8;
-                        ldsm_x4(b, &ks[key * LD + dim]);
-                        mma_op<T>::run(sc[n], qf[kk], b);
-                        mma_op<T>::run(sc[n + 1], qf[kk], b + 2);
+                    const T *ks = ks_all[it & 1], *vs = vs_all[it & 1];
+                    if (kt > wmax) {
+                        __syncthreads();
+                        continue; /* every key of the tile is after this warp's rows */
                     }
-                }
-                softmax(sc, kt);
-                rescale_o();
-                /* O += P V, 16 keys per k-step. */
+                    float sc[STILES][4];
 #pragma unroll
-                for (int kk = 0; kk < PF_BN / 16; kk++) {
-                    uint32_t a[4];
-                    p_frag(sc, kk, a);
+                    for (int n = 0; n < STILES; n++)
+                        sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
 #pragma unroll
-                    for (int n = 0; n < DTILES; n += 2) {
-                        uint32_t b[4];
-                        int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-                        int dim = (n + (lane >> 4)) * 8;
-                        ldsm_x4_t(b, &vs[key * LD + dim]);
-                        mma_op<T>::run(o[n], a, b);
-                        mma_op<T>::run(o[n + 1], a, b + 2);
+                    for (int kk = 0; kk < KSTEPS; kk++) {
+#pragma unroll
+                        for (int n = 0; n < STILES; n += 2) {
+                            uint32_t b[4];
+                            int key = n * 8 + (lane >> 4) * 8 + (lane & 7);
+                            int dim = kk * 16 + ((lane >> 3) & 1) * 8;
+                            ldsm_x4(b, &ks[key * LD + dim]);
+                            mma_op<T>::run(sc[n], qf[kk], b);
+                            mma_op<T>::run(sc[n + 1], qf[kk], b + 2);
+                        }
                     }
+                    softmax(sc, kt);
+                    rescale_o();
+                    /* O += P V, 16 keys per k-step. */
+#pragma unroll
+                    for (int kk = 0; kk < PF_BN / 16; kk++) {
+                        uint32_t a[4];
+                        p_frag(sc, kk, a);
+#pragma unroll
+                        for (int n = 0; n < DTILES; n += 2) {
+                            uint32_t b[4];
+                            int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+                            int dim = (n + (lane >> 4)) * 8;
+                            ldsm_x4_t(b, &vs[key * LD + dim]);
+                            mma_op<T>::run(o[n], a, b);
+                            mma_op<T>::run(o[n + 1], a, b + 2);
+                        }
+                    }
+                    __syncthreads(); /* the next prefetch reuses this stage */
                 }
-                __syncthreads(); /* the next prefetch reuses this stage */
             }
-        }
 
-        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-        T *o0 = out + (t0 + r0) * g.qrow + h * DH, *o1 = out + (t0 + r1) * g.qrow + h * DH;
+            l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+            l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+            l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+            l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+            T *o0 = out + (t0 + r0) * g.qrow + h * DH, *o1 = out + (t0 + r1) * g.qrow + h * DH;
 #pragma unroll
-        for (int n = 0; n < DTILES; n++) {
-            int d = n * 8 + ti * 2;
-            if (in0) {
-                o0[d] = from_f<T>(o[n][0] / l0);
-                o0[d + 1] = from_f<T>(o[n][1] / l0);
+            for (int n = 0; n < DTILES; n++) {
+                int d = n * 8 + ti * 2;
+                if (in0) {
+                    o0[d] = from_f<T>(o[n][0] / l0);
+                    o0[d + 1] = from_f<T>(o[n][1] / l0);
+                }
+                if (in1) {
+                    o1[d] = from_f<T>(o[n][2] / l1);
+                    o1[d + 1] = from_f<T>(o[n][3] / l1);
+                }
             }
-            if (in1) {
-                o1[d] = from_f<T>(o[n][2] / l1);
-                o1[d + 1] = from_f<T>(o[n][3] / l1);
+            if (g.lse && ti == 0) { /* m0, m1 are raw maxima: scaled here */
+                if (in0)
+                    g.lse[(t0 + r0) * g.h + h] = (m0 * qscale + log2f(l0)) * REEL_ATTN_LN2;
+                if (in1)
+                    g.lse[(t0 + r1) * g.h + h] = (m1 * qscale + log2f(l1)) * REEL_ATTN_LN2;
             }
+            __syncthreads();
+            if (threadIdx.x < PF_BM && s_state[threadIdx.x] == 2)
+                s_state[threadIdx.x] = 0;
+            __syncthreads();
         }
-        if (g.lse && ti == 0) { /* m0, m1 are raw maxima: scaled here */
-            if (in0)
-                g.lse[(t0 + r0) * g.h + h] = (m0 * qscale + log2f(l0)) * REEL_ATTN_LN2;
-            if (in1)
-                g.lse[(t0 + r1) * g.h + h] = (m1 * qscale + log2f(l1)) * REEL_ATTN_LN2;
-        }
-        __syncthreads();
-        if (threadIdx.x < PF_BM && s_state[threadIdx.x] == 2)
-            s_state[threadIdx.x] = 0;
-        __syncthreads();
-    }
     }
 }
 
