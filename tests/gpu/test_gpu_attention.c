@@ -213,8 +213,8 @@ Test(gpu_attention, long_prefills_match_host, .init = setup, .fini = teardown, .
 
 /* A large mixed batch: 600 prefill tokens beside 40 decodes, a two-token
  * run and padding, 645 rows. With 32 and 16 kv heads the decode grid has
- * more than 8192 (token, chunk, head group) items, so its blocks take 2 to
- * 16 head groups each in turn (attn_decode_mma.cu, dm_ypb); with 4 it has
+ * more than 8192 (token, chunk, head group) items, so its blocks take 4 and
+ * 2 head groups each in turn (attn_decode_mma.cu, dm_ypb); with 4 it has
  * fewer and takes one. */
 Test(gpu_attention, large_mixed_batch_matches_host, .init = setup, .fini = teardown, .timeout = 240)
 {
