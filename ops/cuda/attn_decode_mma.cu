@@ -621,9 +621,10 @@ __global__ void __launch_bounds__(DM_THREADS)
     }
 }
 
-/* Head groups a block takes: 1 while the grid has at most DM_YPB_GRID
- * blocks (every decode batch to 64 tokens), else halved grids down to
- * DM_YPB_GRID (measured: docs/attention.md). Depends only on the launch. */
+/* Head groups a block takes: 1 while the grid has fewer than 2 x
+ * DM_YPB_GRID items (every decode batch to 64 tokens with up to 64 kv head
+ * groups), else the grid halved while it keeps DM_YPB_GRID blocks
+ * (docs/attention.md). Depends only on the launch. */
 static int dm_ypb(int64_t items, int64_t ny, bool fw_on)
 {
     int ypb = 1;

@@ -64,7 +64,9 @@ __device__ __forceinline__ void fence_proxy_async()
 }
 
 /* d[N/2] += A (64 x 16, this thread's four registers, the mma.sync A
- * fragment of rows 16 * warp ..) x B (16 x N at desc); TB 1: B is N-major. */
+ * fragment of rows 16 * warp ..) x B (16 x N at desc), or d = A x B where
+ * scale_d is 0; TB 1: B is N-major. d holds the mma.sync C fragments of
+ * the N / 8 column tiles in order. */
 template <typename T, int N> struct wg_mma;
 /* One specialization a (type, N): the operand lists are written out, as
  * inline assembly needs. */
