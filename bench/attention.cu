@@ -8,7 +8,8 @@
  * L2, so K/V come from HBM as in a real step), captures one launch per layer
  * in a CUDA graph and replays it; the time per layer is the median of the
  * replays over L. Output: a markdown table.
- *   bench_attention [reps [point]]  (point: one row's index, from 0, for profiling) */
+ *   bench_attention [reps [point | prefill | decode]]  (point: one row's
+ *   index, from 0, for profiling; prefill, decode: those rows only) */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -231,7 +232,11 @@ static double run_point(reel_ctx *ctx, const reel_op_impl *impl, const point &pt
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 20;
-    int only = argc > 2 ? atoi(argv[2]) : -1; /* one point, by its row number (for profiling) */
+    /* The second argument picks points: a row number (one point, for
+     * profiling), or "prefill" or "decode" (those rows only, for A/B runs). */
+    const char *pick = argc > 2 ? argv[2] : "";
+    int only = pick[0] >= '0' && pick[0] <= '9' ? atoi(pick) : -1;
+    int kind = strcmp(pick, "prefill") == 0 ? 2 : strcmp(pick, "decode") == 0 ? 1 : 0;
     reel_ctx *ctx;
     reel_ctx_opts o = REEL_CTX_OPTS_INIT;
     o.backend = REEL_BACKEND_CUDA;
@@ -259,7 +264,7 @@ int main(int argc, char **argv)
         }
     for (size_t i = 0; i < pts.size(); i++) {
         const point &pt = pts[i];
-        if (only >= 0 && (size_t)only != i)
+        if ((only >= 0 && (size_t)only != i) || (kind == 2 && pt.qlen == 1) || (kind == 1 && pt.qlen > 1))
             continue;
         double kvb;
         double us = run_point(ctx, impl, pt, reps, &kvb);

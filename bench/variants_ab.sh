@@ -8,6 +8,9 @@
 # (its whole table, REEL_AB_ARGS its arguments), e.g. the matmul workspace:
 #   REEL_AB_PROGRAM=bench_prefill_gemm bench/variants_ab.sh \
 #       "ws4:-DREEL_CUDA_WS_HOPPER_MIB=4" "ws32:-DREEL_CUDA_WS_HOPPER_MIB=32"
+# or the two prefill kernels:
+#   REEL_AB_PROGRAM=bench_attention REEL_AB_ARGS="20 prefill" bench/variants_ab.sh \
+#       "wgmma:" "sync:-DREEL_ATTN_PREFILL_SYNC"
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/reel-step-out}
