@@ -491,23 +491,15 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
                     mx1 = fmaxf(mx1, sc[n][2 + e]);
                 }
             }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            mx0 = quad_max(mx0);
+            mx1 = quad_max(mx1);
             /* The warp's first key is live, so mx0 and mx1 are finite. */
             float c0 = exp2f(m0 - mx0), c1 = exp2f(m1 - mx1);
             m0 = mx0;
             m1 = mx1;
             l0 *= c0;
             l1 *= c1;
-#pragma unroll
-            for (int n = 0; n < DTILES; n++) {
-                o[n][0] *= c0;
-                o[n][1] *= c0;
-                o[n][2] *= c1;
-                o[n][3] *= c1;
-            }
+            scale_rows(o, c0, c1);
 #pragma unroll
             for (int n = 0; n < 2; n++) {
                 sc[n][0] = exp2f(sc[n][0] - mx0);
@@ -518,10 +510,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
                 l1 += sc[n][2] + sc[n][3];
             }
             uint32_t a[4];
-            a[0] = mma_op<T>::pack2(sc[0][0], sc[0][1]);
-            a[1] = mma_op<T>::pack2(sc[0][2], sc[0][3]);
-            a[2] = mma_op<T>::pack2(sc[1][0], sc[1][1]);
-            a[3] = mma_op<T>::pack2(sc[1][2], sc[1][3]);
+            c_to_a<T>(sc[0], sc[1], a);
 #pragma unroll
             for (int n = 0; n < DTILES; n += 2) {
                 uint32_t b[4];
@@ -536,10 +525,8 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     }
 
     /* Merge the warps: each writes its rows' (O, m, l); fixed order below. */
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
     float *mw = mrg + (size_t)warp * DM_ROWS * (DH + 2);
 #pragma unroll
     for (int n = 0; n < DTILES; n++) {

@@ -217,15 +217,7 @@ __global__ void __launch_bounds__(PF_THREADS)
              * wholly at or before both rows' positions needs no mask (most
              * tiles of a causal prefill). */
             float c0 = 1.0f, c1 = 1.0f; /* the last softmax's rescale of o, rows r0 and r1 */
-            auto rescale_o = [&]() {
-#pragma unroll
-                for (int n = 0; n < DTILES; n++) {
-                    o[n][0] *= c0;
-                    o[n][1] *= c0;
-                    o[n][2] *= c1;
-                    o[n][3] *= c1;
-                }
-            };
+            auto rescale_o = [&]() { scale_rows(o, c0, c1); };
             auto softmax = [&](float (&sc)[STILES][4], int32_t kt) {
                 float mx0 = m0, mx1 = m1;
                 if (kt + PF_BN - 1 <= wmin) {
@@ -247,10 +239,8 @@ __global__ void __launch_bounds__(PF_THREADS)
                         }
                     }
                 }
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+                mx0 = quad_max(mx0);
+                mx1 = quad_max(mx1);
                 /* m0, m1 are raw maxima; a row with no key yet stays -inf. */
                 float s0 = mx0 == -INFINITY ? 0.0f : mx0 * qscale, s1 = mx1 == -INFINITY ? 0.0f : mx1 * qscale;
                 c0 = mx0 == -INFINITY ? 1.0f : exp2f((m0 - mx0) * qscale);
@@ -271,10 +261,7 @@ __global__ void __launch_bounds__(PF_THREADS)
             };
             /* P's A fragment for keys 16 kk .. 16 kk + 15: two S n-tiles. */
             auto p_frag = [&](const float (&sc)[STILES][4], int kk, uint32_t (&a)[4]) {
-                a[0] = mma_op<T>::pack2(sc[2 * kk][0], sc[2 * kk][1]);
-                a[1] = mma_op<T>::pack2(sc[2 * kk][2], sc[2 * kk][3]);
-                a[2] = mma_op<T>::pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-                a[3] = mma_op<T>::pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+                c_to_a<T>(sc[2 * kk], sc[2 * kk + 1], a);
             };
             const int ntiles = maxpos / PF_BN + 1;
             __syncthreads(); /* the previous segment no longer reads the stages */
@@ -436,10 +423,8 @@ __global__ void __launch_bounds__(PF_THREADS)
                 }
             }
 
-            l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-            l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-            l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-            l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+            l0 = quad_sum(l0);
+            l1 = quad_sum(l1);
             T *o0 = out + (t0 + r0) * g.qrow + h * DH, *o1 = out + (t0 + r1) * g.qrow + h * DH;
 #pragma unroll
             for (int n = 0; n < DTILES; n++) {

@@ -40,6 +40,42 @@ template <> struct mma_op<__half> {
     }
 };
 
+/* The rows of an m16n8 C fragment are held by quads of lanes (lane / 4):
+ * the max and the sum over a row's quad. */
+__device__ __forceinline__ float quad_max(float v)
+{
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v)
+{
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/* Scales rows gi (by c0) and gi + 8 (by c1) of N C fragments. */
+template <int N> __device__ __forceinline__ void scale_rows(float (&o)[N][4], float c0, float c1)
+{
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        o[n][0] *= c0;
+        o[n][1] *= c0;
+        o[n][2] *= c1;
+        o[n][3] *= c1;
+    }
+}
+
+/* The A fragment of a 16-wide k-step from the C fragments of its two
+ * 8-wide halves (P of the online softmax, kept in registers). */
+template <typename T> __device__ __forceinline__ void c_to_a(const float *lo, const float *hi, uint32_t (&a)[4])
+{
+    a[0] = mma_op<T>::pack2(lo[0], lo[1]);
+    a[1] = mma_op<T>::pack2(lo[2], lo[3]);
+    a[2] = mma_op<T>::pack2(hi[0], hi[1]);
+    a[3] = mma_op<T>::pack2(hi[2], hi[3]);
+}
+
 __device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *smem)
 {
     uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
