@@ -189,27 +189,6 @@ __global__ void __launch_bounds__(PF_THREADS)
                 o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
             float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-            /* Two stages: tile it + 1 is in flight while tile it is computed. */
-            auto load_tile = [&](int32_t kt, int stage) {
-                T *ks = ks_all[stage], *vs = vs_all[stage];
-                static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
-                const int part = threadIdx.x % CPR;
-                for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
-                    int32_t j = kt + r;
-                    const T *ksrc = kc, *vsrc = vc;
-                    int bytes = 0;
-                    if (j <= maxpos) {
-                        int64_t row =
-                            ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
-                        ksrc = kc + row;
-                        vsrc = vc + row;
-                        bytes = 16;
-                    }
-                    cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
-                    cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
-                }
-                cp_async_commit();
-            };
             /* The online softmax of rows r0 (c0, c1) and r1 (c2, c3) over the
              * scores of the tile at key kt, on raw scores: max first, then
              * exp2(s * qscale - max * qscale) in one FMA; sc becomes P, and c0,
@@ -317,7 +296,7 @@ __global__ void __launch_bounds__(PF_THREADS)
 #pragma unroll
                     for (int kk = 0; kk < KSTEPS; kk++)
                         wg_mma<T, PF_BN>::template run<0>(
-                            &sc[0][0], qf[kk], wg_desc(ks + (kk >> 2) * (PF_BN * 128) + (kk & 3) * 32, 16, 1024, true),
+                            &sc[0][0], qf[kk], wg_desc_sw128(ks + (kk >> 2) * (PF_BN * 128) + (kk & 3) * 32, 16, 1024),
                             kk > 0);
                     wg_commit();
                 };
@@ -330,7 +309,7 @@ __global__ void __launch_bounds__(PF_THREADS)
 #pragma unroll
                     for (int kk = 0; kk < PF_BN / 16; kk++)
                         wg_mma<T, DH>::template run<1>(&o[0][0], pa[kk],
-                                                       wg_desc(vs + kk * 2048, PF_BN * 128, 1024, true), 1);
+                                                       wg_desc_sw128(vs + kk * 2048, PF_BN * 128, 1024), 1);
                     wg_commit();
                 };
                 auto pack_p = [&]() {
@@ -372,6 +351,27 @@ __global__ void __launch_bounds__(PF_THREADS)
                 wg_hold(o);
 #endif
             } else {
+                /* Two stages: tile it + 1 is in flight while tile it is computed. */
+                auto load_tile = [&](int32_t kt, int stage) {
+                    T *ks = ks_all[stage], *vs = vs_all[stage];
+                    static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
+                    const int part = threadIdx.x % CPR;
+                    for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
+                        int32_t j = kt + r;
+                        const T *ksrc = kc, *vsrc = vc;
+                        int bytes = 0;
+                        if (j <= maxpos) {
+                            int64_t row =
+                                ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
+                            ksrc = kc + row;
+                            vsrc = vc + row;
+                            bytes = 16;
+                        }
+                        cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
+                        cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
+                    }
+                    cp_async_commit();
+                };
                 load_tile(0, 0);
                 for (int it = 0; it < ntiles; it++) {
                     const int32_t kt = it * PF_BN;

@@ -18,14 +18,14 @@ namespace reel_cu {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-/* A shared-memory matrix descriptor; lbo and sbo in bytes; sw128: the
- * 128-byte swizzle (rows of 128 bytes, the 16-byte chunk c of row r stored
- * at c ^ (r % 8), atoms of 8 rows on 1024-byte boundaries). */
-__device__ __forceinline__ uint64_t wg_desc(const void *smem, uint32_t lbo, uint32_t sbo, bool sw128)
+/* A shared-memory matrix descriptor with the 128-byte swizzle (rows of 128
+ * bytes, the 16-byte chunk c of row r stored at c ^ (r % 8), atoms of 8 rows
+ * on 1024-byte boundaries); lbo and sbo in bytes. */
+__device__ __forceinline__ uint64_t wg_desc_sw128(const void *smem, uint32_t lbo, uint32_t sbo)
 {
     uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
     return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)((lbo & 0x3FFFFu) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | ((uint64_t)(sw128 ? 1 : 0) << 62);
+           ((uint64_t)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
 }
 
 /* Orders this thread's register and shared-memory writes before the
