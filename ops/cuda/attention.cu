@@ -420,7 +420,7 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
          * No prefill kernel follows (docs/attention.md); the combine does
          * past 8 chunks. */
         uint32_t *cnt = l->meta->attn_cnt + (int64_t)l->attrs->attn.cnt_slot * l->meta->attn_cnt_words;
-        e = attn_decode_launch(l, st, g, nchunks, false, inblock, l->pdl, fw, cnt);
+        e = attn_decode_launch(l, st, g, nchunks, false, inblock, l->pdl, fw, cnt, be->caps.pdl);
         return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
     }
     const bool pdl = be->caps.pdl && l->rows <= 16;
@@ -432,7 +432,7 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     if (prefill)
         e = attn_prefill_launch(l, st, g, pdl);
     if (e == cudaSuccess)
-        e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, pdl, fw, cnt);
+        e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, pdl, fw, cnt, be->caps.pdl);
     return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
 }
 

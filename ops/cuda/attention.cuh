@@ -284,11 +284,17 @@ bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nc
 /* pdl: launch the decode kernel as a programmatic dependent of the kernel
  * before it (the KV write, or with fw.on the op's producer), whose work its
  * metadata reads overlap. fw: the one-kernel decode (the tensor-core decode
- * only); cnt: the in-block combine's counters (inblock). */
+ * only); cnt: the in-block combine's counters (inblock); combine_pdl: the
+ * combine kernel (where one follows) as a programmatic dependent of the
+ * decode (the device has programmatic launch). */
 cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                               bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt);
+                               bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt,
+                               bool combine_pdl);
 bool attn_decode_mma_supports(reel_dtype dt, int64_t dh);
 int attn_decode_mma_group(void);
+/* Blocks of the tensor-core decode an SM holds (its registers and shared
+ * memory, the occupancy calculator's answer, memoized); 0 where unknown. */
+int attn_decode_mma_blocks_per_sm(reel_dtype dt, int64_t dh);
 /* Floats of the tensor-core decode's dynamic shared memory (the in-block
  * combine stages a group's partials there). */
 int64_t attn_decode_mma_smem_floats(int64_t dh);

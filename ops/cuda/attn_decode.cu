@@ -229,21 +229,30 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
 template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS)
     attn_combine_kernel(T *__restrict__ out, const float *__restrict__ ws, reel_meta_view m, attn_geom g,
-                        int64_t rows, int nchunks, bool skip_runs)
+                        int64_t rows, int nchunks, bool skip_runs, bool pdl)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion(); /* the op's next kernel may start its own prologue */
+#endif
     __shared__ float s_w[REEL_ATTN_SPLIT_SLOTS];
     __shared__ float s_part[DEC_THREADS];
     __shared__ int s_bad;
     const int64_t t = blockIdx.x / g.h, h = blockIdx.x % g.h;
-    if (skip_runs && attn_in_run(m, t, rows))
+    /* The token's class and chunking from the step's metadata (uploaded
+     * before the step's first kernel: readable before the wait). Every
+     * block waits, those with nothing to merge too: this grid completes
+     * after the decode's whatever the rows. */
+    int32_t s = -1, p = -1, clen = 0;
+    const bool mine = !(skip_runs && attn_in_run(m, t, rows)) && attn_token_ok(m, g, t, &s, &p) == 1 && p >= 0;
+    const int nact = mine ? attn_chunking(p, nchunks, &clen) : 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (pdl)
+        cudaGridDependencySynchronize(); /* the decode's partials */
+#endif
+    /* not mine: a run's token (the prefill's), or chunk 0 wrote zeros (and
+     * lse -inf); one chunk: written directly */
+    if (nact <= 1)
         return;
-    int32_t s, p;
-    if (attn_token_ok(m, g, t, &s, &p) != 1 || p < 0)
-        return; /* chunk 0 wrote zeros (and lse -inf) */
-    int32_t clen;
-    const int nact = attn_chunking(p, nchunks, &clen);
-    if (nact == 1)
-        return; /* written directly */
     const int64_t stride = g.qrow + g.h;
     const float *base = ws + t * nchunks * stride;
     if (threadIdx.x == 0)
@@ -328,25 +337,55 @@ bool attn_decode_one_wave(const reel_backend *be, const attn_geom &g, reel_dtype
     return units <= REEL_ATTN_BLOCKS_PER_SM * sms;
 }
 
+/* The chunk count (docs/attention.md, "The chunking rule"): unsplit where
+ * the blocks fill a wave of the kernel's own occupancy; else the count whose
+ * waves, each 1/n of the context long, end first (ceil(units n / slots) / n
+ * least, ties to fewer chunks). REEL_ATTN_CHUNK_RULE=0 builds the rule before
+ * it (floor(4 SMs / units)), for A/B. */
+#ifndef REEL_ATTN_CHUNK_RULE
+#define REEL_ATTN_CHUNK_RULE 1
+#endif
+
 int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
                        int32_t max_context)
 {
     int64_t sms;
-    int64_t units = decode_units(be, g, dt, rows, &sms);
-    /* Four blocks an SM, rounded down: at head dim 64 the tensor-core
-     * decode holds five an SM, so the grid stays in one wave with room for
-     * the kernels launched beside it (rounded up, a few blocks spilled into
-     * a second wave: docs/attention.md). At head dim 128 it holds three, so
-     * large grids there take two waves (not yet measured). */
+    const int64_t units = decode_units(be, g, dt, rows, &sms);
+    int64_t cap = (REEL_ATTN_SPLIT_SLOTS - 1) / (rows > 0 ? rows : 1); /* the last slot: counters */
+    const int64_t cap_ctx = ((int64_t)max_context + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
+    if (cap > cap_ctx)
+        cap = cap_ctx;
+#if REEL_ATTN_CHUNK_RULE
+    int64_t per_sm = attn_decode_mma_blocks_per_sm(dt, g.dh);
+    if (per_sm <= 0)
+        per_sm = REEL_ATTN_BLOCKS_PER_SM;
+    const int64_t slots = per_sm * sms;
+    int64_t n = 1, nw = 1; /* the best count so far and its waves */
+    if (units < slots) {
+        int64_t lim = (2 * slots + units - 1) / units;
+        for (int64_t c = 2; c <= lim && c <= cap; c++) {
+            const int64_t w = (units * c + slots - 1) / slots;
+            if (w * n < nw * c) { /* w / c < nw / n */
+                n = c;
+                nw = w;
+            }
+        }
+    }
+    return (int)n;
+#else
     int64_t n = REEL_ATTN_BLOCKS_PER_SM * sms / units;
-    int64_t cap_ws = (REEL_ATTN_SPLIT_SLOTS - 1) / (rows > 0 ? rows : 1); /* the last slot: counters */
-    int64_t cap_ctx = ((int64_t)max_context + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
-    if (n > cap_ws)
-        n = cap_ws;
-    if (n > cap_ctx)
-        n = cap_ctx;
+    if (n > cap)
+        n = cap;
     return n < 1 ? 1 : (int)n;
+#endif
 }
+
+/* The combine as a programmatic dependent of the decode (its metadata
+ * reads overlap the decode's tail); -DREEL_ATTN_COMBINE_PDL=0 builds it in
+ * stream order, for A/B. */
+#ifndef REEL_ATTN_COMBINE_PDL
+#define REEL_ATTN_COMBINE_PDL 1
+#endif
 
 #ifndef REEL_ATTN_INBLOCK_MAX
 #define REEL_ATTN_INBLOCK_MAX 8
@@ -366,11 +405,13 @@ bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nc
 }
 
 template <typename T>
-static void combine_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip)
+static cudaError_t combine_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip,
+                               bool pdl)
 {
-    if (nchunks > 1)
-        attn_combine_kernel<T><<<(unsigned)(l->rows * g.h), DEC_THREADS, 0, st>>>(
-            (T *)l->out[0], (const float *)l->out[1], *l->meta, g, l->rows, nchunks, skip);
+    if (nchunks <= 1)
+        return cudaSuccess;
+    return launch(attn_combine_kernel<T>, dim3((unsigned)(l->rows * g.h)), dim3(DEC_THREADS), 0, st, pdl,
+                  (T *)l->out[0], (const float *)l->out[1], *l->meta, g, l->rows, nchunks, skip);
 }
 
 template <typename T, int DH, int G>
@@ -416,7 +457,8 @@ cudaError_t decode_t<float>(const reel_launch *l, cudaStream_t st, const attn_ge
 }
 
 cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                               bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
+                               bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt,
+                               bool combine_pdl)
 {
     cudaError_t e = cudaSuccess;
     reel_dtype dt = l->in_shape[0].dtype;
@@ -427,7 +469,7 @@ cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn
     else
         REEL_CU_DISPATCH(dt, e = decode_t<T>(l, st, g, nchunks, skip_runs));
     if (e == cudaSuccess && !inblock)
-        REEL_CU_DISPATCH(dt, combine_run<T>(l, st, g, nchunks, skip_runs));
+        REEL_CU_DISPATCH(dt, e = combine_run<T>(l, st, g, nchunks, skip_runs, combine_pdl && REEL_ATTN_COMBINE_PDL));
     return e;
 }
 

@@ -643,6 +643,35 @@ template <typename T, int DH, bool MULTI> static cudaError_t dm_opt_in()
     return smem_opt_in(attn_decode_mma_kernel<T, DH, MULTI>, dm_smem<T, DH>(), done);
 }
 
+/* Blocks of the one-item kernel an SM holds, from the occupancy calculator
+ * once per instantiation (a property of the binary and the device, so every
+ * launch of the process chunks alike); 0 where the query fails. */
+template <typename T, int DH> static int dm_blocks_per_sm()
+{
+    static std::atomic<int> memo(-1);
+    int v = memo.load(std::memory_order_relaxed);
+    if (v >= 0)
+        return v;
+    int n = 0;
+    if (dm_opt_in<T, DH, false>() != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_decode_mma_kernel<T, DH, false>, DM_THREADS,
+                                                      dm_smem<T, DH>()) != cudaSuccess) {
+        (void)cudaGetLastError(); /* a failed query is not sticky: cleared, and the caller's fallback taken */
+        n = 0;
+    }
+    memo.store(n, std::memory_order_relaxed);
+    return n;
+}
+
+int attn_decode_mma_blocks_per_sm(reel_dtype dt, int64_t dh)
+{
+    if (!attn_decode_mma_supports(dt, dh))
+        return 0;
+    if (dh == 64)
+        return dt == REEL_BF16 ? dm_blocks_per_sm<__nv_bfloat16, 64>() : dm_blocks_per_sm<__half, 64>();
+    return dt == REEL_BF16 ? dm_blocks_per_sm<__nv_bfloat16, 128>() : dm_blocks_per_sm<__half, 128>();
+}
+
 template <typename T, int DH>
 static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip,
                           bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
