@@ -271,9 +271,10 @@ __host__ __device__ __forceinline__ uint32_t *attn_ws_counters(float *ws, const 
 int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
                        int32_t max_context);
 bool attn_decode_supports(reel_dtype dt, int64_t dh);
-/* Whether the launch's (token, kv head, head group) blocks fit the one wave
- * the chunk rule fills (REEL_ATTN_BLOCKS_PER_SM a multiprocessor) unsplit:
- * where the one-kernel decode may take it (attention.cu). */
+/* Whether the launch's (token, kv head, head group) blocks number at most
+ * REEL_ATTN_BLOCKS_PER_SM (4) a multiprocessor: where the one-kernel decode
+ * may take it (attention.cu). A fixed bound, not the chunk rule's occupancy:
+ * the plan sizes the one-kernel decode's counters with it at compile. */
 bool attn_decode_one_wave(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows);
 /* Whether the tensor-core decode merges its own chunks (the last chunk of
  * each token and head group to finish, dm_arrive_and_combine) instead of a
