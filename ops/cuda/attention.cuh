@@ -273,8 +273,8 @@ int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt
 bool attn_decode_supports(reel_dtype dt, int64_t dh);
 /* Whether the launch's (token, kv head, head group) blocks number at most
  * REEL_ATTN_BLOCKS_PER_SM (4) a multiprocessor: where the one-kernel decode
- * may take it (attention.cu). A fixed bound, not the chunk rule's occupancy:
- * the plan sizes the one-kernel decode's counters with it at compile. */
+ * may take it (attention.cu). A fixed bound (measured at head dim 64), not
+ * the chunk rule's occupancy. */
 bool attn_decode_one_wave(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows);
 /* Whether the tensor-core decode merges its own chunks (the last chunk of
  * each token and head group to finish, dm_arrive_and_combine) instead of a
