@@ -645,7 +645,8 @@ template <typename T, int DH, bool MULTI> static cudaError_t dm_opt_in()
 
 /* Blocks of the one-item kernel an SM holds, from the occupancy calculator
  * once per instantiation (a property of the binary and the device, so every
- * launch of the process chunks alike); 0 where the query fails. */
+ * launch of the process chunks alike; a process's devices are taken to be
+ * of one kind, as dm_opt_in's memo does); 0 where the query fails. */
 template <typename T, int DH> static int dm_blocks_per_sm()
 {
     static std::atomic<int> memo(-1);
