@@ -17,6 +17,7 @@
  * combine kernel merges them ((0, -inf) is the identity: a chunk's weight is
  * exp2(lse - max), exactly 0 for an empty one). */
 #include "ops/cuda/attention.cuh"
+#include "ops/attn_chunks.h"
 
 namespace reel_cu {
 
@@ -337,11 +338,10 @@ bool attn_decode_one_wave(const reel_backend *be, const attn_geom &g, reel_dtype
     return units <= REEL_ATTN_BLOCKS_PER_SM * sms;
 }
 
-/* The chunk count (docs/attention.md, "The chunking rule"): the most chunks
- * whose blocks fit one wave of the kernel's own occupancy; where the grid
- * is under two waves, more chunks in more waves when that ends at least 10%
- * sooner by a model of waves each 1/n of the context long. REEL_ATTN_CHUNK_RULE=0
- * builds the rule before it (floor(4 SMs / units)), for A/B. */
+/* The chunk count (docs/attention.md, "The chunking rule"):
+ * reel_attn_wave_chunks over the waves of the kernel's own occupancy.
+ * REEL_ATTN_CHUNK_RULE=0 builds the rule before it (floor(4 SMs / units)),
+ * for A/B. */
 #ifndef REEL_ATTN_CHUNK_RULE
 #define REEL_ATTN_CHUNK_RULE 1
 #endif
@@ -361,29 +361,7 @@ int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt
     int64_t per_sm = attn_decode_mma_blocks_per_sm(dt, g.dh);
     if (per_sm <= 0)
         per_sm = REEL_ATTN_BLOCKS_PER_SM;
-    const int64_t slots = per_sm * sms;
-    /* One wave: n chunks of waves w (the time of n is w / n). */
-    int64_t n = slots / units, w = 1;
-    if (n < 1) {
-        n = 1;
-        w = (units + slots - 1) / slots;
-    }
-    if (n > cap)
-        n = cap;
-    if (units < 2 * slots) {
-        int64_t bn = n, bw = w; /* the best of more waves */
-        const int64_t lim = (4 * slots + units - 1) / units;
-        for (int64_t c = n + 1; c <= lim && c <= cap; c++) {
-            const int64_t cw = (units * c + slots - 1) / slots;
-            if (cw * bn < bw * c) { /* cw / c < bw / bn */
-                bn = c;
-                bw = cw;
-            }
-        }
-        if (10 * bw * n < 9 * w * bn) /* bw / bn < 0.9 w / n */
-            n = bn;
-    }
-    return (int)n;
+    return (int)reel_attn_wave_chunks(units, per_sm * sms, cap);
 #else
     int64_t n = REEL_ATTN_BLOCKS_PER_SM * sms / units;
     if (n > cap)

@@ -1,0 +1,47 @@
+/* Internal (L2): the split-KV decode's chunk count as a pure function of
+ * the launch (docs/attention.md, "The chunking rule"), apart from the CUDA
+ * code that asks the device for its inputs, so host tests pin its choices.
+ * Plain C, also compiled by nvcc. */
+#ifndef REEL_OPS_ATTN_CHUNKS_H
+#define REEL_OPS_ATTN_CHUNKS_H
+
+#include <stdint.h>
+
+/* units: the decode's blocks unsplit (rows x kv heads x head groups);
+ * slots: the blocks one wave holds (blocks an SM x SMs); cap: the most
+ * chunks the workspace and the context allow. The most chunks whose blocks
+ * fit one wave; where the unsplit grid is under two waves, more chunks in
+ * more waves when a model of waves each 1/n of the context long
+ * (ceil(units n / slots) / n) ends at least 10% sooner, ties to fewer
+ * chunks. At least 1, at most cap (where cap >= 1). */
+static inline int64_t reel_attn_wave_chunks(int64_t units, int64_t slots, int64_t cap)
+{
+    if (units < 1 || slots < 1)
+        return 1;
+    if (cap < 1)
+        cap = 1;
+    /* One wave: n chunks taking w waves (the time of n is w / n). */
+    int64_t n = slots / units, w = 1;
+    if (n < 1) {
+        n = 1;
+        w = (units + slots - 1) / slots;
+    }
+    if (n > cap)
+        n = cap;
+    if (units < 2 * slots) {
+        int64_t bn = n, bw = w; /* the best of more waves */
+        const int64_t lim = (4 * slots + units - 1) / units;
+        for (int64_t c = n + 1; c <= lim && c <= cap; c++) {
+            const int64_t cw = (units * c + slots - 1) / slots;
+            if (cw * bn < bw * c) { /* cw / c < bw / bn */
+                bn = c;
+                bw = cw;
+            }
+        }
+        if (10 * bw * n < 9 * w * bn) /* bw / bn < 0.9 w / n */
+            n = bn;
+    }
+    return n;
+}
+
+#endif

@@ -1,0 +1,65 @@
+/* The split-KV decode's chunk count (ops/attn_chunks.h): the choices the
+ * H200 measurements stand on (docs/attention.md, "The chunking rule"),
+ * its bounds, and the model it minimizes. Pure host arithmetic: the CUDA
+ * launch feeds it the kernel's occupancy and the SM count. */
+#include <criterion/criterion.h>
+
+#include "ops/attn_chunks.h"
+
+/* 132 SMs: 4 blocks an SM at head dim 64, 3 at 128. */
+enum { S64 = 4 * 132, S128 = 3 * 132, CAP = 128 };
+
+Test(chunks, measured_points_head_dim_64)
+{
+    /* 16 kv heads of 64: batches 1, 8, 16, 32, 64 (and 16/2 at batch 1, 8). */
+    cr_assert_eq(reel_attn_wave_chunks(16, S64, CAP), 33);
+    cr_assert_eq(reel_attn_wave_chunks(128, S64, CAP), 4);
+    cr_assert_eq(reel_attn_wave_chunks(256, S64, CAP), 2, "768 blocks in two waves lost 31%% in the step");
+    cr_assert_eq(reel_attn_wave_chunks(512, S64, CAP), 1);
+    cr_assert_eq(reel_attn_wave_chunks(1024, S64, CAP), 1);
+    cr_assert_eq(reel_attn_wave_chunks(2, S64, CAP), CAP);
+}
+
+Test(chunks, measured_points_head_dim_128)
+{
+    cr_assert_eq(reel_attn_wave_chunks(32, S128, CAP), 12, "one wave, not 37 chunks in three");
+    cr_assert_eq(reel_attn_wave_chunks(256, S128, CAP), 3, "2 chunks are 512 blocks in 1.3 waves");
+    cr_assert_eq(reel_attn_wave_chunks(512, S128, CAP), 3, "unsplit, 512 blocks are 1.3 waves");
+    cr_assert_eq(reel_attn_wave_chunks(1024, S128, CAP), 1, "two waves and more stay unsplit");
+    cr_assert_eq(reel_attn_wave_chunks(2048, S128, CAP), 1);
+}
+
+Test(chunks, bounds)
+{
+    cr_assert_eq(reel_attn_wave_chunks(16, S64, 5), 5, "the cap holds the one-wave count");
+    cr_assert_eq(reel_attn_wave_chunks(256, S128, 2), 1, "and the candidates: 2 chunks gain nothing");
+    cr_assert_eq(reel_attn_wave_chunks(16, S64, 0), 1);
+    cr_assert_eq(reel_attn_wave_chunks(0, S64, CAP), 1);
+    cr_assert_eq(reel_attn_wave_chunks(16, 0, CAP), 1);
+    cr_assert_eq(reel_attn_wave_chunks(1, 1, CAP), 1);
+    for (int64_t u = 1; u <= 4096; u++)
+        for (int64_t cap = 1; cap <= 64; cap *= 4) {
+            int64_t n = reel_attn_wave_chunks(u, S128, cap);
+            cr_assert(n >= 1 && n <= cap, "units %lld cap %lld: %lld chunks", (long long)u, (long long)cap,
+                      (long long)n);
+        }
+}
+
+/* Within the cap, no count below the choice's model time beats it by more
+ * than the 10% margin, and a grid of two waves or more is never split. */
+Test(chunks, model)
+{
+    for (int64_t slots = 132; slots <= 660; slots += 132)
+        for (int64_t u = 1; u <= 3 * slots; u++) {
+            int64_t n = reel_attn_wave_chunks(u, slots, CAP);
+            double t = (double)((u * n + slots - 1) / slots) / (double)n;
+            if (u >= 2 * slots)
+                cr_assert_eq(n, 1, "units %lld slots %lld", (long long)u, (long long)slots);
+            for (int64_t c = 1; c <= CAP && c * u <= 4 * slots + u; c++) {
+                double tc = (double)((u * c + slots - 1) / slots) / (double)c;
+                cr_assert(tc >= 0.9 * t - 1e-12 || u >= 2 * slots,
+                          "units %lld slots %lld: %lld chunks (%.4f) against %lld (%.4f)", (long long)u,
+                          (long long)slots, (long long)n, t, (long long)c, tc);
+            }
+        }
+}
