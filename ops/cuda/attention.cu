@@ -430,7 +430,7 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     uint32_t *cnt = inblock ? attn_ws_counters((float *)l->out[1], g) : nullptr;
     REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g, cnt, ny, l->pdl));
     if (prefill)
-        e = attn_prefill_launch(l, st, g, pdl);
+        e = attn_prefill_launch(l, st, g, pdl, be->caps.sm_count > 0 ? be->caps.sm_count : 132);
     if (e == cudaSuccess)
         e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, pdl, fw, cnt, be->caps.pdl);
     return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);

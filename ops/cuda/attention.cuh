@@ -304,7 +304,7 @@ cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const 
 bool attn_prefill_supports(reel_dtype dt, int64_t dh);
 /* pdl: launched as a programmatic dependent of the kernel before it (the
  * decode or the KV write, both of which let it launch early). */
-cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl);
+cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl, int64_t sms);
 /* The KV write of a layout (attn_kv_layout.cu): DCP writes the tokens this
  * rank owns at the slots its block table gives; CP every rank's gathered
  * rows at kv_slots. attn_kv_layout says whether a node has one. Issues

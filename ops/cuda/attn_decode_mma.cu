@@ -494,7 +494,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
             mx0 = quad_max(mx0);
             mx1 = quad_max(mx1);
             /* The warp's first key is live, so mx0 and mx1 are finite. */
-            float c0 = exp2f(m0 - mx0), c1 = exp2f(m1 - mx1);
+            float c0 = ex2_ftz(m0 - mx0), c1 = ex2_ftz(m1 - mx1);
             m0 = mx0;
             m1 = mx1;
             l0 *= c0;
@@ -502,10 +502,10 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
             scale_rows(o, c0, c1);
 #pragma unroll
             for (int n = 0; n < 2; n++) {
-                sc[n][0] = exp2f(sc[n][0] - mx0);
-                sc[n][1] = exp2f(sc[n][1] - mx0);
-                sc[n][2] = exp2f(sc[n][2] - mx1);
-                sc[n][3] = exp2f(sc[n][3] - mx1);
+                sc[n][0] = ex2_ftz(sc[n][0] - mx0);
+                sc[n][1] = ex2_ftz(sc[n][1] - mx0);
+                sc[n][2] = ex2_ftz(sc[n][2] - mx1);
+                sc[n][3] = ex2_ftz(sc[n][3] - mx1);
                 l0 += sc[n][0] + sc[n][1];
                 l1 += sc[n][2] + sc[n][3];
             }

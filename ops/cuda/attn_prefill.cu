@@ -13,6 +13,7 @@
  * taken straight from the score registers. Rows are normalised once at the
  * end. A block entry that is out of range refuses exactly the rows whose
  * position reaches it (zeros and REEL_E_LIMIT), like the host. */
+#include "ops/attn_chunks.h"
 #include "ops/cuda/attention.cuh"
 #include "ops/cuda/mma.cuh"
 #include "ops/cuda/wgmma.cuh"
@@ -27,12 +28,27 @@ template <bool WG> constexpr int pf_stages()
     return WG ? 3 : 2;
 }
 
-/* WG: the block is one warpgroup and both products run on wgmma (sm_90a),
- * K and V staged in 128-byte swizzled rows (load_wg), from which K is read
- * as a K-major and V as an N-major operand; otherwise on mma.sync, K and V
- * staged as padded rows. */
-template <typename T, int DH, bool WG>
-__global__ void __launch_bounds__(PF_THREADS)
+/* WG: both products run on wgmma (sm_90a), K and V staged in 128-byte
+ * swizzled rows (load_wg), from which K is read as a K-major and V as an
+ * N-major operand; otherwise on mma.sync, K and V staged as padded rows.
+ * KS (WG only): the block's warpgroups, each with its own stages, taking
+ * every KS-th key tile of the block's rows (warpgroup w the tiles w, w + KS,
+ * ...); their partial (max, sum, o) are merged in shared memory, in the
+ * order of w, by warpgroup 0, which writes the rows. A grid too small to
+ * fill the SMs with one warpgroup a block takes KS > 1 (prefill_splits). */
+/* Blocks an SM is built for: four one-warpgroup blocks at head dim 64
+ * (at most 128 registers, which their stages allow), one otherwise;
+ * -DREEL_ATTN_PREFILL_MINB=1 builds that bound (an A/B; off by default). */
+#ifndef REEL_ATTN_PREFILL_MINB
+#define REEL_ATTN_PREFILL_MINB 0
+#endif
+template <int DH, int KS> constexpr int pf_min_blocks()
+{
+    return REEL_ATTN_PREFILL_MINB && DH == 64 && KS == 1 ? 4 : 1;
+}
+
+template <typename T, int DH, bool WG, int KS>
+__global__ void __launch_bounds__(PF_THREADS *KS, (pf_min_blocks<DH, KS>()))
     attn_prefill_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                         T *__restrict__ out, reel_meta_view m, attn_geom g, int64_t rows, bool pdl)
 {
@@ -51,13 +67,15 @@ __global__ void __launch_bounds__(PF_THREADS)
         constexpr int STILES = PF_BN / 8;      /* n-tiles of S */
         constexpr int CPR = DH / 8;            /* 16-byte chunks per cache row */
         constexpr int NS = pf_stages<WG>();
-        /* Dynamic: [NS][PF_BN * LD] of K, then the same of V. */
+        constexpr int NT = PF_THREADS * KS; /* the block's threads */
+        static_assert(KS == 1 || WG, "the key split is the warpgroup kernel's");
+        /* Dynamic: [KS * NS][PF_BN * LD] of K, then the same of V. */
         extern __shared__ __align__(16) unsigned char pf_smem[];
         unsigned char *smem = pf_smem;
         if constexpr (WG) /* swizzle atoms start on 1024-byte boundaries (prefill_smem adds the slack) */
             smem += (1024u - ((uint32_t)__cvta_generic_to_shared(pf_smem) & 1023u)) & 1023u;
         T(*ks_all)[PF_BN * LD] = (T(*)[PF_BN * LD])smem;
-        T(*vs_all)[PF_BN * LD] = (T(*)[PF_BN * LD])(smem + sizeof(T) * NS * PF_BN * LD);
+        T(*vs_all)[PF_BN * LD] = (T(*)[PF_BN * LD])(smem + sizeof(T) * KS * NS * PF_BN * LD);
         __shared__ int32_t s_seq[PF_BM], s_pos[PF_BM];
         __shared__ int s_state[PF_BM]; /* 1: this block's to attend, 0: not (or done) */
         __shared__ int s_cur, s_maxpos, s_firstbad;
@@ -67,7 +85,8 @@ __global__ void __launch_bounds__(PF_THREADS)
          * so the grid's tail is made of short blocks. */
         const int64_t ntq = (rows + PF_BM - 1) / PF_BM;
         const int64_t t0 = (ntq - 1 - (int64_t)(blockIdx.x / g.h)) * PF_BM, h = blockIdx.x % g.h, kvh = h / g.group;
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % PF_WARPS; /* warp of its warpgroup */
+        const int wg = KS == 1 ? 0 : (int)threadIdx.x / PF_THREADS, ltid = (int)threadIdx.x % PF_THREADS;
         const int gi = lane >> 2, ti = lane & 3; /* mma fragment coordinates */
         const float qscale = g.scale * 1.4426950408889634f;
         const int32_t bs = (int32_t)g.bs;
@@ -130,7 +149,7 @@ __global__ void __launch_bounds__(PF_THREADS)
                 atomicMax(&s_maxpos, s_pos[threadIdx.x]);
             __syncthreads();
             const int32_t *bt = m.block_tables + (int64_t)seq * m.max_blocks;
-            for (int32_t b = threadIdx.x; b <= s_maxpos / bs; b += PF_THREADS) {
+            for (int32_t b = threadIdx.x; b <= s_maxpos / bs; b += NT) {
                 int32_t blk = bt[b];
                 if (blk < 0 || blk >= g.nblocks)
                     atomicMin(&s_firstbad, b);
@@ -196,7 +215,12 @@ __global__ void __launch_bounds__(PF_THREADS)
              * wholly at or before both rows' positions needs no mask (most
              * tiles of a causal prefill). */
             float c0 = 1.0f, c1 = 1.0f; /* the last softmax's rescale of o, rows r0 and r1 */
-            auto rescale_o = [&]() { scale_rows(o, c0, c1); };
+            /* Late in a row the maximum rarely moves: a warp whose rows all
+             * keep theirs skips the multiplies by exactly 1. */
+            auto rescale_o = [&]() {
+                if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f))
+                    scale_rows(o, c0, c1);
+            };
             auto softmax = [&](float (&sc)[STILES][4], int32_t kt) {
                 float mx0 = m0, mx1 = m1;
                 if (kt + PF_BN - 1 <= wmin) {
@@ -222,18 +246,18 @@ __global__ void __launch_bounds__(PF_THREADS)
                 mx1 = quad_max(mx1);
                 /* m0, m1 are raw maxima; a row with no key yet stays -inf. */
                 float s0 = mx0 == -INFINITY ? 0.0f : mx0 * qscale, s1 = mx1 == -INFINITY ? 0.0f : mx1 * qscale;
-                c0 = mx0 == -INFINITY ? 1.0f : exp2f((m0 - mx0) * qscale);
-                c1 = mx1 == -INFINITY ? 1.0f : exp2f((m1 - mx1) * qscale);
+                c0 = mx0 == -INFINITY ? 1.0f : ex2_ftz((m0 - mx0) * qscale);
+                c1 = mx1 == -INFINITY ? 1.0f : ex2_ftz((m1 - mx1) * qscale);
                 m0 = mx0;
                 m1 = mx1;
                 l0 *= c0;
                 l1 *= c1;
 #pragma unroll
                 for (int n = 0; n < STILES; n++) {
-                    sc[n][0] = exp2f(fmaf(sc[n][0], qscale, -s0));
-                    sc[n][1] = exp2f(fmaf(sc[n][1], qscale, -s0));
-                    sc[n][2] = exp2f(fmaf(sc[n][2], qscale, -s1));
-                    sc[n][3] = exp2f(fmaf(sc[n][3], qscale, -s1));
+                    sc[n][0] = ex2_ftz(fmaf(sc[n][0], qscale, -s0));
+                    sc[n][1] = ex2_ftz(fmaf(sc[n][1], qscale, -s0));
+                    sc[n][2] = ex2_ftz(fmaf(sc[n][2], qscale, -s1));
+                    sc[n][3] = ex2_ftz(fmaf(sc[n][3], qscale, -s1));
                     l0 += sc[n][0] + sc[n][1];
                     l1 += sc[n][2] + sc[n][3];
                 }
@@ -246,50 +270,69 @@ __global__ void __launch_bounds__(PF_THREADS)
             __syncthreads(); /* the previous segment no longer reads the stages */
             if constexpr (WG) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-                /* Three stages, and P V of one tile on the tensor cores while
-                 * the next tile's softmax runs. Per tile it: find tile it + 2's
-                 * rows, load tile it + 1 (into the stage of tile it - 2, whose
-                 * products are done), wait for tile it, issue S(it), rescale o,
-                 * issue PV(it - 1) from P's registers, wait for S(it) alone,
-                 * softmax, wait for PV(it - 1), pack P(it). Every tile holds a
-                 * key of some row (the loop ends at maxpos), and the products
-                 * are the warpgroup's: no warp skips one. */
+                /* Three stages a warpgroup, and P V of one tile on the tensor
+                 * cores while the next tile's softmax runs. The warpgroup's
+                 * tiles are lt = 0, 1, ... (key tile lt KS + wg). Per tile lt:
+                 * find tile lt + 2's rows, load tile lt + 1 (into the stage of
+                 * tile lt - 2, whose products are done), wait for tile lt,
+                 * issue S(lt), issue PV(lt - 1) from P's registers, wait for
+                 * S(lt) alone, softmax, wait for PV(lt - 1), rescale o, pack
+                 * P(lt). Every tile holds a key of some row (the tiles end at
+                 * maxpos), and the products are the warpgroup's: no warp
+                 * skips one. */
                 float sc[STILES][4];
                 uint32_t pa[PF_BN / 16][4]; /* P of the last softmax, as A fragments */
-                /* Each key's cache row (element offset of this kv head, -1 past
-                 * maxpos), found two tiles ahead by a thread a key: the loads
-                 * then need no dependent read of the block table. */
-                __shared__ int64_t s_row[NS][PF_BN];
-                auto rows_of = [&](int it) {
-                    if (threadIdx.x < PF_BN) {
-                        int32_t j = it * PF_BN + (int32_t)threadIdx.x;
-                        s_row[it % NS][threadIdx.x] =
-                            j <= maxpos
-                                ? ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH
-                                : -1;
+                const int ntl = ntiles > wg ? (ntiles - wg + KS - 1) / KS : 0;
+                /* The warpgroup's own barrier (ids 1 .. KS; 0 is the block's):
+                 * warpgroups of one block walk different numbers of tiles. */
+                auto wg_sync = [&]() {
+                    if constexpr (KS == 1)
+                        __syncthreads();
+                    else
+                        asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); /* PF_THREADS */
+                };
+                /* Each key's cache row (byte offset of this kv head), found
+                 * two tiles ahead by a thread a key: the loads then need no
+                 * dependent read of the block table. A key past maxpos takes
+                 * maxpos's row: a whole, written row whose score every row
+                 * masks (P is exactly 0 there), so no load needs a zero fill
+                 * or a test. */
+                __shared__ int64_t s_row[KS][NS][PF_BN];
+                auto rows_of = [&](int lt) {
+                    if (ltid < PF_BN) {
+                        int32_t j = min((lt * KS + wg) * PF_BN + ltid, maxpos);
+                        s_row[wg][lt % NS][ltid] =
+                            (((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH) *
+                            (int64_t)sizeof(T);
                     }
                 };
                 /* 128-byte swizzled rows: dims 64 a .. 64 a + 63 of key r at
                  * byte 128 (PF_BN a + r), their 16-byte chunk c at (c ^ r % 8);
-                 * a row's chunks come from consecutive threads. */
-                auto load_wg = [&](int it) {
-                    unsigned char *ks = (unsigned char *)ks_all[it % NS], *vs = (unsigned char *)vs_all[it % NS];
-                    const int64_t *rw = s_row[it % NS];
-                    static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
-                    const int part = threadIdx.x % CPR;
+                 * a row's chunks come from consecutive threads. A thread's rows
+                 * step by RSTEP, a multiple of 8, so its swizzle is the same in
+                 * every row and its shared offsets are fixed. */
+                constexpr int RSTEP = PF_THREADS / CPR;
+                constexpr uint32_t STAGE = (uint32_t)(sizeof(T) * PF_BN * LD);
+                static_assert(PF_THREADS % CPR == 0 && RSTEP % 8 == 0, "a thread keeps its part and swizzle");
+                const int part = ltid % CPR, rfirst = ltid / CPR;
+                const uint32_t soff = (uint32_t)((part >> 3) * (PF_BN * 128) + rfirst * 128 +
+                                                 (((part & 7) ^ (rfirst & 7)) << 4));
+                const uint32_t ks_sh = (uint32_t)__cvta_generic_to_shared(ks_all[wg * NS]) + soff,
+                               vs_sh = (uint32_t)__cvta_generic_to_shared(vs_all[wg * NS]) + soff;
+                const char *kbase = (const char *)kc + part * 16, *vbase = (const char *)vc + part * 16;
+                auto load_wg = [&](int lt) {
+                    const uint32_t st = (uint32_t)(lt % NS) * STAGE;
+                    const int64_t *rw = s_row[wg][lt % NS];
 #pragma unroll
-                    for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
-                        const int64_t row = rw[r];
-                        const int64_t e = row >= 0 ? row + part * 8 : 0;
-                        const int bytes = row >= 0 ? 16 : 0;
-                        const int off = (part >> 3) * (PF_BN * 128) + r * 128 + (((part & 7) ^ (r & 7)) << 4);
-                        cp_async16(ks + off, kc + e, bytes);
-                        cp_async16(vs + off, vc + e, bytes);
+                    for (int k = 0; k < PF_BN / RSTEP; k++) {
+                        const int64_t row = rw[rfirst + k * RSTEP];
+                        cp_async16_sh(ks_sh + st + k * RSTEP * 128, kbase + row);
+                        cp_async16_sh(vs_sh + st + k * RSTEP * 128, vbase + row);
                     }
                     cp_async_commit();
                 };
-                auto s_issue = [&](int it) {
-                    const unsigned char *ks = (const unsigned char *)ks_all[it % NS];
+                auto s_issue = [&](int lt) {
+                    const unsigned char *ks = (const unsigned char *)ks_all[wg * NS + lt % NS];
                     wg_fence();
                     /* K-major B (dims contiguous): k-step kk starts 32 bytes
                      * into its 64 dims' rows; 8 keys are 1024 bytes apart. */
@@ -300,9 +343,8 @@ __global__ void __launch_bounds__(PF_THREADS)
                             kk > 0);
                     wg_commit();
                 };
-                auto pv_issue = [&](int it) {
-                    const unsigned char *vs = (const unsigned char *)vs_all[it % NS];
-                    rescale_o();
+                auto pv_issue = [&](int lt) {
+                    const unsigned char *vs = (const unsigned char *)vs_all[wg * NS + lt % NS];
                     wg_fence(); /* o's rescale and P's registers before the products */
                     /* N-major B (V's dims contiguous): keys 16 kk on; the
                      * leading offset steps 64 dims, the stride offset 8 keys. */
@@ -317,38 +359,95 @@ __global__ void __launch_bounds__(PF_THREADS)
                     for (int kk = 0; kk < PF_BN / 16; kk++)
                         p_frag(sc, kk, pa[kk]);
                 };
-                rows_of(0);
-                if (ntiles > 1)
-                    rows_of(1);
-                __syncthreads();
-                load_wg(0);
-                for (int it = 0; it < ntiles; it++) {
-                    if (it + 2 < ntiles)
-                        rows_of(it + 2); /* tile it - 1's rows, whose loads are issued */
-                    if (it + 1 < ntiles) {
-                        load_wg(it + 1);
-                        cp_async_wait<1>();
-                    } else {
-                        cp_async_wait<0>();
-                    }
-                    fence_proxy_async(); /* the tensor cores read what cp.async wrote */
-                    __syncthreads();
-                    s_issue(it);
-                    if (it > 0) {
-                        pv_issue(it - 1);
-                        wg_wait<1>();
-                    } else {
+                if (ntl > 0) {
+                    rows_of(0);
+                    if (ntl > 1)
+                        rows_of(1);
+                    wg_sync();
+                    load_wg(0);
+                    for (int lt = 0; lt < ntl; lt++) {
+                        if (lt + 2 < ntl)
+                            rows_of(lt + 2); /* tile lt - 1's rows, whose loads are issued */
+                        if (lt + 1 < ntl) {
+                            load_wg(lt + 1);
+                            cp_async_wait<1>();
+                        } else {
+                            cp_async_wait<0>();
+                        }
+                        fence_proxy_async(); /* the tensor cores read what cp.async wrote */
+                        wg_sync();
+                        s_issue(lt);
+                        if (lt > 0) {
+                            pv_issue(lt - 1);
+                            wg_wait<1>();
+                        } else {
+                            wg_wait<0>();
+                        }
+                        wg_hold(sc);
+                        softmax(sc, (lt * KS + wg) * PF_BN);
                         wg_wait<0>();
+                        wg_hold(o);
+                        /* o's rescale for tile lt, with no product in flight:
+                         * ptxas waits for (or serialises) products whose
+                         * accumulators other instructions write while a group
+                         * is open. */
+                        rescale_o();
+                        pack_p();
                     }
-                    wg_hold(sc);
-                    softmax(sc, it * PF_BN);
+                    pv_issue(ntl - 1);
                     wg_wait<0>();
                     wg_hold(o);
-                    pack_p();
                 }
-                pv_issue(ntiles - 1);
-                wg_wait<0>();
-                wg_hold(o);
+                if constexpr (KS > 1) {
+                    /* The merge: warpgroups 1 .. KS - 1 leave (m, l, o) of
+                     * each thread in the stages (every product and load of
+                     * the block is done), warpgroup 0 folds them in, in order.
+                     * A thread's fragments are the same rows and dims in every
+                     * warpgroup; [value][thread] keeps the accesses
+                     * conflict-free. */
+                    constexpr int PER = DTILES * 4 + 4;
+                    static_assert(sizeof(float) * (KS - 1) * PER * PF_THREADS <= sizeof(T) * 2 * KS * NS * PF_BN * LD,
+                                  "the partials fit the stages");
+                    float *mg = (float *)smem;
+                    __syncthreads();
+                    if (wg > 0) {
+                        float *d = mg + (size_t)(wg - 1) * PER * PF_THREADS + ltid;
+#pragma unroll
+                        for (int n = 0; n < DTILES; n++)
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                d[(n * 4 + e) * PF_THREADS] = o[n][e];
+                        d[(DTILES * 4 + 0) * PF_THREADS] = m0;
+                        d[(DTILES * 4 + 1) * PF_THREADS] = m1;
+                        d[(DTILES * 4 + 2) * PF_THREADS] = l0;
+                        d[(DTILES * 4 + 3) * PF_THREADS] = l1;
+                    }
+                    __syncthreads();
+                    if (wg == 0) {
+#pragma unroll 1
+                        for (int w = 1; w < KS; w++) {
+                            const float *d = mg + (size_t)(w - 1) * PER * PF_THREADS + ltid;
+                            const float wm0 = d[(DTILES * 4 + 0) * PF_THREADS], wm1 = d[(DTILES * 4 + 1) * PF_THREADS];
+                            const float M0 = fmaxf(m0, wm0), M1 = fmaxf(m1, wm1);
+                            /* A side with no key yet (-inf) weighs exactly 0. */
+                            const float a0 = m0 == -INFINITY ? 0.0f : ex2_ftz((m0 - M0) * qscale),
+                                        b0 = wm0 == -INFINITY ? 0.0f : ex2_ftz((wm0 - M0) * qscale),
+                                        a1 = m1 == -INFINITY ? 0.0f : ex2_ftz((m1 - M1) * qscale),
+                                        b1 = wm1 == -INFINITY ? 0.0f : ex2_ftz((wm1 - M1) * qscale);
+#pragma unroll
+                            for (int n = 0; n < DTILES; n++) {
+                                o[n][0] = o[n][0] * a0 + d[(n * 4 + 0) * PF_THREADS] * b0;
+                                o[n][1] = o[n][1] * a0 + d[(n * 4 + 1) * PF_THREADS] * b0;
+                                o[n][2] = o[n][2] * a1 + d[(n * 4 + 2) * PF_THREADS] * b1;
+                                o[n][3] = o[n][3] * a1 + d[(n * 4 + 3) * PF_THREADS] * b1;
+                            }
+                            l0 = l0 * a0 + d[(DTILES * 4 + 2) * PF_THREADS] * b0;
+                            l1 = l1 * a1 + d[(DTILES * 4 + 3) * PF_THREADS] * b1;
+                            m0 = M0;
+                            m1 = M1;
+                        }
+                    }
+                }
 #endif
             } else {
                 /* Two stages: tile it + 1 is in flight while tile it is computed. */
@@ -425,24 +524,25 @@ __global__ void __launch_bounds__(PF_THREADS)
 
             l0 = quad_sum(l0);
             l1 = quad_sum(l1);
-            T *o0 = out + (t0 + r0) * g.qrow + h * DH, *o1 = out + (t0 + r1) * g.qrow + h * DH;
+            if (wg == 0) { /* warpgroup 0 holds the merged rows */
+                /* One reciprocal a row, and two dims a store (d is even and
+                 * rows are whole heads apart). */
+                T *o0 = out + (t0 + r0) * g.qrow + h * DH, *o1 = out + (t0 + r1) * g.qrow + h * DH;
+                const float i0 = in0 ? 1.0f / l0 : 0.0f, i1 = in1 ? 1.0f / l1 : 0.0f;
 #pragma unroll
-            for (int n = 0; n < DTILES; n++) {
-                int d = n * 8 + ti * 2;
-                if (in0) {
-                    o0[d] = from_f<T>(o[n][0] / l0);
-                    o0[d + 1] = from_f<T>(o[n][1] / l0);
+                for (int n = 0; n < DTILES; n++) {
+                    int d = n * 8 + ti * 2;
+                    if (in0)
+                        *(uint32_t *)(o0 + d) = mma_op<T>::pack2(o[n][0] * i0, o[n][1] * i0);
+                    if (in1)
+                        *(uint32_t *)(o1 + d) = mma_op<T>::pack2(o[n][2] * i1, o[n][3] * i1);
                 }
-                if (in1) {
-                    o1[d] = from_f<T>(o[n][2] / l1);
-                    o1[d + 1] = from_f<T>(o[n][3] / l1);
+                if (g.lse && ti == 0) { /* m0, m1 are raw maxima: scaled here */
+                    if (in0)
+                        g.lse[(t0 + r0) * g.h + h] = (m0 * qscale + log2f(l0)) * REEL_ATTN_LN2;
+                    if (in1)
+                        g.lse[(t0 + r1) * g.h + h] = (m1 * qscale + log2f(l1)) * REEL_ATTN_LN2;
                 }
-            }
-            if (g.lse && ti == 0) { /* m0, m1 are raw maxima: scaled here */
-                if (in0)
-                    g.lse[(t0 + r0) * g.h + h] = (m0 * qscale + log2f(l0)) * REEL_ATTN_LN2;
-                if (in1)
-                    g.lse[(t0 + r1) * g.h + h] = (m1 * qscale + log2f(l1)) * REEL_ATTN_LN2;
             }
             __syncthreads();
             if (threadIdx.x < PF_BM && s_state[threadIdx.x] == 2)
@@ -465,39 +565,82 @@ bool attn_prefill_supports(reel_dtype dt, int64_t dh)
     return (dt == REEL_F16 || dt == REEL_BF16) && (dh == 64 || dh == 128);
 }
 
-template <typename T, int DH> static size_t prefill_smem()
+/* The key split's widths a head dim has: 1, 2 and 4 warpgroups at 64 (four
+ * blocks' stages fit an SM), 1 and 2 at 128 (two fit); 1 for mma.sync. */
+template <int DH> constexpr int pf_max_ks()
+{
+    return PF_WG ? (DH == 64 ? 4 : 2) : 1;
+}
+
+template <typename T, int DH, int KS> static size_t prefill_smem()
 {
     constexpr size_t ns = pf_stages<PF_WG>();
-    return PF_WG ? sizeof(T) * 2 * ns * PF_BN * DH + 1024 : sizeof(T) * 2 * ns * PF_BN * (DH + PF_PAD);
+    return PF_WG ? sizeof(T) * 2 * KS * ns * PF_BN * DH + 1024 : sizeof(T) * 2 * ns * PF_BN * (DH + PF_PAD);
 }
 
 /* The stages need more than the default 48 KB of dynamic shared memory:
  * the opt-in is set once per kernel, at its first launch (a warm-up before
  * any capture, as for every op). */
-template <typename T, int DH> static cudaError_t prefill_opt_in()
+template <typename T, int DH, int KS> static cudaError_t prefill_opt_in()
 {
     static std::atomic<unsigned long long> done(0);
-    return smem_opt_in(attn_prefill_kernel<T, DH, PF_WG>, prefill_smem<T, DH>(), done);
+    return smem_opt_in(attn_prefill_kernel<T, DH, PF_WG, KS>, prefill_smem<T, DH, KS>(), done);
+}
+
+/* Blocks of one warpgroup an SM holds, from the occupancy calculator once
+ * per instantiation (the device's and the binary's, so every launch of a
+ * process splits alike: replay == eager); 0 where the query fails. */
+template <typename T, int DH> static int prefill_blocks_per_sm()
+{
+    static std::atomic<int> memo(-1);
+    int v = memo.load(std::memory_order_relaxed);
+    if (v >= 0)
+        return v;
+    int n = 0;
+    if (prefill_opt_in<T, DH, 1>() != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_prefill_kernel<T, DH, PF_WG, 1>, PF_THREADS,
+                                                      prefill_smem<T, DH, 1>()) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: cleared, and no split taken */
+        n = 0;
+    }
+    memo.store(n, std::memory_order_relaxed);
+    return n;
+}
+
+template <typename T, int DH, int KS>
+static cudaError_t prefill_go(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl, int64_t blocks)
+{
+    constexpr int ks = KS > pf_max_ks<DH>() ? 1 : KS; /* never taken: prefill_run caps the width */
+    cudaError_t e = prefill_opt_in<T, DH, ks>();
+    if (e != cudaSuccess)
+        return e;
+    return launch(attn_prefill_kernel<T, DH, PF_WG, ks>, dim3((unsigned)blocks), PF_THREADS * ks,
+                  prefill_smem<T, DH, ks>(), st, pdl, (const T *)attn_q(l), (const T *)l->in[3], (const T *)l->in[4],
+                  (T *)l->out[0], *l->meta, g, l->rows);
 }
 
 template <typename T, int DH>
-static cudaError_t prefill_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl)
+static cudaError_t prefill_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl, int64_t sms)
 {
-    cudaError_t e = prefill_opt_in<T, DH>();
-    if (e != cudaSuccess)
-        return e;
-    dim3 grid((unsigned)((l->rows + PF_BM - 1) / PF_BM * g.h));
-    return launch(attn_prefill_kernel<T, DH, PF_WG>, grid, PF_THREADS, prefill_smem<T, DH>(), st, pdl,
-                  (const T *)attn_q(l), (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], *l->meta, g,
-                  l->rows);
+    const int64_t blocks = (l->rows + PF_BM - 1) / PF_BM * g.h;
+#ifdef REEL_ATTN_PREFILL_KS
+    const int ks = REEL_ATTN_PREFILL_KS > pf_max_ks<DH>() ? pf_max_ks<DH>() : REEL_ATTN_PREFILL_KS;
+#else
+    const int ks = (int)reel_attn_prefill_splits(blocks, (int64_t)prefill_blocks_per_sm<T, DH>() * sms, pf_max_ks<DH>());
+#endif
+    if (ks >= 4)
+        return prefill_go<T, DH, 4>(l, st, g, pdl, blocks);
+    if (ks >= 2)
+        return prefill_go<T, DH, 2>(l, st, g, pdl, blocks);
+    return prefill_go<T, DH, 1>(l, st, g, pdl, blocks);
 }
 
-cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl)
+cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl, int64_t sms)
 {
     bool bf = l->in_shape[0].dtype == REEL_BF16;
     if (g.dh == 64)
-        return bf ? prefill_run<__nv_bfloat16, 64>(l, st, g, pdl) : prefill_run<__half, 64>(l, st, g, pdl);
-    return bf ? prefill_run<__nv_bfloat16, 128>(l, st, g, pdl) : prefill_run<__half, 128>(l, st, g, pdl);
+        return bf ? prefill_run<__nv_bfloat16, 64>(l, st, g, pdl, sms) : prefill_run<__half, 64>(l, st, g, pdl, sms);
+    return bf ? prefill_run<__nv_bfloat16, 128>(l, st, g, pdl, sms) : prefill_run<__half, 128>(l, st, g, pdl, sms);
 }
 
 } /* namespace reel_cu */

@@ -54,6 +54,21 @@ __device__ __forceinline__ float quad_sum(float v)
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+/* 2^x on the special-function unit alone (ex2.approx.ftz: one instruction;
+ * exp2f adds the handling of subnormal results, which flush to 0 here). A
+ * softmax weight under 2^-126 is 0 either way within the tolerance of every
+ * path; the result depends on x alone, so replay == eager is unchanged. */
+__device__ __forceinline__ float ex2_ftz(float x)
+{
+#ifdef REEL_ATTN_EXACT_EXP2
+    return exp2f(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+
 /* Scales rows gi (by c0) and gi + 8 (by c1) of N C fragments. */
 template <int N> __device__ __forceinline__ void scale_rows(float (&o)[N][4], float c0, float c1)
 {
@@ -97,6 +112,13 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src
 {
     uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(gmem), "r"(src_bytes));
+}
+
+/* A 16-byte cp.async to a shared address already in the shared window
+ * (cvta done once by the caller), every byte from global memory. */
+__device__ __forceinline__ void cp_async16_sh(uint32_t smem, const void *gmem)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
 }
 
 __device__ __forceinline__ void cp_async_commit()

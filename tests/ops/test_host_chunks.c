@@ -1,6 +1,7 @@
-/* The split-KV decode's chunk count (ops/attn_chunks.h): the choices the
- * H200 measurements stand on (docs/attention.md, "The chunking rule"),
- * its bounds, and the model it minimizes. Pure host arithmetic: the CUDA
+/* The split-KV decode's chunk count and the prefill's key split
+ * (ops/attn_chunks.h): the choices the H200 measurements stand on
+ * (docs/attention.md, "The chunking rule", "The prefill"), their bounds,
+ * and the model the chunk count minimizes. Pure host arithmetic: the CUDA
  * launch feeds it the kernel's occupancy and the SM count. */
 #include <criterion/criterion.h>
 
@@ -62,4 +63,32 @@ Test(chunks, model)
                           (long long)slots, (long long)n, t, (long long)c, tc);
             }
         }
+}
+
+/* One-warpgroup prefill blocks an SM: 3 at head dim 64 (151 registers),
+ * 2 at 128 (96 KB of stages), on 132 SMs. */
+enum { P64 = 3 * 132, P128 = 2 * 132 };
+
+Test(chunks, prefill_split_measured_points)
+{
+    cr_assert_eq(reel_attn_prefill_splits(128, P64, 4), 2, "512 tokens, 16 heads of 64: 50.2 -> 42.9 us");
+    cr_assert_eq(reel_attn_prefill_splits(512, P64, 4), 1, "2048 tokens: 60.1 us unsplit, 84.3 split in 2");
+    cr_assert_eq(reel_attn_prefill_splits(256, P128, 2), 1, "512 tokens, 32 heads of 128: 76.0 vs 82.2 us");
+    cr_assert_eq(reel_attn_prefill_splits(1024, P128, 2), 1);
+    cr_assert_eq(reel_attn_prefill_splits(64, P64, 4), 4);
+    cr_assert_eq(reel_attn_prefill_splits(16, P128, 2), 2);
+}
+
+Test(chunks, prefill_split_bounds)
+{
+    for (int64_t b = 1; b <= 2048; b++)
+        for (int64_t cap = 1; cap <= 4; cap *= 2) {
+            int64_t ks = reel_attn_prefill_splits(b, P64, cap);
+            cr_assert(ks >= 1 && ks <= cap && (ks & (ks - 1)) == 0, "blocks %lld: %lld", (long long)b, (long long)ks);
+            cr_assert(ks == 1 || b * ks <= P64, "the warpgroups fit one wave");
+            cr_assert(ks == cap || b * 2 * ks > P64, "and no wider width would");
+        }
+    cr_assert_eq(reel_attn_prefill_splits(0, P64, 4), 1);
+    cr_assert_eq(reel_attn_prefill_splits(16, 0, 4), 1);
+    cr_assert_eq(reel_attn_prefill_splits(16, P64, 0), 1);
 }
