@@ -45,16 +45,20 @@ static inline int64_t reel_attn_wave_chunks(int64_t units, int64_t slots, int64_
 }
 
 /* The prefill's warpgroups a block (a key split inside the block, merged
- * there): blocks: its grid; slots: the blocks of one warpgroup a wave holds
- * (blocks an SM x SMs); cap: the widest the kernel has (a power of 2). The
- * widest, doubling from 1, whose warpgroups all fit one wave: a grid that
- * leaves SMs with one warpgroup or none gets more of them on its keys,
- * a grid of a wave or more stays 1. */
-static inline int64_t reel_attn_prefill_splits(int64_t blocks, int64_t slots, int64_t cap)
+ * there): blocks: its grid; sms: the SMs; slots: the blocks of one
+ * warpgroup a wave holds (blocks an SM x SMs); cap: the widest the kernel
+ * has (a power of 2). A grid of at most one block an SM takes the widest
+ * (each block has an SM to itself: 4 warpgroups beat 2 and 1 there, on the
+ * H200); a larger one the widest, doubling from 1, whose warpgroups all fit
+ * one wave; a grid of a wave or more stays 1. */
+static inline int64_t reel_attn_prefill_splits(int64_t blocks, int64_t sms, int64_t slots, int64_t cap)
 {
     int64_t ks = 1;
-    if (blocks < 1 || slots < 1)
+    if (blocks < 1 || slots < 1 || cap < 1)
         return 1;
+    if (blocks <= sms)
+        while (2 * ks <= cap)
+            ks *= 2;
     while (2 * ks <= cap && blocks * 2 * ks <= slots)
         ks *= 2;
     return ks;

@@ -36,15 +36,16 @@ template <bool WG> constexpr int pf_stages()
  * ...); their partial (max, sum, o) are merged in shared memory, in the
  * order of w, by warpgroup 0, which writes the rows. A grid too small to
  * fill the SMs with one warpgroup a block takes KS > 1 (prefill_splits). */
-/* Blocks an SM is built for: four one-warpgroup blocks at head dim 64
- * (at most 128 registers, which their stages allow), one otherwise;
- * -DREEL_ATTN_PREFILL_MINB=1 builds that bound (an A/B; off by default). */
+/* Blocks an SM is built for: at head dim 64, four warpgroups an SM
+ * whatever the width (at most 128 registers; the stages of four fit), one
+ * block otherwise; -DREEL_ATTN_PREFILL_MINB=1 builds that bound (an A/B;
+ * off by default). */
 #ifndef REEL_ATTN_PREFILL_MINB
 #define REEL_ATTN_PREFILL_MINB 0
 #endif
 template <int DH, int KS> constexpr int pf_min_blocks()
 {
-    return REEL_ATTN_PREFILL_MINB && DH == 64 && KS == 1 ? 4 : 1;
+    return REEL_ATTN_PREFILL_MINB && DH == 64 ? 4 / KS : 1;
 }
 
 template <typename T, int DH, bool WG, int KS>
@@ -626,7 +627,8 @@ static cudaError_t prefill_run(const reel_launch *l, cudaStream_t st, const attn
 #ifdef REEL_ATTN_PREFILL_KS
     const int ks = REEL_ATTN_PREFILL_KS > pf_max_ks<DH>() ? pf_max_ks<DH>() : REEL_ATTN_PREFILL_KS;
 #else
-    const int ks = (int)reel_attn_prefill_splits(blocks, (int64_t)prefill_blocks_per_sm<T, DH>() * sms, pf_max_ks<DH>());
+    const int ks = (int)reel_attn_prefill_splits(blocks, sms, (int64_t)prefill_blocks_per_sm<T, DH>() * sms,
+                                                      pf_max_ks<DH>());
 #endif
     if (ks >= 4)
         return prefill_go<T, DH, 4>(l, st, g, pdl, blocks);

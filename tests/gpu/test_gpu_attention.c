@@ -198,8 +198,9 @@ Test(gpu_attention, mixed_batch_matches_host, .init = setup, .fini = teardown, .
 }
 
 /* Long prefills. The prefill's key split (attn_prefill.cu) takes its width
- * from the grid: on 132 SMs, the 2-head cases run 4 warpgroups a block at
- * head dim 64 and 2 at 128, the 16-head case 2, the large mixed batch 1. */
+ * from the grid: on 132 SMs, the 2-head cases and the 512-token 16-head case
+ * run 4 warpgroups a block at head dim 64 and 2 at 128, the 640-token case
+ * (160 blocks) 2, the large mixed batch 1. */
 Test(gpu_attention, long_prefills_match_host, .init = setup, .fini = teardown, .timeout = 240)
 {
     for (int d = 1; d < 3; d++) {
@@ -207,6 +208,9 @@ Test(gpu_attention, long_prefills_match_host, .init = setup, .fini = teardown, .
         w.qlen[0] = 512;
         w.ctx[0] = 2048;
         run_case(&w, dts[d], 4096, "prefill 512 over 2048, 16 heads");
+        w.qlen[0] = 640;
+        w.ctx[0] = 700;
+        run_case(&w, dts[d], 4096, "prefill 640 over 700, 16 heads");
         acase a = {.h = 2, .hkv = 1, .dh = 128, .bs = 16, .nseq = 1};
         a.qlen[0] = 512;
         a.ctx[0] = 2048;
