@@ -283,15 +283,11 @@ __global__ void __launch_bounds__(PF_THREADS *KS, (pf_min_blocks<DH, KS>()))
                  * skips one. */
                 float sc[STILES][4];
                 uint32_t pa[PF_BN / 16][4]; /* P of the last softmax, as A fragments */
+                /* The warpgroup's tiles (ntl), and the block's steps (nlt):
+                 * the warpgroups step together, one block barrier a tile, a
+                 * warpgroup with one tile fewer idling through the last. */
                 const int ntl = ntiles > wg ? (ntiles - wg + KS - 1) / KS : 0;
-                /* The warpgroup's own barrier (ids 1 .. KS; 0 is the block's):
-                 * warpgroups of one block walk different numbers of tiles. */
-                auto wg_sync = [&]() {
-                    if constexpr (KS == 1)
-                        __syncthreads();
-                    else
-                        asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); /* PF_THREADS */
-                };
+                const int nlt = (ntiles + KS - 1) / KS;
                 /* Each key's cache row (byte offset of this kv head), found
                  * two tiles ahead by a thread a key: the loads then need no
                  * dependent read of the block table. A key past maxpos takes
@@ -360,23 +356,25 @@ __global__ void __launch_bounds__(PF_THREADS *KS, (pf_min_blocks<DH, KS>()))
                     for (int kk = 0; kk < PF_BN / 16; kk++)
                         p_frag(sc, kk, pa[kk]);
                 };
-                if (ntl > 0) {
+                if (ntl > 0)
                     rows_of(0);
-                    if (ntl > 1)
-                        rows_of(1);
-                    wg_sync();
+                if (ntl > 1)
+                    rows_of(1);
+                __syncthreads();
+                if (ntl > 0)
                     load_wg(0);
-                    for (int lt = 0; lt < ntl; lt++) {
-                        if (lt + 2 < ntl)
-                            rows_of(lt + 2); /* tile lt - 1's rows, whose loads are issued */
-                        if (lt + 1 < ntl) {
-                            load_wg(lt + 1);
-                            cp_async_wait<1>();
-                        } else {
-                            cp_async_wait<0>();
-                        }
-                        fence_proxy_async(); /* the tensor cores read what cp.async wrote */
-                        wg_sync();
+                for (int lt = 0; lt < nlt; lt++) {
+                    if (lt + 2 < ntl)
+                        rows_of(lt + 2); /* tile lt - 1's rows, whose loads are issued */
+                    if (lt + 1 < ntl) {
+                        load_wg(lt + 1);
+                        cp_async_wait<1>();
+                    } else {
+                        cp_async_wait<0>();
+                    }
+                    fence_proxy_async(); /* the tensor cores read what cp.async wrote */
+                    __syncthreads();
+                    if (lt < ntl) {
                         s_issue(lt);
                         if (lt > 0) {
                             pv_issue(lt - 1);
@@ -395,6 +393,8 @@ __global__ void __launch_bounds__(PF_THREADS *KS, (pf_min_blocks<DH, KS>()))
                         rescale_o();
                         pack_p();
                     }
+                }
+                if (ntl > 0) {
                     pv_issue(ntl - 1);
                     wg_wait<0>();
                     wg_hold(o);
