@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(PF_THREADS *KS, (pf_min_blocks<DH, KS>()))
         const int64_t ntq = (rows + PF_BM - 1) / PF_BM;
         const int64_t t0 = (ntq - 1 - (int64_t)(blockIdx.x / g.h)) * PF_BM, h = blockIdx.x % g.h, kvh = h / g.group;
         const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % PF_WARPS; /* warp of its warpgroup */
-        const int wg = KS == 1 ? 0 : (int)threadIdx.x / PF_THREADS, ltid = (int)threadIdx.x % PF_THREADS;
+        const int wg = KS == 1 ? 0 : (int)threadIdx.x / PF_THREADS; /* its warpgroup */
         const int gi = lane >> 2, ti = lane & 3; /* mma fragment coordinates */
         const float qscale = g.scale * 1.4426950408889634f;
         const int32_t bs = (int32_t)g.bs;
@@ -283,6 +283,7 @@ __global__ void __launch_bounds__(PF_THREADS *KS, (pf_min_blocks<DH, KS>()))
                  * skips one. */
                 float sc[STILES][4];
                 uint32_t pa[PF_BN / 16][4]; /* P of the last softmax, as A fragments */
+                const int ltid = (int)threadIdx.x % PF_THREADS; /* its thread in the warpgroup */
                 /* The warpgroup's tiles (ntl), and the block's steps (nlt):
                  * the warpgroups step together, one block barrier a tile, a
                  * warpgroup with one tile fewer idling through the last. */
