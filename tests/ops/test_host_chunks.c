@@ -65,7 +65,7 @@ Test(chunks, model)
         }
 }
 
-/* One-warpgroup prefill blocks an SM: 3 at head dim 64 (151 registers),
+/* One-warpgroup prefill blocks an SM: 3 at head dim 64 (150-156 registers),
  * 2 at 128 (96 KB of stages), on 132 SMs. */
 enum { SMS = 132, P64 = 3 * SMS, P128 = 2 * SMS };
 
