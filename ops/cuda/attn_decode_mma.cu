@@ -643,25 +643,12 @@ template <typename T, int DH, bool MULTI> static cudaError_t dm_opt_in()
     return smem_opt_in(attn_decode_mma_kernel<T, DH, MULTI>, dm_smem<T, DH>(), done);
 }
 
-/* Blocks of the one-item kernel an SM holds, from the occupancy calculator
- * once per instantiation (a property of the binary and the device, so every
- * launch of the process chunks alike; a process's devices are taken to be
- * of one kind, as dm_opt_in's memo does); 0 where the query fails. */
+/* Blocks of the one-item kernel an SM holds (blocks_per_sm_once). */
 template <typename T, int DH> static int dm_blocks_per_sm()
 {
     static std::atomic<int> memo(-1);
-    int v = memo.load(std::memory_order_relaxed);
-    if (v >= 0)
-        return v;
-    int n = 0;
-    if (dm_opt_in<T, DH, false>() != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_decode_mma_kernel<T, DH, false>, DM_THREADS,
-                                                      dm_smem<T, DH>()) != cudaSuccess) {
-        (void)cudaGetLastError(); /* a failed query is not sticky: cleared, and the caller's fallback taken */
-        n = 0;
-    }
-    memo.store(n, std::memory_order_relaxed);
-    return n;
+    return blocks_per_sm_once(memo, attn_decode_mma_kernel<T, DH, false>, DM_THREADS, dm_smem<T, DH>(),
+                              dm_opt_in<T, DH, false>);
 }
 
 int attn_decode_mma_blocks_per_sm(reel_dtype dt, int64_t dh)

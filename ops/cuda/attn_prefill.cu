@@ -589,24 +589,12 @@ template <typename T, int DH, int KS> static cudaError_t prefill_opt_in()
     return smem_opt_in(attn_prefill_kernel<T, DH, PF_WG, KS>, prefill_smem<T, DH, KS>(), done);
 }
 
-/* Blocks of one warpgroup an SM holds, from the occupancy calculator once
- * per instantiation (the device's and the binary's, so every launch of a
- * process splits alike: replay == eager); 0 where the query fails. */
+/* Blocks of one warpgroup an SM holds (blocks_per_sm_once). */
 template <typename T, int DH> static int prefill_blocks_per_sm()
 {
     static std::atomic<int> memo(-1);
-    int v = memo.load(std::memory_order_relaxed);
-    if (v >= 0)
-        return v;
-    int n = 0;
-    if (prefill_opt_in<T, DH, 1>() != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_prefill_kernel<T, DH, PF_WG, 1>, PF_THREADS,
-                                                      prefill_smem<T, DH, 1>()) != cudaSuccess) {
-        (void)cudaGetLastError(); /* not sticky: cleared, and no split taken */
-        n = 0;
-    }
-    memo.store(n, std::memory_order_relaxed);
-    return n;
+    return blocks_per_sm_once(memo, attn_prefill_kernel<T, DH, PF_WG, 1>, PF_THREADS, prefill_smem<T, DH, 1>(),
+                              prefill_opt_in<T, DH, 1>);
 }
 
 template <typename T, int DH, int KS>

@@ -156,6 +156,28 @@ template <typename K> cudaError_t smem_opt_in(K *kernel, size_t bytes, std::atom
     return e;
 }
 
+/* Blocks of a kernel an SM holds, from the occupancy calculator once per
+ * memo (a property of the binary and the device, so every launch of a
+ * process decides alike: replay == eager; a process's devices are taken to
+ * be of one kind), after opt_in() (the kernel's shared-memory opt-in); 0
+ * where either fails, the failed query cleared (not sticky) so the caller's
+ * fallback is taken. */
+template <typename K, typename F>
+int blocks_per_sm_once(std::atomic<int> &memo, K *kernel, int threads, size_t smem, F opt_in)
+{
+    int v = memo.load(std::memory_order_relaxed);
+    if (v >= 0)
+        return v;
+    int n = 0;
+    if (opt_in() != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    memo.store(n, std::memory_order_relaxed);
+    return n;
+}
+
 } /* namespace reel_cu */
 
 #endif
