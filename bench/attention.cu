@@ -78,6 +78,61 @@ static double copy_probe(size_t bytes, int reps)
     return median(t);
 }
 
+#ifdef REEL_ATTN_DM_TRACE
+extern "C" cudaError_t reel_cu_dm_trace_clear(void);
+extern "C" cudaError_t reel_cu_dm_trace_read(unsigned long long *dst, int *nblocks, int *nphases);
+
+/* A measurement build's phase trace of the tensor-core decode (the last
+ * layer's launch of one replay): per phase, the median and the largest time
+ * since a block's start over the blocks that stamped it, in ns. */
+static void trace_point(cudaGraphExec_t exec, cudaStream_t st)
+{
+    CK(reel_cu_dm_trace_clear());
+    CK(cudaGraphLaunch(exec, st));
+    CK(cudaStreamSynchronize(st));
+    static unsigned long long tr[2048 * 16];
+    int nb, np;
+    CK(reel_cu_dm_trace_read(tr, &nb, &np));
+    std::vector<double> ratio;
+    unsigned long long g0 = ~0ull, g1 = 0;
+    int n = 0;
+    for (int b = 0; b < nb; b++) {
+        const unsigned long long *r = tr + (size_t)b * np;
+        if (!r[0] || !r[13] || !r[14] || !r[15])
+            continue;
+        n++;
+        ratio.push_back((double)(r[15] - r[14]) / (double)(r[13] - r[0]));
+        g0 = std::min(g0, r[14]);
+        g1 = std::max(g1, r[15]);
+    }
+    if (!n) {
+        printf("trace: no block stamped\n");
+        return;
+    }
+    const double nspc = median(ratio);
+    std::vector<double> starts;
+    for (int b = 0; b < nb; b++) {
+        const unsigned long long *r = tr + (size_t)b * np;
+        if (r[0] && r[13] && r[14] && r[15])
+            starts.push_back((double)(r[14] - g0));
+    }
+    printf("trace: %d blocks, kernel span %.2f us, block start median %.2f max %.2f us, %.3f ns/cycle\n", n,
+           (g1 - g0) * 1e-3, median(starts) * 1e-3, *std::max_element(starts.begin(), starts.end()) * 1e-3, nspc);
+    printf("trace: phase (median / max us since the block's start):");
+    for (int i = 1; i <= 13; i++) {
+        std::vector<double> d;
+        for (int b = 0; b < nb; b++) {
+            const unsigned long long *r = tr + (size_t)b * np;
+            if (r[0] && r[13] && r[i])
+                d.push_back((double)(r[i] - r[0]) * nspc * 1e-3);
+        }
+        if (!d.empty())
+            printf(" %d: %.2f / %.2f (%zu)", i, median(d), *std::max_element(d.begin(), d.end()), d.size());
+    }
+    printf("\n");
+}
+#endif
+
 /* One point: returns us per layer; *kv_bytes the K/V bytes a layer reads. */
 static double run_point(reel_ctx *ctx, const reel_op_impl *impl, const point &pt, int reps, double *kv_bytes)
 {
@@ -210,6 +265,9 @@ static double run_point(reel_ctx *ctx, const reel_op_impl *impl, const point &pt
         if (r >= 3)
             t.push_back(ms * 1e3 / layers);
     }
+#ifdef REEL_ATTN_DM_TRACE
+    trace_point(exec, st);
+#endif
     int32_t herr;
     CK(cudaMemcpy(&herr, err, 4, cudaMemcpyDeviceToHost));
     if (herr != 0) {

@@ -123,7 +123,11 @@ __device__ __forceinline__ bool attn_in_run(const reel_meta_view &m, int64_t t, 
 /* Split-KV: a token at position p has n = p + 1 keys, cut into chunks of
  * len keys (a multiple of ATTN_CHUNK_ALIGN, at least ATTN_MIN_CHUNK) so that
  * at most nchunks are used; returns how many are. */
-enum { ATTN_MIN_CHUNK = 64, ATTN_CHUNK_ALIGN = 64 };
+#ifndef REEL_ATTN_MIN_CHUNK /* a multiple of 64: the A/B builds of the chunk length */
+#define REEL_ATTN_MIN_CHUNK 64
+#endif
+enum { ATTN_MIN_CHUNK = REEL_ATTN_MIN_CHUNK, ATTN_CHUNK_ALIGN = 64 };
+static_assert(ATTN_MIN_CHUNK % ATTN_CHUNK_ALIGN == 0, "a chunk is whole tiles");
 
 __host__ __device__ __forceinline__ int attn_chunking(int32_t p, int nchunks, int32_t *len)
 {
@@ -145,30 +149,72 @@ __host__ __device__ __forceinline__ int attn_chunking(int32_t p, int nchunks, in
  * alone (no writes, so a programmatic launch may classify before its wait):
  * whether the token is one of a multi-token run the prefill kernel takes,
  * its guard (attn_token_ok: 1 valid, 0 padding, -1 a breach), its sequence,
- * the chunks it uses and, when attend, this chunk's keys [k0, k1). */
+ * the chunks it uses and, when attend, this chunk's keys [k0, k1).
+ *
+ * In two halves, so that a kernel reads the chunk's block ids while the
+ * context length is in flight: _pre reads the token's sequence and
+ * position and, from those alone, sets spec and [k0, k1) where the chunk
+ * can attend at all (the guard without the context length: attend implies
+ * spec, with the same keys; the ids of a spec chunk lie inside its
+ * sequence's row of the block table); it issues the context length's read
+ * without using it. _fin is the guard, given that read. */
 struct attn_dec_tok {
-    bool run, attend;
+    bool run, attend, spec;
     int ok, nact;
     int32_t seq, k0, k1;
+    int32_t pos, last, ctx; /* between the halves */
 };
 
-__device__ __forceinline__ attn_dec_tok attn_decode_classify(const reel_meta_view &m, const attn_geom &g, int64_t t,
-                                                              int64_t rows, int c, int nchunks, bool skip_runs)
+__device__ __forceinline__ attn_dec_tok attn_decode_classify_pre(const reel_meta_view &m, const attn_geom &g,
+                                                                  int64_t t, int64_t rows, int c, int nchunks,
+                                                                  bool skip_runs)
 {
     attn_dec_tok d = {};
     d.run = skip_runs && attn_in_run(m, t, rows);
     if (d.run)
         return d;
-    int32_t p, clen = 0;
-    d.ok = attn_token_ok(m, g, t, &d.seq, &p);
-    if (d.ok == 1 && p < 0)
-        d.ok = 0; /* an empty DCP shard: (0, -inf), not a breach */
-    d.nact = d.ok == 1 ? attn_chunking(p, nchunks, &clen) : 1;
-    d.attend = d.ok == 1 && c < d.nact;
-    if (d.attend) {
+    const int32_t s = m.token_seq[t], p = m.positions[t];
+    d.seq = s;
+    d.pos = p;
+    d.ok = s == -1 ? 0 : s < 0 || s >= m.max_seqs ? -1 : 1; /* so far */
+    d.ctx = d.ok == 1 ? m.context_lens[s] : 0;
+    const int32_t j = p >= 0 ? attn_last_key(g, p) : -1;
+    int32_t clen = 0;
+    d.last = j;
+    d.nact = j >= 0 ? attn_chunking(j, nchunks, &clen) : 1;
+    d.spec = d.ok == 1 && j >= 0 && j / g.bs < m.max_blocks && c < d.nact;
+    if (d.spec) {
         d.k0 = c * clen;
-        d.k1 = min(p + 1, d.k0 + clen);
+        d.k1 = min(j + 1, d.k0 + clen);
     }
+    return d;
+}
+
+/* attn_token_ok's guard on what _pre read; an empty DCP shard is (0, -inf),
+ * not a breach. */
+__device__ __forceinline__ void attn_decode_classify_fin(const reel_meta_view &m, const attn_geom &g, int c,
+                                                         attn_dec_tok *d)
+{
+    if (d->run)
+        return;
+    if (d->ok == 1) {
+        if (!(d->ctx <= m.max_context && d->pos >= 0 && d->pos < d->ctx))
+            d->ok = -1;
+        else if (!(d->last / g.bs < m.max_blocks))
+            d->ok = -1;
+        else if (d->last < 0)
+            d->ok = 0;
+    }
+    if (d->ok != 1)
+        d->nact = 1;
+    d->attend = d->ok == 1 && c < d->nact;
+}
+
+__device__ __forceinline__ attn_dec_tok attn_decode_classify(const reel_meta_view &m, const attn_geom &g, int64_t t,
+                                                              int64_t rows, int c, int nchunks, bool skip_runs)
+{
+    attn_dec_tok d = attn_decode_classify_pre(m, g, t, rows, c, nchunks, skip_runs);
+    attn_decode_classify_fin(m, g, c, &d);
     return d;
 }
 

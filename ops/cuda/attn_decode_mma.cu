@@ -37,6 +37,42 @@ __device__ __forceinline__ uint32_t dm_hash(int32_t blk)
     static_assert(DM_HASH == 1 << 10, "10 bits of hash");
     return ((uint32_t)blk * 2654435761u) >> (32 - 10);
 }
+/* -DREEL_ATTN_DM_TRACE builds a phase trace (a measurement build, never
+ * a default): thread 0 of each of the first DM_TR_BLOCKS blocks stamps
+ * clock64 at the phases below and %globaltimer at its start and end;
+ * bench_attention prints them (reel_cu_dm_trace_*). A DEP stamp first
+ * stores the value it names to shared memory and waits at a barrier, so it
+ * is taken after the loads that value needs have landed. */
+#ifdef REEL_ATTN_DM_TRACE
+enum { DM_TR_BLOCKS = 2048, DM_TR_N = 16 };
+__device__ unsigned long long dm_trace[DM_TR_BLOCKS][DM_TR_N];
+__device__ __forceinline__ void dm_tr(int i)
+{
+    if (threadIdx.x == 0 && blockIdx.x < DM_TR_BLOCKS)
+        dm_trace[blockIdx.x][i] = clock64();
+}
+__device__ __forceinline__ void dm_tr_gt(int i)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (threadIdx.x == 0 && blockIdx.x < DM_TR_BLOCKS)
+        dm_trace[blockIdx.x][i] = t;
+}
+#define DM_TR(i) dm_tr(i)
+#define DM_TR_GT(i) dm_tr_gt(i)
+#define DM_TR_DEP(i, v)                                                                                    \
+    do {                                                                                                   \
+        __shared__ volatile int s_trdep;                                                                   \
+        if (threadIdx.x == 0)                                                                              \
+            s_trdep = (int)(v);                                                                            \
+        __syncthreads();                                                                                   \
+        dm_tr(i);                                                                                          \
+    } while (0)
+#else
+#define DM_TR(i) ((void)0)
+#define DM_TR_GT(i) ((void)0)
+#define DM_TR_DEP(i, v) ((void)0)
+#endif
 static constexpr int64_t DM_PREFETCH_BYTES = 16ll << 20;
 #ifndef REEL_ATTN_YPB_GRID
 #define REEL_ATTN_YPB_GRID 4096
@@ -50,10 +86,13 @@ static constexpr int64_t DM_YPB_GRID = REEL_ATTN_YPB_GRID;
 #ifndef REEL_ATTN_DM_STAGES64
 #define REEL_ATTN_DM_STAGES64 2
 #endif
+#ifndef REEL_ATTN_DM_STAGES128
+#define REEL_ATTN_DM_STAGES128 2
+#endif
 
 template <int DH> static constexpr int dm_stages()
 {
-    return DH == 64 ? REEL_ATTN_DM_STAGES64 : 2;
+    return DH == 64 ? REEL_ATTN_DM_STAGES64 : REEL_ATTN_DM_STAGES128;
 }
 
 template <typename T, int DH> static constexpr size_t dm_stage_bytes()
@@ -90,17 +129,28 @@ __device__ __noinline__ void dm_arrive_and_combine(const float *ws, uint32_t *cn
                                                    int64_t t, int nchunks, int nact, int64_t h0, int nh, T *orow,
                                                    float *sm)
 {
+    /* The block's threads' partial stores come before thread 0's arrival
+     * (the barrier), which releases them at device scope and, in the last
+     * block, acquires every other block's (one acq_rel atomic: the fence a
+     * grid barrier uses, by one thread instead of every thread's own); the
+     * second barrier orders the block's reads below after it. */
     __shared__ int s_last;
-    __threadfence(); /* this block's partial, before its arrival */
     __syncthreads();
-    if (threadIdx.x == 0)
-        s_last = atomicAdd(&cnt[ci], 1u) == (uint32_t)(nact - 1);
+    DM_TR(10);
+    if (threadIdx.x == 0) {
+        uint32_t old;
+        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(old) : "l"(cnt + ci) : "memory");
+        s_last = old == (uint32_t)(nact - 1);
+        if (s_last)
+            cnt[ci] = 0u; /* every chunk has arrived: left zero for the next launch */
+    }
     __syncthreads();
-    if (!s_last)
+    DM_TR(11);
+    if (!s_last) {
+        DM_TR(13);
+        DM_TR_GT(15);
         return;
-    if (threadIdx.x == 0)
-        cnt[ci] = 0u; /* every chunk has arrived: left zero for the next launch */
-    __threadfence();
+    }
     const int64_t stride = attn_ws_slot_floats(g);
     const float *base = ws + t * nchunks * stride;
     /* Every partial of the group into shared memory first, all loads in
@@ -112,6 +162,7 @@ __device__ __noinline__ void dm_arrive_and_combine(const float *ws, uint32_t *cn
     for (int i = threadIdx.x; i < nact * nx; i += DM_THREADS)
         s_o[i] = __ldcg(base + (i / nx) * stride + h0 * DH + i % nx);
     __syncthreads();
+    DM_TR(12);
     if ((int)threadIdx.x < nh) {
         float *w = s_w + threadIdx.x * nact;
         float M = -INFINITY;
@@ -144,6 +195,8 @@ __device__ __noinline__ void dm_arrive_and_combine(const float *ws, uint32_t *cn
         }
         orow[x] = from_f<T>(o);
     }
+    DM_TR(13);
+    DM_TR_GT(15);
 }
 
 /* The one-kernel decode's write of token u's k and v of kv head kvh (the
@@ -213,14 +266,33 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     const int gi = lane >> 2, ti = lane & 3;
 
     T *orow = out + t * g.qrow + h0 * DH;
-    const attn_dec_tok tk = attn_decode_classify(m, g, t, rows, c, nchunks, skip_runs);
+    /* The metadata in two dependent reads: the step's slots (the one-kernel
+     * decode) with the token's sequence and position; then its context
+     * length with the chunk's block ids, which need only the first. */
+    const int64_t my_slot = fw.on && threadIdx.x < rows ? m.slot_mapping[threadIdx.x] : -1;
+    attn_dec_tok tk = attn_decode_classify_pre(m, g, t, rows, c, nchunks, skip_runs);
+    /* The chunk's first DM_BT block ids, read once before the wait: a
+     * tile's loads then need no dependent global read of the table. */
+    __shared__ int32_t s_bt[DM_BT];
+    const int32_t *bt = m.block_tables + (int64_t)(tk.spec ? tk.seq : 0) * m.max_blocks;
+    const int32_t b0 = tk.spec ? attn_blk(g, tk.k0) : 0;
+    int mybad = 0;
+    if (tk.spec)
+        for (int32_t b = b0 + threadIdx.x; b <= attn_blk(g, tk.k1 - 1); b += DM_THREADS) {
+            const int32_t blk = bt[b];
+            mybad |= blk < 0 || blk >= g.nblocks;
+            if (b - b0 < DM_BT)
+                s_bt[b - b0] = blk;
+        }
+    attn_decode_classify_fin(m, g, c, &tk);
+    mybad &= tk.attend ? 1 : 0; /* a chunk the guard refuses reads nothing */
+    DM_TR_DEP(1, tk.k1 + tk.nact + tk.seq + mybad);
     /* A block of the one-kernel decode lives to its wait whatever it
      * attends: it may have writes to do. */
     if (!fw.on && !attn_decode_act(m, g, tk, t, c, orow, h0, nh))
         return;
-    const int32_t s = tk.seq, k0 = tk.k0, k1 = tk.k1;
+    const int32_t k0 = tk.k0, k1 = tk.k1;
     const int nact = tk.nact;
-    const int32_t *bt = m.block_tables + (int64_t)(tk.attend ? s : 0) * m.max_blocks;
     const int32_t bs = (int32_t)g.bs;
     static_assert(REEL_ATTN_ONE_KERNEL_ROWS <= 64 && REEL_ATTN_ONE_KERNEL_ROWS <= DM_THREADS,
                   "a token a bit of s_put, a thread each");
@@ -233,10 +305,6 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     __shared__ uint32_t s_hash[DM_HASH / 32];
     __shared__ int32_t s_jown, s_nown;
     __shared__ float s_cs[DH];
-    /* The chunk's first DM_BT block ids, read once before the wait: a
-     * tile's loads then need no dependent global read of the table. */
-    __shared__ int32_t s_bt[DM_BT];
-    const int32_t b0 = tk.attend ? attn_blk(g, k0) : 0;
     /* The rotated q heads of the one-kernel decode ([16][DH]) in the second
      * K stage, which no load fills before the q fragments are read. */
     T *s_q = ks_all[1];
@@ -251,7 +319,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
             s_hash[threadIdx.x] = 0u;
         __syncthreads();
         if (threadIdx.x < rows) {
-            int64_t sl = m.slot_mapping[threadIdx.x];
+            const int64_t sl = my_slot;
             bool in = sl >= 0 && sl < fw.nslots;
             s_slot[threadIdx.x] = sl;
             s_sblk[threadIdx.x] = in ? (int32_t)(sl / bs) : -1;
@@ -277,23 +345,20 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
             }
         }
         __syncthreads();
+        DM_TR(2);
     }
 
-    /* The chunk's block ids, checked before any is used; with fw.on, which
-     * slots of the step they hold at a key of the chunk: the token's own
-     * (s_jown, s_nown: patched into shared memory below) and the others'
-     * (s_put: written and read back). Then, where there is a kernel before
-     * to overlap, the chunk's K/V rows asked of L2: nothing before this
-     * kernel writes them in the step. */
-    int mybad = 0;
+    /* With fw.on, which slots of the step the chunk's block ids (read
+     * above; the barriers of the block before make them whole) hold at a
+     * key of the chunk: the token's own (s_jown, s_nown: patched into shared
+     * memory below) and the others' (s_put: written and read back). Then,
+     * where there is a kernel before to overlap, the chunk's K/V rows asked
+     * of L2: nothing before this kernel writes them in the step. */
     if (tk.attend) {
-        for (int32_t b = b0 + threadIdx.x; b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
-            int32_t blk = bt[b];
-            mybad |= blk < 0 || blk >= g.nblocks;
-            if (b - b0 < DM_BT)
-                s_bt[b - b0] = blk;
+        for (int32_t b = b0 + threadIdx.x; fw.on && b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
+            const int32_t blk = b - b0 < DM_BT ? s_bt[b - b0] : bt[b];
             const uint32_t hb = dm_hash(blk);
-            if (fw.on && (s_hash[hb / 32] >> (hb % 32) & 1u))
+            if (s_hash[hb / 32] >> (hb % 32) & 1u)
                 for (int u = 0; u < (int)rows; u++) {
                     int32_t j = b * bs + s_soff[u];
                     if (s_sblk[u] != blk || j < k0 || j >= k1)
@@ -317,6 +382,28 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
             asm volatile("prefetch.global.L2 [%0];" ::"l"(vc + row));
         }
     }
+    DM_TR_DEP(3, mybad);
+    auto load_tile = [&](int32_t kt, int stage) {
+        T *ks = ks_all[stage], *vs = vs_all[stage];
+        static_assert(DM_THREADS % CPR == 0, "a thread keeps its part of every row");
+        const int part = threadIdx.x % CPR;
+        for (int r = threadIdx.x / CPR; r < DM_BN; r += DM_THREADS / CPR) {
+            int32_t j = kt + r;
+            const T *ksrc = kc, *vsrc = vc;
+            int bytes = 0;
+            if (j < k1) {
+                const int32_t bj = attn_blk(g, j);
+                const int32_t blk = bj - b0 < DM_BT ? s_bt[bj - b0] : bt[bj];
+                int64_t row = ((int64_t)blk * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
+                ksrc = kc + row;
+                vsrc = vc + row;
+                bytes = 16;
+            }
+            cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
+            cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
+        }
+        cp_async_commit();
+    };
     /* Launched as a programmatic dependent, everything above overlapped the
      * kernel before it; q, k, v and the cache are read after. */
     if (pdl)
@@ -324,7 +411,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     /* The token's own new key and value (rotated), where the chunk reads
      * them: thread d holds dimension d, stored into the tile after its
      * load (own), instead of a round trip through the cache. */
-    bool own = false;
+    bool own = false, early = false;
     float kown = 0.0f, vown = 0.0f;
     if (fw.on) {
         const int32_t half = fw.half;
@@ -332,11 +419,18 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
             double ang = (double)fw.pos[t] * freq;
             s_cs[threadIdx.x] = (int)threadIdx.x < half ? (float)cos(ang) : (float)sin(ang);
         }
-        __syncthreads(); /* s_cs, and the matches complete */
+        /* s_cs, the matches complete, and whether any block id breaches */
+        const int anybad = __syncthreads_or(mybad);
         unsigned long long more = s_put;
         own = s_nown == 1;
         if (s_nown > 1)
             more |= 1ull << t; /* two keys of the chunk at the slot: through the cache */
+        /* No slot of the step to read back from the cache (its own key, if
+         * any, is patched in after the load): the first tile's loads go
+         * now, under the writes below, instead of after them. */
+        early = tk.attend && !anybad && !more;
+        if (early)
+            load_tile(k0, 0);
         if (writer && hs == 0) {
             /* The token's own write, whatever it attends (the KV write
              * kernel's guard: slot -1 skipped, out of range reported). */
@@ -374,6 +468,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
         if (s_put | (s_nown > 1 ? 1ull : 0ull))
             __threadfence(); /* the rows written above, before this block reads them back */
         __syncthreads();
+        DM_TR_DEP(5, __float_as_int(kown) ^ __float_as_int(vown));
         if (writer && half > 0) {
             typedef pack<T> P;
             for (int i = threadIdx.x; i < nh * DH / P::n; i += DM_THREADS)
@@ -390,29 +485,9 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
         return;
     }
 
-    auto load_tile = [&](int32_t kt, int stage) {
-        T *ks = ks_all[stage], *vs = vs_all[stage];
-        static_assert(DM_THREADS % CPR == 0, "a thread keeps its part of every row");
-        const int part = threadIdx.x % CPR;
-        for (int r = threadIdx.x / CPR; r < DM_BN; r += DM_THREADS / CPR) {
-            int32_t j = kt + r;
-            const T *ksrc = kc, *vsrc = vc;
-            int bytes = 0;
-            if (j < k1) {
-                const int32_t bj = attn_blk(g, j);
-                const int32_t blk = bj - b0 < DM_BT ? s_bt[bj - b0] : bt[bj];
-                int64_t row = ((int64_t)blk * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
-                ksrc = kc + row;
-                vsrc = vc + row;
-                bytes = 16;
-            }
-            cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
-            cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
-        }
-        cp_async_commit();
-    };
     const int ntiles = (k1 - k0 + DM_BN - 1) / DM_BN;
-    load_tile(k0, 0);
+    if (!early)
+        load_tile(k0, 0);
 
     /* Rows gi and gi + 8 are heads h0 + gi and h0 + gi + 8. */
     uint32_t qf[KSTEPS][4];
@@ -455,6 +530,8 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
             cp_async_commit();
         cp_async_wait<NS - 1>(); /* tile it has landed */
         __syncthreads();
+        if (it == 0)
+            DM_TR(7);
         if (own && s_jown >= kt && s_jown < kt + DM_BN) {
             /* the token's own key and value over what the cache held */
             if ((int)threadIdx.x < DH) {
@@ -524,6 +601,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
         __syncthreads(); /* the next iteration's load reuses this stage */
     }
 
+    DM_TR(8);
     /* Merge the warps: each writes its rows' (O, m, l); fixed order below. */
     l0 = quad_sum(l0);
     l1 = quad_sum(l1);
@@ -543,6 +621,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
         mw[(gi + 8) * (DH + 2) + DH + 1] = l1;
     }
     __syncthreads();
+    DM_TR(9);
     float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
     for (int x = threadIdx.x; x < nh * DH; x += DM_THREADS) {
         int r = x / DH, d = x % DH;
@@ -569,8 +648,12 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
                 slot[g.qrow + h0 + r] = M + log2f(L);
         }
     }
-    if (cnt && nact > 1)
+    if (cnt && nact > 1) {
         dm_arrive_and_combine<T, DH>(ws, cnt, t * ny + y, g, t, nchunks, nact, h0, nh, orow, mrg);
+    } else {
+        DM_TR(13);
+        DM_TR_GT(15);
+    }
 }
 
 /* MULTI: a block takes ypb head groups of one token and chunk in turn (ypb
@@ -590,6 +673,8 @@ __global__ void __launch_bounds__(DM_THREADS)
      * completion before it reads what this one writes. */
     cudaTriggerProgrammaticLaunchCompletion();
 #endif
+    DM_TR_GT(14);
+    DM_TR(0);
     if constexpr (!MULTI) {
         const int64_t ny = g.hkv * hsplit;
         dm_item<T, DH>(q, kc, vc, out, ws, m, g, rows, nchunks, hsplit, skip_runs, cnt, fw, pf_keys, pdl,
@@ -686,6 +771,22 @@ static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom
                   (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows, nchunks,
                   hsplit, skip, inblock ? cnt : (uint32_t *)nullptr, fw, pf_keys, ypb);
 }
+
+#ifdef REEL_ATTN_DM_TRACE
+extern "C" cudaError_t reel_cu_dm_trace_clear(void)
+{
+    void *p;
+    cudaError_t e = cudaGetSymbolAddress(&p, dm_trace);
+    return e != cudaSuccess ? e : cudaMemset(p, 0, sizeof dm_trace);
+}
+
+extern "C" cudaError_t reel_cu_dm_trace_read(unsigned long long *dst, int *nblocks, int *nphases)
+{
+    *nblocks = DM_TR_BLOCKS;
+    *nphases = DM_TR_N;
+    return cudaMemcpyFromSymbol(dst, dm_trace, sizeof dm_trace);
+}
+#endif
 
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
                                    bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
