@@ -9,7 +9,10 @@
  * in a CUDA graph and replays it; the time per layer is the median of the
  * replays over L. Output: a markdown table.
  *   bench_attention [reps [point | prefill | decode]]  (point: one row's
- *   index, from 0, for profiling; prefill, decode: those rows only) */
+ *   index, from 0, for profiling; prefill, decode: those rows only)
+ * A build with -DREEL_ATTN_DM_TRACE (bench/variants_ab.sh
+ * "tr:-DREEL_ATTN_DM_TRACE") also prints, before each row, the tensor-core
+ * decode's phase trace of one replay (docs/attention.md). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>

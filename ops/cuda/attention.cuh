@@ -37,12 +37,12 @@ typedef struct attn_geom {
 
 /* Key position j's block index and offset in it, without a division for
  * power-of-two block sizes. */
-__device__ __forceinline__ int32_t attn_blk(const attn_geom &g, int32_t j)
+__host__ __device__ __forceinline__ int32_t attn_blk(const attn_geom &g, int32_t j)
 {
     return g.bs_shift >= 0 ? j >> g.bs_shift : j / (int32_t)g.bs;
 }
 
-__device__ __forceinline__ int32_t attn_in_blk(const attn_geom &g, int32_t j)
+__host__ __device__ __forceinline__ int32_t attn_in_blk(const attn_geom &g, int32_t j)
 {
     return g.bs_shift >= 0 ? j & (int32_t)(g.bs - 1) : j % (int32_t)g.bs;
 }
@@ -51,7 +51,7 @@ attn_geom attn_geom_of(const reel_launch *l);
 
 /* The last key index a token at position p attends: p, or under DCP the
  * last of this rank's local prefix (-1: it owns none of 0 .. p). */
-__device__ __forceinline__ int32_t attn_last_key(const attn_geom &g, int32_t p)
+__host__ __device__ __forceinline__ int32_t attn_last_key(const attn_geom &g, int32_t p)
 {
     return g.dcp.n <= 1 ? p : reel_dcp_local_count(g.dcp, p + 1) - 1;
 }
@@ -68,8 +68,8 @@ static inline const void *attn_q(const reel_launch *l)
  * walk: 1 valid, 0 padding (sequence -1: zeros, not reported), -1 a breach
  * (zeros and REEL_E_LIMIT). *last: the last key index it attends
  * (attn_last_key; -1 for an empty DCP shard, which callers give (0, -inf)). */
-__device__ __forceinline__ int attn_token_ok(const reel_meta_view &m, const attn_geom &g, int64_t t, int32_t *seq,
-                                             int32_t *last)
+__host__ __device__ __forceinline__ int attn_token_ok(const reel_meta_view &m, const attn_geom &g, int64_t t,
+                                                      int32_t *seq, int32_t *last)
 {
     int32_t s = m.token_seq[t];
     int32_t p = m.positions[t];
@@ -112,7 +112,7 @@ __device__ __forceinline__ void attn_put_lse(const attn_geom &g, int64_t t, int6
 
 /* Is token t part of a multi-token run (a neighbour of the same, real
  * sequence)? Those tokens go to the prefill kernel when it runs. */
-__device__ __forceinline__ bool attn_in_run(const reel_meta_view &m, int64_t t, int64_t rows)
+__host__ __device__ __forceinline__ bool attn_in_run(const reel_meta_view &m, int64_t t, int64_t rows)
 {
     int32_t s = m.token_seq[t];
     if (s == -1)
@@ -165,9 +165,10 @@ struct attn_dec_tok {
     int32_t pos, last, ctx; /* between the halves */
 };
 
-__device__ __forceinline__ attn_dec_tok attn_decode_classify_pre(const reel_meta_view &m, const attn_geom &g,
-                                                                  int64_t t, int64_t rows, int c, int nchunks,
-                                                                  bool skip_runs)
+__host__ __device__ __forceinline__ attn_dec_tok attn_decode_classify_pre(const reel_meta_view &m,
+                                                                           const attn_geom &g, int64_t t,
+                                                                           int64_t rows, int c, int nchunks,
+                                                                           bool skip_runs)
 {
     attn_dec_tok d = {};
     d.run = skip_runs && attn_in_run(m, t, rows);
@@ -192,8 +193,8 @@ __device__ __forceinline__ attn_dec_tok attn_decode_classify_pre(const reel_meta
 
 /* attn_token_ok's guard on what _pre read; an empty DCP shard is (0, -inf),
  * not a breach. */
-__device__ __forceinline__ void attn_decode_classify_fin(const reel_meta_view &m, const attn_geom &g, int c,
-                                                         attn_dec_tok *d)
+__host__ __device__ __forceinline__ void attn_decode_classify_fin(const reel_meta_view &m, const attn_geom &g,
+                                                                  int c, attn_dec_tok *d)
 {
     if (d->run)
         return;
@@ -210,8 +211,9 @@ __device__ __forceinline__ void attn_decode_classify_fin(const reel_meta_view &m
     d->attend = d->ok == 1 && c < d->nact;
 }
 
-__device__ __forceinline__ attn_dec_tok attn_decode_classify(const reel_meta_view &m, const attn_geom &g, int64_t t,
-                                                              int64_t rows, int c, int nchunks, bool skip_runs)
+__host__ __device__ __forceinline__ attn_dec_tok attn_decode_classify(const reel_meta_view &m, const attn_geom &g,
+                                                                       int64_t t, int64_t rows, int c, int nchunks,
+                                                                       bool skip_runs)
 {
     attn_dec_tok d = attn_decode_classify_pre(m, g, t, rows, c, nchunks, skip_runs);
     attn_decode_classify_fin(m, g, c, &d);

@@ -1,0 +1,151 @@
+/* The decode's token classification in two halves (ops/cuda/attention.cuh,
+ * attn_decode_classify_pre / _fin): the tensor-core decode reads a chunk's
+ * block ids between them, from what _pre computed without the context
+ * length. Pinned here, on the host (the helpers are __host__ __device__; no
+ * GPU is needed), over every guard's edge: the halves give exactly the
+ * one-step classification the kernels had (attn_token_ok, then the
+ * chunking); a chunk that attends is spec with the same keys; and a spec
+ * chunk's block ids lie inside its sequence's row of the block table, so
+ * reading them before the guard never reads outside the table. */
+#include <criterion/criterion.h>
+
+#include <vector>
+
+#include "ops/cuda/attention.cuh"
+
+using namespace reel_cu;
+
+/* The classification as one step (what the kernels did before the split). */
+static attn_dec_tok one_step(const reel_meta_view &m, const attn_geom &g, int64_t t, int64_t rows, int c,
+                             int nchunks, bool skip_runs)
+{
+    attn_dec_tok d = {};
+    d.run = skip_runs && attn_in_run(m, t, rows);
+    if (d.run)
+        return d;
+    int32_t p, clen = 0;
+    d.ok = attn_token_ok(m, g, t, &d.seq, &p);
+    if (d.ok == 1 && p < 0)
+        d.ok = 0;
+    d.nact = d.ok == 1 ? attn_chunking(p, nchunks, &clen) : 1;
+    d.attend = d.ok == 1 && c < d.nact;
+    if (d.attend) {
+        d.k0 = c * clen;
+        d.k1 = p + 1 < d.k0 + clen ? p + 1 : d.k0 + clen;
+    }
+    return d;
+}
+
+static attn_geom geom(int32_t bs, reel_dcp_view dcp)
+{
+    attn_geom g = {};
+    g.bs = bs;
+    g.bs_shift = -1;
+    for (int s = 0; s < 31; s++)
+        if ((int32_t)1 << s == bs)
+            g.bs_shift = s;
+    g.dcp = dcp;
+    return g;
+}
+
+static long check_geometry(const attn_geom &g)
+{
+    const int32_t max_seqs = 3, max_blocks = 9;
+    const int32_t ctxs[] = {0, 1, 15, 16, 17, 127, 128, 129, 140, 200};
+    const int32_t seqs[] = {-3, -1, 0, 2, 3};
+    const int32_t poss[] = {-5, -1, 0, 1, 14, 15, 16, 17, 63, 64, 65, 126, 127, 128, 139, 143, 144, 199, 250};
+    const int nchunk_set[] = {1, 2, 3, 8, 33};
+    std::vector<int32_t> tables((size_t)max_seqs * max_blocks, 0);
+    long checked = 0;
+    for (int32_t max_context : {128, 144, 4096})
+        for (int32_t ctx : ctxs)
+            for (int32_t s : seqs)
+                for (int32_t p : poss) {
+                    /* One token; its sequence's context length is ctx (every row the same). */
+                    int32_t tok_seq[1] = {s}, pos[1] = {p}, slot[1] = {0};
+                    int32_t lens[max_seqs] = {ctx, ctx, ctx};
+                    reel_meta_view m = {};
+                    m.positions = pos;
+                    m.slot_mapping = slot;
+                    m.token_seq = tok_seq;
+                    m.context_lens = lens;
+                    m.block_tables = tables.data();
+                    m.max_seqs = max_seqs;
+                    m.max_blocks = max_blocks;
+                    m.max_context = max_context;
+                    for (int nchunks : nchunk_set)
+                        for (int c = 0; c <= nchunks; c++) {
+                            const attn_dec_tok want = one_step(m, g, 0, 1, c, nchunks, false);
+                            attn_dec_tok pre = attn_decode_classify_pre(m, g, 0, 1, c, nchunks, false);
+                            const attn_dec_tok spec = pre;
+                            attn_decode_classify_fin(m, g, c, &pre);
+                            const attn_dec_tok &got = pre;
+                            cr_assert_eq(got.run, want.run);
+                            cr_assert_eq(got.ok, want.ok, "s %d p %d ctx %d max %d bs %ld dcp %d/%d/%d", s, p, ctx,
+                                         max_context, (long)g.bs, g.dcp.n, g.dcp.r, g.dcp.i);
+                            cr_assert_eq(got.nact, want.nact, "s %d p %d ctx %d c %d n %d", s, p, ctx, c, nchunks);
+                            cr_assert_eq(got.attend, want.attend, "s %d p %d ctx %d c %d n %d", s, p, ctx, c,
+                                         nchunks);
+                            cr_assert_eq(got.seq, want.seq);
+                            if (want.attend) {
+                                cr_assert(spec.spec, "an attending chunk is spec (s %d p %d c %d)", s, p, c);
+                                cr_assert_eq(spec.k0, want.k0);
+                                cr_assert_eq(spec.k1, want.k1);
+                            }
+                            if (spec.spec) {
+                                /* The ids _pre lets a kernel read: inside the row. */
+                                cr_assert(spec.seq >= 0 && spec.seq < max_seqs);
+                                cr_assert(spec.k0 >= 0 && spec.k0 < spec.k1);
+                                cr_assert(attn_blk(g, spec.k1 - 1) < max_blocks, "block %d of %d",
+                                          attn_blk(g, spec.k1 - 1), max_blocks);
+                            }
+                            checked++;
+                        }
+                }
+    return checked;
+}
+
+Test(classify, halves_equal_the_one_step_guard)
+{
+    long n = 0;
+    for (int32_t bs : {16, 32, 24})
+        n += check_geometry(geom(bs, reel_dcp_view{1, 0, 1}));
+    cr_assert_gt(n, 10000);
+}
+
+Test(classify, halves_equal_the_one_step_guard_under_dcp)
+{
+    /* Two and three ranks, interleaves 1 and 16: a rank may own none of a
+     * token's keys (an empty shard: (0, -inf), not a breach). */
+    for (reel_dcp_view d : {reel_dcp_view{2, 0, 1}, reel_dcp_view{2, 1, 16}, reel_dcp_view{3, 2, 16}})
+        for (int32_t bs : {16, 24})
+            check_geometry(geom(bs, d));
+}
+
+Test(classify, runs_are_classified_before_anything_is_read)
+{
+    /* With skip_runs a token of a multi-token run is the prefill kernel's:
+     * neither half reads its guard or gives it keys. */
+    int32_t tok_seq[3] = {0, 0, 1}, pos[3] = {5, 6, 9}, slot[3] = {0, 0, 0}, lens[2] = {7, 10};
+    std::vector<int32_t> tables(2 * 4, 0);
+    reel_meta_view m = {};
+    m.positions = pos;
+    m.slot_mapping = slot;
+    m.token_seq = tok_seq;
+    m.context_lens = lens;
+    m.block_tables = tables.data();
+    m.max_seqs = 2;
+    m.max_blocks = 4;
+    m.max_context = 64;
+    const attn_geom g = geom(16, reel_dcp_view{1, 0, 1});
+    for (int64_t t = 0; t < 3; t++) {
+        attn_dec_tok d = attn_decode_classify_pre(m, g, t, 3, 0, 2, true);
+        cr_assert_eq(d.run, t < 2);
+        cr_assert_eq(d.spec, t == 2);
+        attn_decode_classify_fin(m, g, 0, &d);
+        const attn_dec_tok want = one_step(m, g, t, 3, 0, 2, true);
+        cr_assert_eq(d.run, want.run);
+        cr_assert_eq(d.attend, want.attend);
+        cr_assert_eq(d.ok, want.ok);
+    }
+}
