@@ -96,7 +96,8 @@ static void trace_point(cudaGraphExec_t exec, cudaStream_t st)
     static unsigned long long tr[2048 * 16];
     int nb, np;
     CK(reel_cu_dm_trace_read(tr, &nb, &np));
-    std::vector<double> ratio;
+    std::vector<double> ratio, starts;
+    std::vector<unsigned long long> t0s; /* ns stamps: subtracted as integers, past a double's 53 bits */
     unsigned long long g0 = ~0ull, g1 = 0;
     int n = 0;
     for (int b = 0; b < nb; b++) {
@@ -105,6 +106,7 @@ static void trace_point(cudaGraphExec_t exec, cudaStream_t st)
             continue;
         n++;
         ratio.push_back((double)(r[15] - r[14]) / (double)(r[13] - r[0]));
+        t0s.push_back(r[14]);
         g0 = std::min(g0, r[14]);
         g1 = std::max(g1, r[15]);
     }
@@ -113,12 +115,8 @@ static void trace_point(cudaGraphExec_t exec, cudaStream_t st)
         return;
     }
     const double nspc = median(ratio);
-    std::vector<double> starts;
-    for (int b = 0; b < nb; b++) {
-        const unsigned long long *r = tr + (size_t)b * np;
-        if (r[0] && r[13] && r[14] && r[15])
-            starts.push_back((double)(r[14] - g0));
-    }
+    for (unsigned long long t : t0s)
+        starts.push_back((double)(t - g0));
     printf("trace: %d blocks, kernel span %.2f us, block start median %.2f max %.2f us, %.3f ns/cycle\n", n,
            (g1 - g0) * 1e-3, median(starts) * 1e-3, *std::max_element(starts.begin(), starts.end()) * 1e-3, nspc);
     printf("trace: phase (median / max us since the block's start):");

@@ -48,6 +48,21 @@ static attn_geom geom(int32_t bs, reel_dcp_view dcp)
     return g;
 }
 
+static reel_meta_view meta(int32_t *pos, int32_t *slot, int32_t *tok_seq, int32_t *lens, std::vector<int32_t> &tables,
+                           int32_t max_seqs, int32_t max_blocks, int32_t max_context)
+{
+    reel_meta_view m = {};
+    m.positions = pos;
+    m.slot_mapping = slot;
+    m.token_seq = tok_seq;
+    m.context_lens = lens;
+    m.block_tables = tables.data();
+    m.max_seqs = max_seqs;
+    m.max_blocks = max_blocks;
+    m.max_context = max_context;
+    return m;
+}
+
 static long check_geometry(const attn_geom &g)
 {
     const int32_t max_seqs = 3, max_blocks = 9;
@@ -64,15 +79,7 @@ static long check_geometry(const attn_geom &g)
                     /* One token; its sequence's context length is ctx (every row the same). */
                     int32_t tok_seq[1] = {s}, pos[1] = {p}, slot[1] = {0};
                     int32_t lens[max_seqs] = {ctx, ctx, ctx};
-                    reel_meta_view m = {};
-                    m.positions = pos;
-                    m.slot_mapping = slot;
-                    m.token_seq = tok_seq;
-                    m.context_lens = lens;
-                    m.block_tables = tables.data();
-                    m.max_seqs = max_seqs;
-                    m.max_blocks = max_blocks;
-                    m.max_context = max_context;
+                    const reel_meta_view m = meta(pos, slot, tok_seq, lens, tables, max_seqs, max_blocks, max_context);
                     for (int nchunks : nchunk_set)
                         for (int c = 0; c <= nchunks; c++) {
                             const attn_dec_tok want = one_step(m, g, 0, 1, c, nchunks, false);
@@ -128,15 +135,7 @@ Test(classify, runs_are_classified_before_anything_is_read)
      * neither half reads its guard or gives it keys. */
     int32_t tok_seq[3] = {0, 0, 1}, pos[3] = {5, 6, 9}, slot[3] = {0, 0, 0}, lens[2] = {7, 10};
     std::vector<int32_t> tables(2 * 4, 0);
-    reel_meta_view m = {};
-    m.positions = pos;
-    m.slot_mapping = slot;
-    m.token_seq = tok_seq;
-    m.context_lens = lens;
-    m.block_tables = tables.data();
-    m.max_seqs = 2;
-    m.max_blocks = 4;
-    m.max_context = 64;
+    const reel_meta_view m = meta(pos, slot, tok_seq, lens, tables, 2, 4, 64);
     const attn_geom g = geom(16, reel_dcp_view{1, 0, 1});
     for (int64_t t = 0; t < 3; t++) {
         attn_dec_tok d = attn_decode_classify_pre(m, g, t, 3, 0, 2, true);
