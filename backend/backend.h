@@ -79,6 +79,12 @@ typedef struct reel_backend_vt {
      * stream thread's clock as it runs the record. */
     reel_status (*timer_create)(reel_backend *be, reel_event **out);
     reel_status (*timer_elapsed_us)(reel_backend *be, reel_event *a, reel_event *b, double *us);
+    /* Optional (NULL: the backend has no stream workspace): the bytes of
+     * s's kernel workspace (at least what the backend's libraries are
+     * always given), allocated at its first use, before which this is
+     * called; REEL_E_INVALID_USAGE once it is allocated at another size.
+     * Unreserved, a stream takes the backend's default. */
+    reel_status (*stream_reserve_ws)(reel_backend *be, reel_stream *s, size_t bytes);
 } reel_backend_vt;
 
 struct reel_backend {

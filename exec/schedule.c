@@ -5,6 +5,43 @@
 #include "core/halloc.h"
 #include "exec/plan.h"
 
+/* Each stream's backend workspace: the most any of its nodes' impls take
+ * at any bucket (the matmul workspace: what the cuBLASLt algorithms chosen
+ * for the plan's shapes ask for, 4 MiB for a decode plan's classic cuBLAS
+ * calls, 32 MiB for prefill-sized ones on Hopper). A step past the largest
+ * bucket runs eagerly within it. Streams whose nodes take none are left
+ * alone. */
+static reel_status reserve_stream_ws(reel_plan *p)
+{
+    const reel_backend_vt *vt = p->be->vt;
+    if (!vt->stream_reserve_ws)
+        return REEL_OK;
+    size_t want[REEL_MAX_STREAMS] = {0};
+    bool any[REEL_MAX_STREAMS] = {false};
+    char buf[160];
+    for (int i = 0; i < p->nnodes; i++) {
+        const reel_node *n = &p->nodes[i];
+        if (!p->impl[i]->stream_ws)
+            continue;
+        any[n->stream] = true;
+        for (int b = 0; b < p->nbuckets; b++) {
+            reel_shape in[REEL_OP_MAX_IN], out[REEL_OP_MAX_OUT];
+            reel_plan_node_shapes(p, i, p->buckets[b], in, out);
+            size_t bytes = 0;
+            reel_status st = p->impl[i]->stream_ws(p->be, in, n->nin, out, &n->attrs, &bytes);
+            if (st != REEL_OK)
+                return reel_err_prefix(p->err, st, "%s: its workspace at %d rows",
+                                       reel_plan_node_name(p, i, buf, sizeof buf), p->buckets[b]);
+            if (bytes > want[n->stream])
+                want[n->stream] = bytes;
+        }
+    }
+    for (int s = 0; s < p->nstreams; s++)
+        if (any[s])
+            REEL_TRY(vt->stream_reserve_ws(p->be, p->streams[s], want[s]));
+    return REEL_OK;
+}
+
 reel_status reel_schedule_streams(reel_plan *p)
 {
     const reel_backend_vt *vt = p->be->vt;
@@ -27,6 +64,7 @@ reel_status reel_schedule_streams(reel_plan *p)
     }
     for (int s = 0; s < p->nstreams; s++)
         REEL_TRY(vt->stream_create(p->be, &p->streams[s]));
+    REEL_TRY(reserve_stream_ws(p));
     if (p->nstreams > 1) {
         REEL_TRY(vt->event_create(p->be, &p->fork_ev));
         for (int s = 1; s < p->nstreams; s++)

@@ -277,6 +277,13 @@ typedef struct reel_op_impl {
      * know), for the default PDL decision by grid size (exec/schedule.c);
      * NULL: unknown, PDL only when asked for. */
     int64_t (*grid_blocks)(const reel_launch *l, const reel_device_caps *caps);
+    /* Optional: *bytes of the backend's per-stream workspace (the CUDA
+     * matmul workspace) a launch of this node at these shapes (dims[0] of
+     * token tensors: a bucket's rows) takes. A plan reserves, on each
+     * stream, the most its nodes there take at any of its buckets
+     * (exec/schedule.c); NULL: none. */
+    reel_status (*stream_ws)(reel_backend *be, const reel_shape *in, int nin, const reel_shape *out,
+                             const reel_op_attrs *a, size_t *bytes);
 } reel_op_impl;
 
 /* The registry: a read-only table per backend, filled at build time. Picks

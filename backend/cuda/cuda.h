@@ -33,9 +33,19 @@ reel_status reel_cuda_blas_begin(reel_backend *be, reel_stream *s, cublasHandle_
 void reel_cuda_blas_end(reel_backend *be);
 /* The stream's matmul workspace (cuBLASLt and cuBLAS), one per stream so
  * that matmuls on concurrent streams never share scratch bytes; allocated at
- * the stream's first matmul (a plan with no cuBLAS node has none), at a size
- * that never changes (the algorithms chosen depend on it). */
+ * the stream's first matmul (a plan with no cuBLAS node has none), at the
+ * size reserved for it (stream_reserve_ws) or the full size, which never
+ * changes (the algorithms chosen depend on it). */
 reel_status reel_cuda_stream_workspace(reel_backend *be, reel_stream *s, void **ws, size_t *bytes);
+/* The matmul workspace of classic cuBLAS launches of m rows on this
+ * device: 4 MiB to 64 rows (a decode's GEMMs), the full size beyond (32 MiB
+ * on Hopper, cuBLASLt's recommendation; 4 MiB before). cuBLASLt launches
+ * take what their algorithm asks for (ops/cuda/matmul.cu); a plan reserves
+ * each stream's most (reel_op_impl.stream_ws), at least REEL_CUDA_WS_MIN; a
+ * stream no plan reserved takes the full size, reel_cuda_matmul_ws_bytes(caps,
+ * INT64_MAX). */
+#define REEL_CUDA_WS_MIN ((size_t)1 << 20)
+size_t reel_cuda_matmul_ws_bytes(const reel_device_caps *caps, int64_t m);
 /* Counts a matmul shape whose algorithm a warm-up chose by timing
  * (reel_ctx_opts.matmul_tuning); the count, for tests. */
 void reel_cuda_lt_tuned(reel_backend *be);

@@ -6,12 +6,26 @@
 #include "backend/cuda/cuda_impl.h"
 
 /* Matmul workspace per stream: cuBLASLt's recommendation for Hopper is
- * 32 MiB; older parts do with 4 MiB. */
+ * 32 MiB; older parts do with 4 MiB. Classic cuBLAS launches of at most
+ * REEL_CUDA_WS_SMALL_ROWS rows are given 4 MiB: the decode's GEMMs measured
+ * the same step with it (docs/decisions.md). */
 #ifndef REEL_CUDA_WS_HOPPER_MIB /* bench/variants_ab.sh builds others */
 #define REEL_CUDA_WS_HOPPER_MIB 32
 #endif
 #define REEL_CUDA_WS_HOPPER ((size_t)REEL_CUDA_WS_HOPPER_MIB << 20)
 #define REEL_CUDA_WS_DEFAULT ((size_t)4 << 20)
+#ifndef REEL_CUDA_WS_SMALL_ROWS /* bench/variants_ab.sh builds others (0: off) */
+#define REEL_CUDA_WS_SMALL_ROWS 64
+#endif
+#define REEL_CUDA_WS_SMALL ((size_t)4 << 20)
+
+size_t reel_cuda_matmul_ws_bytes(const reel_device_caps *caps, int64_t m)
+{
+    size_t full = caps->cc_major >= 9 ? REEL_CUDA_WS_HOPPER : REEL_CUDA_WS_DEFAULT;
+    if (m <= REEL_CUDA_WS_SMALL_ROWS && REEL_CUDA_WS_SMALL < full)
+        return REEL_CUDA_WS_SMALL;
+    return full;
+}
 
 bool reel_cuda_available(void)
 {
@@ -46,10 +60,9 @@ static reel_status outside_capture(reel_backend *be, reel_stream *s, const char 
 reel_status reel_cuda_stream_workspace(reel_backend *be, reel_stream *s, void **ws, size_t *bytes)
 {
     if (!s->ws) {
-        reel_cuda *c = reel_cuda_of(be);
         REEL_TRY(outside_capture(be, s, "matmul workspace"));
-        REEL_TRY(REEL_CK(be, cudaMalloc(&s->ws, c->ws_bytes)));
-        s->ws_bytes = c->ws_bytes;
+        REEL_TRY(REEL_CK(be, cudaMalloc(&s->ws, s->ws_want)));
+        s->ws_bytes = s->ws_want;
     }
     *ws = s->ws;
     *bytes = s->ws_bytes;
@@ -157,6 +170,7 @@ static const reel_backend_vt cuda_vt = {
     .event_sync = reel_cuda_event_sync,
     .timer_create = reel_cuda_timer_create,
     .timer_elapsed_us = reel_cuda_timer_elapsed_us,
+    .stream_reserve_ws = reel_cuda_stream_reserve_ws,
     .dev_alloc = reel_cuda_dev_alloc,
     .dev_free = reel_cuda_dev_free,
     .pinned_alloc = reel_cuda_pinned_alloc,
@@ -212,7 +226,7 @@ reel_status reel_cuda_backend_create(reel_err *err, int device, reel_backend **o
     pthread_mutex_init(&c->blas_lock, NULL);
     if ((st = probe_caps(be, device)) != REEL_OK)
         goto fail;
-    c->ws_bytes = be->caps.cc_major >= 9 ? REEL_CUDA_WS_HOPPER : REEL_CUDA_WS_DEFAULT;
+    c->ws_bytes = reel_cuda_matmul_ws_bytes(&be->caps, INT64_MAX);
     if ((st = REEL_CK(be, cublasLtCreate(&c->lt))) != REEL_OK)
         goto fail;
     *out = be;

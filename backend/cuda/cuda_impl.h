@@ -12,6 +12,7 @@ struct reel_stream {
     cudaStream_t s;
     void *ws;        /* the matmul workspace, allocated at the first matmul (NULL before) */
     size_t ws_bytes;
+    size_t ws_want;  /* its size: the backend's default, or what a plan reserved */
 };
 
 /* Events are pooled: destroyed events go back to a free list and are handed
@@ -59,6 +60,7 @@ static inline reel_cuda *reel_cuda_of(reel_backend *be) { return (reel_cuda *)be
 
 /* cuda_stream.c */
 reel_status reel_cuda_stream_create(reel_backend *be, reel_stream **out);
+reel_status reel_cuda_stream_reserve_ws(reel_backend *be, reel_stream *s, size_t bytes);
 void reel_cuda_stream_destroy(reel_backend *be, reel_stream *s);
 reel_status reel_cuda_stream_sync(reel_backend *be, reel_stream *s);
 reel_status reel_cuda_event_create(reel_backend *be, reel_event **out);

@@ -13,11 +13,34 @@ reel_status reel_cuda_stream_create(reel_backend *be, reel_stream **out)
         return reel_seterr(be->err, REEL_E_OOM, "cuda stream: out of host memory");
     if ((st = REEL_CK(be, cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking))) != REEL_OK)
         goto fail;
+    s->ws_want = reel_cuda_of(be)->ws_bytes;
     *out = s;
     return REEL_OK;
 fail:
     reel_cuda_stream_destroy(be, s);
     return st;
+}
+
+/* The size the stream's workspace takes at its first matmul: a plan's
+ * reservation, made before any of its launches, and never less than
+ * REEL_CUDA_WS_MIN (classic cuBLAS is never handed a NULL workspace: it
+ * would take its handle's own, shared by every stream). The algorithms
+ * chosen depend on it, so an allocated workspace never changes size. */
+reel_status reel_cuda_stream_reserve_ws(reel_backend *be, reel_stream *s, size_t bytes)
+{
+    if (!s)
+        return reel_seterr(be->err, REEL_E_INVALID_ARG, "cuda stream_reserve_ws: the stream is NULL");
+    bytes = bytes < REEL_CUDA_WS_MIN ? REEL_CUDA_WS_MIN : (bytes + 4095) / 4096 * 4096;
+#if defined(REEL_CUDA_WS_RESERVE) && !REEL_CUDA_WS_RESERVE /* bench/variants_ab.sh: every stream at the full size */
+    bytes = s->ws_want;
+#endif
+    if (s->ws && bytes != s->ws_bytes)
+        return reel_seterr(be->err, REEL_E_INVALID_USAGE,
+                           "cuda stream_reserve_ws: the stream's matmul workspace is allocated (%zu bytes); "
+                           "%zu bytes would change the algorithms chosen for it",
+                           s->ws_bytes, bytes);
+    s->ws_want = bytes;
+    return REEL_OK;
 }
 
 void reel_cuda_stream_destroy(reel_backend *be, reel_stream *s)

@@ -741,10 +741,29 @@ static int64_t gemv_grid(const reel_launch *l, const reel_device_caps *caps)
     return (blocks + per_sm - 1) / per_sm;
 }
 
+/* The launches the kernel does not take at these rows (gemv_launch's row
+ * limits) go to cuBLASLt (gemv_fallback), and take its workspace; a launch
+ * the kernel takes, none. */
+static reel_status gemv_ws(reel_backend *be, const reel_shape *in, int nin, const reel_shape *out,
+                           const reel_op_attrs *a, size_t *bytes)
+{
+    const bool wt = a->matmul.w_transposed;
+    const int64_t k = last_dim(&in[0]), n = wt ? in[1].dims[0] : in[1].dims[1];
+    const int64_t m = k > 0 ? lead(&in[0], in[0].dims[0]) * row_numel(&in[0]) / k : 0;
+    *bytes = 0;
+    if (m > GV_IMPL_MAX_M || (m > GV_LARGE_MAX_M && n * k > GV_LARGE_WEIGHTS)) {
+        reel_op_attrs plain = *a;
+        plain.matmul.epi = REEL_MM_EPI_NONE;
+        return reel_cu_matmul_lt_ws(be, in, nin, out, &plain, bytes);
+    }
+    return REEL_OK;
+}
+
 static reel_op_impl gemv_impl(void)
 {
     reel_op_impl i = make_impl("cuda.matmul.gemv", REEL_OP_MATMUL, 30, true, false, use_gemv, gemv_launch);
     i.grid_blocks = gemv_grid;
+    i.stream_ws = gemv_ws;
     return i;
 }
 } /* namespace reel_cu */

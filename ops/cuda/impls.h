@@ -12,6 +12,10 @@ extern const reel_op_impl reel_cu_embedding_impl;
 extern const reel_op_impl reel_cu_matmul_gemv_impl;
 extern const reel_op_impl reel_cu_matmul_lt_impl;
 extern const reel_op_impl reel_cu_matmul_sgemm_impl;
+/* The cuBLASLt impl's reel_op_impl.stream_ws (ops/cuda/matmul.cu), which
+ * the gemv impl's launches past its kernel take. */
+reel_status reel_cu_matmul_lt_ws(reel_backend *be, const reel_shape *in, int nin, const reel_shape *out,
+                                 const reel_op_attrs *a, size_t *bytes);
 extern const reel_op_impl reel_cu_add_impl;
 extern const reel_op_impl reel_cu_mul_impl;
 extern const reel_op_impl reel_cu_silu_and_mul_impl;

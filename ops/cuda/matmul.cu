@@ -63,8 +63,9 @@ typedef struct lt_key {
     int32_t tag, dtype;
     int64_t m, n, k;
     int32_t wt, align_a, align_b, align_c;
+    int64_t ws_bytes; /* the stream's workspace: the heuristic's limit */
 } lt_key;
-static_assert(sizeof(lt_key) == 48 && sizeof(lt_key) <= REEL_CUDA_MEMO_KEY_MAX, "lt_key must fit the memo");
+static_assert(sizeof(lt_key) == 56 && sizeof(lt_key) <= REEL_CUDA_MEMO_KEY_MAX, "lt_key must fit the memo");
 
 typedef struct lt_choice {
     int64_t found;          /* 0: no cuBLASLt algorithm; use cublasGemmEx */
@@ -197,11 +198,36 @@ static reel_status lt_tune(reel_backend *be, const reel_launch *l, lt_descs *d, 
     return rc != REEL_OK ? rc : fr;
 }
 
+/* The heuristic's first n answers for d within limit workspace bytes;
+ * found: it has one ("none" is an answer, not a failure). */
+static reel_status lt_query(reel_backend *be, lt_descs *d, const lt_key *key, uint64_t limit, int n,
+                            cublasLtMatmulHeuristicResult_t *res, int *nres, bool *found)
+{
+    cublasLtMatmulPreferenceOpaque_t pref;
+    REEL_TRY(lt_pref_init(be->err, &pref, limit, key));
+    memset(res, 0, (size_t)n * sizeof *res);
+    *nres = 0;
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(reel_cuda_lt_handle(be), &d->op, &d->a, &d->b, &d->c, &d->c,
+                                                       &pref, n, res, nres);
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
+        REEL_TRY(REEL_CUDA_CHECK(be->err, hs));
+    *found = hs == CUBLAS_STATUS_SUCCESS && *nres > 0 && res[0].state == CUBLAS_STATUS_SUCCESS;
+    return REEL_OK;
+}
+
+/* The whole workspace on this device: what the heuristic is offered, so a
+ * shape's algorithm does not depend on the plan (stream_ws reserves what it
+ * asks for). */
+static uint64_t lt_full_ws(const reel_backend *be) { return reel_cuda_matmul_ws_bytes(&be->caps, INT64_MAX); }
+
 /* The algorithm for this shape and these alignments: from the memo, or from
- * the heuristic (then remembered, "none" included): its first answer, or,
- * in a plan's warm-up of a tuning context, the fastest of its top answers.
- * A shape's first launch is in a warm-up before any capture, so a capture
- * only reads the memo; a capture never times. */
+ * the heuristic (then remembered, "none" included): its first answer with
+ * the whole workspace, or, in a plan's warm-up of a tuning context, the
+ * fastest of its top answers the stream's workspace holds. Where the first
+ * asks for more than the stream holds (a step past its plan's buckets), the
+ * heuristic is asked again within what it holds. A shape's first launch is
+ * in a warm-up before any capture, so a capture only reads the memo; a
+ * capture never times. */
 static reel_status lt_choose(reel_backend *be, const reel_launch *l, const mm_dims *g, lt_descs *d, void *ws,
                              size_t ws_bytes, lt_choice *ch)
 {
@@ -212,11 +238,9 @@ static reel_status lt_choose(reel_backend *be, const reel_launch *l, const mm_di
     key.m = g->m, key.n = g->n, key.k = g->k, key.wt = g->wt;
     key.align_a = (int32_t)align_of(l->in[1]), key.align_b = (int32_t)align_of(l->in[0]);
     key.align_c = (int32_t)align_of(l->out[0]);
+    key.ws_bytes = (int64_t)ws_bytes;
     if (reel_cuda_memo_get(be, &key, sizeof key, ch, sizeof *ch))
         return REEL_OK;
-    reel_err *ctx = be->err;
-    cublasLtMatmulPreferenceOpaque_t pref;
-    REEL_TRY(lt_pref_init(ctx, &pref, ws_bytes, &key));
     bool tune = l->tune && be->tune_matmul;
     if (tune) {
         enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -225,14 +249,13 @@ static reel_status lt_choose(reel_backend *be, const reel_launch *l, const mm_di
     }
     cublasLtMatmulHeuristicResult_t res[LT_TOP];
     int nres = 0;
-    memset(res, 0, sizeof res);
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(reel_cuda_lt_handle(be), &d->op, &d->a, &d->b, &d->c, &d->c,
-                                                       &pref, tune ? LT_TOP : 1, res, &nres);
-    /* NOT_SUPPORTED is an answer ("no algorithm"), not a failure. */
-    if (hs != CUBLAS_STATUS_NOT_SUPPORTED)
-        REEL_TRY(REEL_CUDA_CHECK(ctx, hs));
+    bool found = false;
+    const uint64_t full = lt_full_ws(be);
+    REEL_TRY(lt_query(be, d, &key, full > ws_bytes ? full : ws_bytes, tune ? LT_TOP : 1, res, &nres, &found));
+    if (found && res[0].workspaceSize > ws_bytes)
+        REEL_TRY(lt_query(be, d, &key, ws_bytes, tune ? LT_TOP : 1, res, &nres, &found));
     memset(ch, 0, sizeof *ch);
-    ch->found = hs == CUBLAS_STATUS_SUCCESS && nres > 0 && res[0].state == CUBLAS_STATUS_SUCCESS;
+    ch->found = found;
     if (!ch->found) {
         reel_cuda_memo_put(be, &key, sizeof key, ch, sizeof *ch);
         return REEL_OK;
@@ -244,6 +267,36 @@ static reel_status lt_choose(reel_backend *be, const reel_launch *l, const mm_di
             reel_cuda_lt_tuned(be);
     }
     reel_cuda_memo_put(be, &key, sizeof key, ch, sizeof *ch);
+    return REEL_OK;
+}
+
+/* The workspace a cuBLASLt launch of these dims takes: its algorithm's ask
+ * (lt_choose's first answer with the whole workspace, at the 16-byte
+ * alignment every planned tensor has), or, with no algorithm, the classic
+ * API's (gemm_ex). Memoized. */
+static reel_status lt_need(reel_backend *be, const mm_dims *g, reel_dtype dt, size_t *bytes)
+{
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.tag = 0x6c74776e; /* "ltwn" */
+    key.dtype = (int32_t)dt;
+    key.m = g->m, key.n = g->n, key.k = g->k, key.wt = g->wt;
+    key.align_a = key.align_b = key.align_c = 16;
+    key.ws_bytes = (int64_t)lt_full_ws(be);
+    uint64_t v = 0;
+    if (reel_cuda_memo_get(be, &key, sizeof key, &v, sizeof v)) {
+        *bytes = (size_t)v;
+        return REEL_OK;
+    }
+    lt_descs d;
+    REEL_TRY(lt_descs_init(be->err, g, cuda_type(dt), &d));
+    cublasLtMatmulHeuristicResult_t res[1];
+    int nres = 0;
+    bool found = false;
+    REEL_TRY(lt_query(be, &d, &key, lt_full_ws(be), 1, res, &nres, &found));
+    v = found ? res[0].workspaceSize : reel_cuda_matmul_ws_bytes(&be->caps, g->m);
+    reel_cuda_memo_put(be, &key, sizeof key, &v, sizeof v);
+    *bytes = (size_t)v;
     return REEL_OK;
 }
 
@@ -382,9 +435,60 @@ static bool use_sgemm(REEL_CU_USE_ARGS)
            fits_int(in);
 }
 
+/* The workspace a matmul node's launches may use: cuBLAS's, for its rows at
+ * the largest bucket (reel_cuda_matmul_ws_bytes). */
+/* A matmul node's dims at these shapes (dims[0] of x: the rows). */
+static mm_dims mm_dims_at(const reel_shape *in, const reel_op_attrs *a)
+{
+    reel_launch l;
+    memset(&l, 0, sizeof l);
+    l.in_shape = in;
+    l.attrs = a;
+    l.rows = in[0].ndim > 0 ? in[0].dims[0] : 1;
+    return mm_dims_of(&l);
+}
+
 } /* namespace reel_cu */
 
-REEL_CU_IMPL(reel_cu_matmul_lt_impl, "cuda.matmul.cublaslt", REEL_OP_MATMUL, 20, false, false,
-             reel_cu::use_lt, reel_cu::matmul_lt_launch);
-REEL_CU_IMPL(reel_cu_matmul_sgemm_impl, "cuda.matmul.sgemm", REEL_OP_MATMUL, 10, false, false,
-             reel_cu::use_sgemm, reel_cu::matmul_sgemm_launch);
+/* cuBLASLt's impl: what its algorithm asks for, or the classic API's for
+ * segments (gemm_segments). */
+extern "C" reel_status reel_cu_matmul_lt_ws(reel_backend *be, const reel_shape *in, int nin, const reel_shape *out,
+                                            const reel_op_attrs *a, size_t *bytes)
+{
+    (void)nin, (void)out;
+    reel_cu::mm_dims g = reel_cu::mm_dims_at(in, a);
+    *bytes = 0;
+    if (g.m <= 0 || g.n <= 0)
+        return REEL_OK;
+    if (a->matmul.nseg) {
+        *bytes = reel_cuda_matmul_ws_bytes(&be->caps, g.m);
+        return REEL_OK;
+    }
+    return reel_cu::lt_need(be, &g, in[0].dtype, bytes);
+}
+
+/* The f32 impl: the classic API's. */
+static reel_status sgemm_ws(reel_backend *be, const reel_shape *in, int nin, const reel_shape *out,
+                            const reel_op_attrs *a, size_t *bytes)
+{
+    (void)nin, (void)out;
+    reel_cu::mm_dims g = reel_cu::mm_dims_at(in, a);
+    *bytes = g.m > 0 && g.n > 0 ? reel_cuda_matmul_ws_bytes(&be->caps, g.m) : 0;
+    return REEL_OK;
+}
+
+static reel_op_impl with_ws(reel_op_impl i, reel_status (*ws)(reel_backend *, const reel_shape *, int,
+                                                             const reel_shape *, const reel_op_attrs *, size_t *))
+{
+    i.stream_ws = ws;
+    return i;
+}
+
+extern "C" const reel_op_impl reel_cu_matmul_lt_impl =
+    with_ws(reel_cu::make_impl("cuda.matmul.cublaslt", REEL_OP_MATMUL, 20, false, false, reel_cu::use_lt,
+                               reel_cu::matmul_lt_launch),
+            reel_cu_matmul_lt_ws);
+extern "C" const reel_op_impl reel_cu_matmul_sgemm_impl =
+    with_ws(reel_cu::make_impl("cuda.matmul.sgemm", REEL_OP_MATMUL, 10, false, false, reel_cu::use_sgemm,
+                               reel_cu::matmul_sgemm_launch),
+            sgemm_ws);

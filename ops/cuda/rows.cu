@@ -26,6 +26,130 @@ __global__ void rmsnorm_kernel(const T *x, const T *w, T *out, int64_t d, float 
         orow[i] = from_f<T>(to_f(xr[i]) * r * to_f(w[i]));
 }
 
+/* The norms' pack path (rmsnorm and add_rmsnorm alike, so that fused ==
+ * unfused stays bit for bit): a row of d elements, d a whole number of
+ * 16-byte packs, at most RN_MAX_PER * 1024 packs. Thread t holds packs t, t
+ * + threads, ... (RN per of them) in registers from the first load to the
+ * last store: x (a + b rounded, for add_rmsnorm, stored as the sum), and
+ * the weight, loaded with them, before the reduction, so nothing is read
+ * after it. The sum of squares runs over a thread's packs in order, then
+ * block_reduce's fixed tree: threads and per depend only on d and the
+ * dtype (rn_shape), never on the pointers (VEC only says whether a pack
+ * is one 16-byte access or its elements one by one). */
+constexpr int RN_MAX_PER = 4;
+
+struct rn_cfg {
+    int threads, per;
+};
+
+__host__ static bool rn_shape(int64_t d, int64_t v, rn_cfg *c)
+{
+    if (d <= 0 || d % v != 0 || d / v > (int64_t)RN_MAX_PER * 1024)
+        return false;
+    const int64_t np = d / v;
+    c->per = (int)((np + 1023) / 1024);
+    c->threads = row_threads((np + c->per - 1) / c->per, 1024);
+    return true;
+}
+
+template <typename T, bool VEC> __device__ __forceinline__ pack<T> rn_ld(const T *p)
+{
+    pack<T> r;
+    if constexpr (VEC) {
+        r = *(const pack<T> *)p;
+    } else {
+#pragma unroll
+        for (int e = 0; e < pack<T>::n; e++)
+            r.v[e] = p[e];
+    }
+    return r;
+}
+
+template <typename T, bool VEC> __device__ __forceinline__ void rn_st(T *p, const pack<T> &x)
+{
+    if constexpr (VEC) {
+        *(pack<T> *)p = x;
+    } else {
+#pragma unroll
+        for (int e = 0; e < pack<T>::n; e++)
+            p[e] = x.v[e];
+    }
+}
+
+template <typename T, bool ADD, int PER, bool VEC>
+__global__ void rmsnorm_pack_kernel(const T *a, const T *b, const T *w, T *sum, T *out, int64_t d, float eps,
+                                    bool pdl)
+{
+    constexpr int V = pack<T>::n;
+    pdl_start(pdl);
+    const int64_t at = (int64_t)blockIdx.x * d;
+    const int np = (int)(d / V);
+    pack<T> x[PER], wv[PER];
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int p = threadIdx.x + j * blockDim.x;
+        if (p < np) {
+            x[j] = rn_ld<T, VEC>(a + at + (int64_t)p * V);
+            wv[j] = rn_ld<T, VEC>(w + (int64_t)p * V);
+            if constexpr (ADD) {
+                const pack<T> y = rn_ld<T, VEC>(b + at + (int64_t)p * V);
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    x[j].v[e] = from_f<T>(to_f(x[j].v[e]) + to_f(y.v[e]));
+            }
+        }
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int p = threadIdx.x + j * blockDim.x;
+        if (p < np) {
+            if constexpr (ADD)
+                rn_st<T, VEC>(sum + at + (int64_t)p * V, x[j]);
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                const float v = to_f(x[j].v[e]);
+                ss += v * v;
+            }
+        }
+    }
+    ss = block_reduce<false>(ss);
+    const float r = 1.0f / sqrtf(ss / (float)d + eps);
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        const int p = threadIdx.x + j * blockDim.x;
+        if (p < np) {
+            pack<T> o;
+#pragma unroll
+            for (int e = 0; e < V; e++)
+                o.v[e] = from_f<T>(to_f(x[j].v[e]) * r * to_f(wv[j].v[e]));
+            rn_st<T, VEC>(out + at + (int64_t)p * V, o);
+        }
+    }
+}
+
+template <typename T, bool ADD, bool VEC>
+static cudaError_t rn_launch_per(const rn_cfg &c, unsigned rows, cudaStream_t st, bool pdl, const T *a, const T *b,
+                                 const T *w, T *sum, T *out, int64_t d, float eps)
+{
+    switch (c.per) {
+    case 1: return launch(rmsnorm_pack_kernel<T, ADD, 1, VEC>, rows, c.threads, 0, st, pdl, a, b, w, sum, out, d, eps);
+    case 2: return launch(rmsnorm_pack_kernel<T, ADD, 2, VEC>, rows, c.threads, 0, st, pdl, a, b, w, sum, out, d, eps);
+    case 3: return launch(rmsnorm_pack_kernel<T, ADD, 3, VEC>, rows, c.threads, 0, st, pdl, a, b, w, sum, out, d, eps);
+    default: return launch(rmsnorm_pack_kernel<T, ADD, 4, VEC>, rows, c.threads, 0, st, pdl, a, b, w, sum, out, d, eps);
+    }
+}
+
+/* The pack path for a launch: VEC where every pointer is 16-byte aligned. */
+template <typename T, bool ADD>
+static cudaError_t rn_launch(const rn_cfg &c, unsigned rows, cudaStream_t st, bool pdl, const T *a, const T *b,
+                             const T *w, T *sum, T *out, int64_t d, float eps)
+{
+    const bool vec = aligned16(a) && aligned16(w) && aligned16(out) && (!ADD || (aligned16(b) && aligned16(sum)));
+    return vec ? rn_launch_per<T, ADD, true>(c, rows, st, pdl, a, b, w, sum, out, d, eps)
+               : rn_launch_per<T, ADD, false>(c, rows, st, pdl, a, b, w, sum, out, d, eps);
+}
+
 /* Rows as the host sees them: the product of the leading extent and the
  * dims between it and the last, over the last dim. */
 static int64_t nrows_of(const reel_launch *l, int64_t last)
@@ -43,6 +167,13 @@ static reel_status rmsnorm_launch(reel_backend *be, const reel_launch *l)
     int threads = row_threads(d, 1024);
     float eps = l->attrs->rmsnorm.eps;
     cudaError_t e = cudaSuccess;
+    rn_cfg c;
+    if (rn_shape(d, 16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype), &c)) {
+        REEL_CU_DISPATCH(l->in_shape[0].dtype,
+                         e = (rn_launch<T, false>(c, (unsigned)nrows, st, l->pdl, (const T *)l->in[0], (const T *)NULL,
+                                                  (const T *)l->in[1], (T *)NULL, (T *)l->out[0], d, eps)));
+        return REEL_CU_LAUNCHED_E(be, "cuda.rmsnorm", e);
+    }
     REEL_CU_DISPATCH(l->in_shape[0].dtype,
                      e = launch(rmsnorm_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl, (const T *)l->in[0],
                                 (const T *)l->in[1], (T *)l->out[0], d, eps));
@@ -240,6 +371,14 @@ static reel_status add_rmsnorm_launch(reel_backend *be, const reel_launch *l)
     int threads = row_threads(d, 1024);
     float eps = l->attrs->rmsnorm.eps;
     cudaError_t e = cudaSuccess;
+    rn_cfg c;
+    if (rn_shape(d, 16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype), &c)) {
+        REEL_CU_DISPATCH(l->in_shape[0].dtype,
+                         e = (rn_launch<T, true>(c, (unsigned)nrows, st, l->pdl, (const T *)l->in[0],
+                                                 (const T *)l->in[1], (const T *)l->in[2], (T *)l->out[0],
+                                                 (T *)l->out[1], d, eps)));
+        return REEL_CU_LAUNCHED_E(be, "cuda.add_rmsnorm", e);
+    }
     REEL_CU_DISPATCH(l->in_shape[0].dtype,
                      e = launch(add_rmsnorm_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl, (const T *)l->in[0],
                                 (const T *)l->in[1], (const T *)l->in[2], (T *)l->out[0], (T *)l->out[1], d, eps));

@@ -1,7 +1,7 @@
 /* The CUDA backend through its vt: capability probe, capture (and its
  * failure cleanup), graph update, cross-stream events, errors with the
  * library's message, matmuls inside a capture, and the device memory a
- * stream's matmuls take. */
+ * stream's matmuls take (the workspace a plan reserves from its rows). */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +9,8 @@
 #include "tests/gpu/oprun.h"
 #include "backend/ctx.h"
 #include "backend/cuda/cuda_impl.h"
+#include "core/dtype.h"
+#include "exec/plan.h"
 #include "tests/core/opts.h"
 
 static reel_ctx *ctx;
@@ -348,4 +350,172 @@ Test(gpu_backend, a_streams_first_matmul_inside_a_capture_is_refused, .init = se
             vt->dev_free(be, b[i]);
         vt->stream_destroy(be, s);
     }
+}
+
+/* A reservation sizes the workspace the stream's first matmul allocates
+ * (never less than REEL_CUDA_WS_MIN: classic cuBLAS always gets one); once
+ * allocated, only the same size is accepted (the algorithms chosen depend
+ * on it), and no stream is refused. */
+Test(gpu_backend, a_reserved_workspace_is_what_the_first_matmul_allocates, .init = setup, .fini = teardown)
+{
+    void *b[3];
+    reel_stream *s = stream(), *z = stream();
+    cr_assert_eq(vt->stream_reserve_ws(be, NULL, 1 << 20), REEL_E_INVALID_ARG);
+    cr_assert_eq(vt->stream_reserve_ws(be, z, 0), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(vt->stream_reserve_ws(be, s, (size_t)6 << 20), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_null(s->ws, "a reservation allocated");
+    mm_alloc(s, b);
+    cr_assert_eq(matmul_on(s, REEL_F16, b), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_not_null(s->ws);
+    cr_assert_eq(s->ws_bytes, (size_t)6 << 20);
+    cr_assert_eq(vt->stream_reserve_ws(be, s, (size_t)4 << 20), REEL_E_INVALID_USAGE);
+    cr_assert(strstr(reel_ctx_last_error(ctx), "allocated"), "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(vt->stream_reserve_ws(be, s, (size_t)6 << 20), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(matmul_on(s, REEL_F32, b), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(vt->stream_sync(be, s), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(s->ws_bytes, (size_t)6 << 20);
+    cr_assert_eq(matmul_on(z, REEL_F32, b), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(vt->stream_sync(be, z), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_not_null(z->ws);
+    cr_assert_eq(z->ws_bytes, REEL_CUDA_WS_MIN);
+    for (int i = 0; i < 3; i++)
+        vt->dev_free(be, b[i]);
+    vt->stream_destroy(be, z);
+    vt->stream_destroy(be, s);
+}
+
+enum { WS_K = 2048, WS_N = 512, WS_T = 100 };
+
+/* x [T, WS_K] @ w [WS_K, WS_N] in bf16 (cuBLASLt) and, with f32, in f32
+ * too (the classic cuBLAS impl), compiled with the given buckets. Every
+ * value is a multiple of 1/4 in [-1/2, 1/2], so every partial sum is exact
+ * in float32 whatever the algorithm's order or split: outputs are exact
+ * (f32) or the exact sum rounded once (bf16). */
+static float ws_val(uint64_t i) { return (float)((int)(((i * 2654435761u) >> 7) % 5) - 2) * 0.25f; }
+
+static reel_plan *ws_plan(int nb, const int32_t *buckets, bool f32)
+{
+    static float w32[WS_K * WS_N];
+    static uint16_t w16[WS_K * WS_N];
+    for (uint64_t i = 0; i < (uint64_t)WS_K * WS_N; i++) {
+        w32[i] = ws_val(i + 7);
+        w16[i] = reel_f32_to_bf16(w32[i]);
+    }
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    int64_t d[2] = {REEL_DIM_TOKENS, WS_K}, wd[2] = {WS_K, WS_N};
+    if (f32) {
+        reel_tensor x32 = reel_input(g, "x32", REEL_F32, 2, d);
+        reel_tensor p32 = reel_param(g, "w32", REEL_F32, 2, wd);
+        cr_assert_eq(reel_param_bind(g, p32, w32), REEL_OK);
+        cr_assert_eq(reel_output(g, "y32", reel_matmul(g, x32, p32, false)), REEL_OK, "%s",
+                     reel_ctx_last_error(ctx));
+    }
+    reel_tensor x16 = reel_input(g, "x16", REEL_BF16, 2, d);
+    reel_tensor p16 = reel_param(g, "w16", REEL_BF16, 2, wd);
+    cr_assert_eq(reel_param_bind(g, p16, w16), REEL_OK);
+    cr_assert_eq(reel_output(g, "y16", reel_matmul(g, x16, p16, false)), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = nb;
+    memcpy(o.buckets, buckets, (size_t)nb * sizeof *buckets);
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(g, &o, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_graph_destroy(g);
+    return p;
+}
+
+/* One step of n tokens; each output checked against the exact product. */
+static void ws_step_exact(reel_plan *p, int n, reel_fallback want, bool f32)
+{
+    float *x32 = malloc((size_t)n * WS_K * sizeof *x32), *ref = calloc((size_t)n * WS_N, sizeof *ref);
+    uint16_t *x16 = malloc((size_t)n * WS_K * sizeof *x16);
+    cr_assert(x32 && x16 && ref);
+    for (int64_t i = 0; i < (int64_t)n * WS_K; i++) {
+        x32[i] = ws_val((uint64_t)i * 3 + 1);
+        x16[i] = reel_f32_to_bf16(x32[i]);
+    }
+    for (int t = 0; t < n; t++)
+        for (int k = 0; k < WS_K; k++) {
+            float xv = x32[(size_t)t * WS_K + k];
+            for (int j = 0; j < WS_N; j++)
+                ref[(size_t)t * WS_N + j] += xv * ws_val((uint64_t)k * WS_N + j + 7);
+        }
+    if (f32)
+        cr_assert_eq(reel_plan_set_input(p, "x32", x32, n), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(reel_plan_set_input(p, "x16", x16, n), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_step_info s = {.num_tokens = n};
+    cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(reel_plan_last_fallback(p), want, "step of %d tokens: %s", n,
+                 reel_fallback_str(reel_plan_last_fallback(p)));
+    const void *y32 = NULL, *y16;
+    int64_t rows;
+    if (f32)
+        cr_assert_eq(reel_plan_output(p, "y32", &y32, &rows), REEL_OK);
+    cr_assert_eq(reel_plan_output(p, "y16", &y16, &rows), REEL_OK);
+    for (size_t i = 0; i < (size_t)n * WS_N; i++) {
+        if (f32)
+            cr_assert_eq(((const float *)y32)[i], ref[i], "f32 element %zu: %g, want %g", i,
+                         (double)((const float *)y32)[i], (double)ref[i]);
+        cr_assert_eq(((const uint16_t *)y16)[i], reel_f32_to_bf16(ref[i]), "bf16 element %zu", i);
+    }
+    free(x32);
+    free(x16);
+    free(ref);
+}
+
+/* What the plan's bf16 matmul node takes at n rows, by its impl's own
+ * account (reel_op_impl.stream_ws). */
+static size_t ws_node_bytes(reel_plan *p, int64_t n)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        if (p->nodes[i].op != REEL_OP_MATMUL || p->tensors[p->nodes[i].in[0]].shape.dtype != REEL_BF16)
+            continue;
+        reel_shape in[REEL_OP_MAX_IN], out[REEL_OP_MAX_OUT];
+        reel_plan_node_shapes(p, i, n, in, out);
+        size_t b = 0;
+        cr_assert_not_null(p->impl[i]->stream_ws, "%s names no workspace", p->impl[i]->name);
+        cr_assert_eq(p->impl[i]->stream_ws(be, in, p->nodes[i].nin, out, &p->nodes[i].attrs, &b), REEL_OK, "%s",
+                     reel_ctx_last_error(ctx));
+        return b;
+    }
+    cr_assert_fail("no bf16 matmul in the plan");
+    return 0;
+}
+
+/* A plan reserves its stream the most its nodes take at any bucket: the
+ * classic cuBLAS call 4 MiB to 64 rows and the full size beyond, a
+ * cuBLASLt call what its algorithm (the one the full workspace gets) asks
+ * for, at least REEL_CUDA_WS_MIN. A step past the plan's largest bucket runs
+ * eagerly inside that (cuBLASLt's choice for that workspace, not the one
+ * remembered for the same shape beside 32 MiB); every step gives the exact
+ * products. */
+Test(gpu_backend, a_plan_reserves_its_streams_workspace_from_its_rows, .init = setup, .fini = teardown)
+{
+    reel_cuda *c = reel_cuda_of(be);
+    reel_plan *big = ws_plan(2, (int32_t[]){8, 128}, true);
+    cr_assert_not_null(big->streams[0]->ws, "the warm-up ran no matmul");
+    cr_assert_eq(big->streams[0]->ws_bytes, c->ws_bytes);
+    cr_assert_eq(big->streams[0]->ws_bytes, reel_cuda_matmul_ws_bytes(&be->caps, 128));
+    ws_step_exact(big, WS_T, REEL_FALLBACK_NONE, true);
+    reel_plan *small = ws_plan(2, (int32_t[]){8, 64}, true);
+    size_t lt = ws_node_bytes(small, 64);
+    if (ws_node_bytes(small, 8) > lt)
+        lt = ws_node_bytes(small, 8);
+    const size_t classic = reel_cuda_matmul_ws_bytes(&be->caps, 64);
+    cr_assert_eq(classic, (size_t)4 << 20);
+    cr_assert_eq(small->streams[0]->ws_bytes, lt > classic ? (lt + 4095) / 4096 * 4096 : classic);
+    ws_step_exact(small, WS_T, REEL_FALLBACK_TOKENS_OVER_LIMIT, true);
+    ws_step_exact(small, 64, REEL_FALLBACK_NONE, true);
+    ws_step_exact(big, WS_T, REEL_FALLBACK_NONE, true);
+    /* cuBLASLt alone: its algorithms' ask. */
+    reel_plan *lto = ws_plan(2, (int32_t[]){1, 8}, false);
+    lt = ws_node_bytes(lto, 8) > ws_node_bytes(lto, 1) ? ws_node_bytes(lto, 8) : ws_node_bytes(lto, 1);
+    lt = (lt + 4095) / 4096 * 4096;
+    cr_assert_eq(lto->streams[0]->ws_bytes, lt > REEL_CUDA_WS_MIN ? lt : REEL_CUDA_WS_MIN);
+    cr_assert_lt(lto->streams[0]->ws_bytes, c->ws_bytes);
+    ws_step_exact(lto, 8, REEL_FALLBACK_NONE, false);
+    ws_step_exact(lto, WS_T, REEL_FALLBACK_TOKENS_OVER_LIMIT, false);
+    reel_plan_destroy(lto);
+    reel_plan_destroy(small);
+    reel_plan_destroy(big);
 }

@@ -98,47 +98,55 @@ static int count_op(const reel_plan *p, const char *op)
     return c;
 }
 
+/* Widths: the pack path at one and several packs a thread (256, 4096,
+ * 20480 = 2560 packs of bf16, 3 a thread) and the element path (2050: not a
+ * whole number of packs). */
 Test(gpu_fuse, add_rmsnorm_equals_the_unfused_pair_bit_for_bit, .init = setup, .fini = teardown)
 {
     static const reel_dtype dts[2] = {REEL_BF16, REEL_F16};
     static const int rows[] = {1, 2, 3, 5, 8, 13, 16, 200};
+    static const int64_t widths[] = {D, 4096, 20480, 2050};
     for (int di = 0; di < 2; di++)
-        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
-            reel_dtype dt = dts[di];
-            int m = rows[ri];
-            reel_graph *g;
-            cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
-            int64_t d[2] = {REEL_DIM_TOKENS, D}, dw = D;
-            reel_tensor x = reel_input(g, "x", dt, 2, d);
-            reel_tensor r = reel_input(g, "r", dt, 2, d);
-            reel_tensor w = reel_param(g, "w", dt, 1, &dw);
-            uint16_t *wd = rnd(D, 3, dt), *xd = rnd((size_t)m * D, 1, dt), *rd = rnd((size_t)m * D, 2, dt);
-            reel_param_bind(g, w, wd);
-            reel_tensor h = reel_add(g, x, r);
-            reel_output(g, "h", h);
-            reel_output(g, "n", reel_rmsnorm(g, h, w, 1e-5f));
-            reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
-            cr_assert_eq(count_op(pf, "add_rmsnorm"), 1);
-            for (int k = 0; k < 2; k++) {
-                reel_plan *p = k ? pu : pf;
-                cr_assert_eq(reel_plan_set_input(p, "r", rd, m), REEL_OK);
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
+            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+                reel_dtype dt = dts[di];
+                int m = rows[ri];
+                const int64_t W = widths[wi];
+                if (W > D && m > 16)
+                    continue;
+                reel_graph *g;
+                cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+                int64_t d[2] = {REEL_DIM_TOKENS, W}, dw = W;
+                reel_tensor x = reel_input(g, "x", dt, 2, d);
+                reel_tensor r = reel_input(g, "r", dt, 2, d);
+                reel_tensor w = reel_param(g, "w", dt, 1, &dw);
+                uint16_t *wd = rnd((size_t)W, 3, dt), *xd = rnd((size_t)m * W, 1, dt), *rd = rnd((size_t)m * W, 2, dt);
+                reel_param_bind(g, w, wd);
+                reel_tensor h = reel_add(g, x, r);
+                reel_output(g, "h", h);
+                reel_output(g, "n", reel_rmsnorm(g, h, w, 1e-5f));
+                reel_plan *pf = compile(g, m, true), *pu = compile(g, m, false);
+                cr_assert_eq(count_op(pf, "add_rmsnorm"), 1);
+                for (int k = 0; k < 2; k++) {
+                    reel_plan *p = k ? pu : pf;
+                    cr_assert_eq(reel_plan_set_input(p, "r", rd, m), REEL_OK);
+                }
+                const char *outs[2] = {"h", "n"};
+                for (int o = 0; o < 2; o++) {
+                    uint16_t *f = malloc((size_t)m * W * 2);
+                    memcpy(f, step(pf, xd, m, outs[o]), (size_t)m * W * 2);
+                    cr_assert_eq(reel_plan_set_input(pf, "r", rd, m), REEL_OK);
+                    const uint16_t *u = step(pu, xd, m, outs[o]);
+                    cr_assert_eq(reel_plan_set_input(pu, "r", rd, m), REEL_OK);
+                    cr_assert(memcmp(f, u, (size_t)m * W * 2) == 0, "%s %s width %lld rows %d: bits differ",
+                              outs[o], reel_dtype_name(dt), (long long)W, m);
+                    free(f);
+                }
+                reel_plan_destroy(pf);
+                reel_plan_destroy(pu);
+                reel_graph_destroy(g);
+                free(wd), free(xd), free(rd);
             }
-            const char *outs[2] = {"h", "n"};
-            for (int o = 0; o < 2; o++) {
-                uint16_t *f = malloc((size_t)m * D * 2);
-                memcpy(f, step(pf, xd, m, outs[o]), (size_t)m * D * 2);
-                cr_assert_eq(reel_plan_set_input(pf, "r", rd, m), REEL_OK);
-                const uint16_t *u = step(pu, xd, m, outs[o]);
-                cr_assert_eq(reel_plan_set_input(pu, "r", rd, m), REEL_OK);
-                cr_assert(memcmp(f, u, (size_t)m * D * 2) == 0, "%s %s rows %d: bits differ", outs[o],
-                          reel_dtype_name(dt), m);
-                free(f);
-            }
-            reel_plan_destroy(pf);
-            reel_plan_destroy(pu);
-            reel_graph_destroy(g);
-            free(wd), free(xd), free(rd);
-        }
 }
 
 /* x [m, D] times one [q; k; v] weight ([N, K] when wt) viewed as q, k and v,

@@ -1,6 +1,7 @@
 /* The CUDA kernels' fast paths and in-place forms: every launch path of add
  * and mul gives the host's bits; rmsnorm (inplace_ok) with the output over
- * the input gives the bits of the out-of-place kernel; a
+ * the input gives the bits of the out-of-place kernel, and rmsnorm and
+ * add_rmsnorm from unaligned rows the bits of the aligned ones; a
  * matmul shape queries the cuBLASLt heuristic once; early-triggering PDL
  * kernels in a plan with cuBLAS nodes give the plain graph's bits. */
 #include <criterion/criterion.h>
@@ -160,6 +161,86 @@ Test(gpu_kernels, rmsnorm_in_place_gives_the_out_of_place_bits, .init = setup, .
         rmsnorm_in_place(dts[i], 6, 96);
         rmsnorm_in_place(dts[i], 3, 5000); /* several elements per thread */
     }
+}
+
+/* ---- the norms' pack path: the same bits from unaligned rows ------------- */
+
+/* Runs op with every operand one element past a 16-byte boundary (the pack
+ * kernels' element loads); returns output o's bytes. */
+static void *run_unaligned(const reel_op_impl *impl, const gt_op *op, int o)
+{
+    reel_backend *be = cctx->be;
+    reel_stream *s;
+    void *base[REEL_OP_MAX_IN + REEL_OP_MAX_OUT] = {0};
+    reel_launch l;
+    memset(&l, 0, sizeof l);
+    const size_t es = reel_dtype_size(op->in[0].dtype);
+    cr_assert_eq(be->vt->stream_create(be, &s), REEL_OK);
+    for (int i = 0; i < op->nin + op->nout; i++) {
+        const reel_shape *sh = i < op->nin ? &op->in[i] : &op->out[i - op->nin];
+        size_t bytes = reel_shape_bytes(sh, op->rows);
+        cr_assert_eq(be->vt->dev_alloc(be, bytes + 16, &base[i]), REEL_OK);
+        char *p = (char *)base[i] + es;
+        if (i < op->nin) {
+            cr_assert_eq(be->vt->copy(be, s, p, op->data[i], bytes, REEL_COPY_H2D), REEL_OK);
+            l.in[i] = p;
+        } else {
+            l.out[i - op->nin] = p;
+        }
+    }
+    l.op = op->op, l.attrs = &op->attrs, l.in_shape = op->in, l.out_shape = op->out;
+    l.rows = op->rows, l.stream = s;
+    cr_assert_eq(impl->launch(be, &l), REEL_OK, "%s: %s", impl->name, reel_ctx_last_error(cctx));
+    size_t ob = reel_shape_bytes(&op->out[o], op->rows);
+    void *out = malloc(ob);
+    cr_assert_eq(be->vt->copy(be, s, out, l.out[o], ob, REEL_COPY_D2H), REEL_OK);
+    cr_assert_eq(be->vt->stream_sync(be, s), REEL_OK, "%s", reel_ctx_last_error(cctx));
+    for (int i = 0; i < op->nin + op->nout; i++)
+        be->vt->dev_free(be, base[i]);
+    be->vt->stream_destroy(be, s);
+    return out;
+}
+
+static void norm_unaligned(reel_op_kind k, reel_dtype dt, int64_t t, int64_t d)
+{
+    gt_op op;
+    memset(&op, 0, sizeof op);
+    const bool add = k == REEL_OP_ADD_RMSNORM;
+    op.op = k, op.rows = t, op.nin = add ? 3 : 2, op.nout = add ? 2 : 1;
+    op.attrs.rmsnorm.eps = 1e-5f;
+    op.in[0] = gt_shape(dt, true, 2, (int64_t[]){t, d});
+    op.in[1] = add ? op.in[0] : gt_shape(dt, false, 1, (int64_t[]){d});
+    if (add)
+        op.in[2] = gt_shape(dt, false, 1, (int64_t[]){d});
+    op.out[0] = op.in[0];
+    if (add)
+        op.out[1] = op.in[0];
+    op.data[0] = gt_random(&rng, dt, t * d, -3, 3);
+    op.data[1] = add ? gt_random(&rng, dt, t * d, -3, 3) : gt_random(&rng, dt, d, 0.5, 1.5);
+    if (add)
+        op.data[2] = gt_random(&rng, dt, d, 0.5, 1.5);
+    const reel_op_impl *impl = cuda_impl(&op);
+    gt_result ref;
+    cr_assert_eq(gt_run(cctx->be, impl, &op, &ref), REEL_OK, "%s", reel_ctx_last_error(cctx));
+    for (int o = 0; o < op.nout; o++) {
+        void *got = run_unaligned(impl, &op, o);
+        size_t ob = reel_shape_bytes(&op.out[o], t);
+        cr_assert(memcmp(got, ref.out[o], ob) == 0, "%s %s [%lld, %lld] output %d: unaligned bits differ (seed %llu)",
+                  impl->name, reel_dtype_name(dt), (long long)t, (long long)d, o, (unsigned long long)seed);
+        free(got);
+    }
+    gt_result_free(&ref);
+    gt_op_free_data(&op);
+}
+
+Test(gpu_kernels, the_norms_pack_path_gives_the_same_bits_from_unaligned_rows, .init = setup, .fini = teardown)
+{
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 2; k++) {
+            reel_op_kind kind = k ? REEL_OP_ADD_RMSNORM : REEL_OP_RMSNORM;
+            norm_unaligned(kind, dts[i], 3, 1024);
+            norm_unaligned(kind, dts[i], 2, 12288);
+        }
 }
 
 /* ---- matmul: the heuristic's answer is kept ------------------------------ */

@@ -128,7 +128,10 @@ Test(gpu_ops, rmsnorm_matches_host, .init = setup, .fini = teardown)
 {
     for (int i = 0; i < 3; i++) {
         check_rmsnorm(dts[i], 6, 96);
-        check_rmsnorm(dts[i], 3, 2050); /* wider than one block */
+        check_rmsnorm(dts[i], 3, 2050);  /* not whole packs: the element kernel, wider than one block */
+        check_rmsnorm(dts[i], 4, 1024);  /* the pack kernel, one pack a thread */
+        check_rmsnorm(dts[i], 2, 12288); /* several packs a thread (bf16 2, f32 3) */
+        check_rmsnorm(dts[i], 2, 40000); /* past the pack kernel's 4096 packs: the element kernel */
     }
 }
 
