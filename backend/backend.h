@@ -85,6 +85,8 @@ typedef struct reel_backend_vt {
      * called; REEL_E_INVALID_USAGE once it is allocated at another size.
      * Unreserved, a stream takes the backend's default. */
     reel_status (*stream_reserve_ws)(reel_backend *be, reel_stream *s, size_t bytes);
+    /* Optional (NULL: none): the bytes of s's kernel workspace allocated now. */
+    size_t (*stream_ws_held)(reel_backend *be, reel_stream *s);
 } reel_backend_vt;
 
 struct reel_backend {

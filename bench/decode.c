@@ -818,10 +818,10 @@ static bool run_context(const cfg *c, weights *w, int C, FILE *res)
     fprintf(res,
             "plan context=%d buckets=%d compile_ms=%.1f capture_ms=%.1f reel_compile_ms=%.1f bind_ms=%.1f "
             "eager_compile_ms=%.1f arena_bytes=%zu static_bytes=%zu graph_bytes_known=%d graph_bytes=%zu "
-            "param_bytes=%zu state_bytes=%zu device_bytes=%zu dev_delta_bytes=%lld dev_other_bytes=%lld "
+            "param_bytes=%zu state_bytes=%zu device_bytes=%zu stream_ws_bytes=%zu dev_delta_bytes=%lld dev_other_bytes=%lld "
             "graph_mem_used=%lld graph_mem_reserved=%lld graphs=%" PRIu64 " eager_dev_other_bytes=%lld\n",
             C, c->nbatches, st.compile_ms, st.capture_ms, ms_r, bind_ms, ms_e, mem.arena_bytes, mem.static_bytes,
-            mem.graph_bytes_known, mem.graph_bytes, mem.param_bytes, mem.state_bytes, mem.device_bytes, dev_delta,
+            mem.graph_bytes_known, mem.graph_bytes, mem.param_bytes, mem.state_bytes, mem.device_bytes, mem.stream_ws_bytes, dev_delta,
             other, gm_used, gm_res, st.graphs_captured, eager_delta);
     fflush(res);
 

@@ -45,6 +45,6 @@ for h in ${REEL_AB_HIDDEN:-1024}; do
         timeout 200 "/tmp/reel-var-$name/bench/bench_decode" --hidden "$h" --ffn $((4 * h)) --batches "${REEL_AB_BATCHES:-1,8}" \
             --contexts "${REEL_AB_CONTEXTS:-128,2048}" --steps 100 --no-eager --no-logits --dir /tmp/reel-ab 2>/dev/null | grep -E "^\| [0-9]"
         # the replay plan's device memory, each context (bench/decode.c's plan and process lines)
-        grep -E "^(plan|process) " /tmp/reel-ab/reel_decode.txt | grep -oE "^(plan|process)|context=[0-9]+|arena_bytes=[0-9]+|dev_other_bytes=-?[0-9]+|once_dev_bytes=-?[0-9]+" | paste -sd' ' | sed 's/ plan/\nplan/g; s/ process/\nprocess/g'
+        grep -E "^(plan|process) " /tmp/reel-ab/reel_decode.txt | grep -oE "^(plan|process)|context=[0-9]+|arena_bytes=[0-9]+|stream_ws_bytes=[0-9]+|dev_other_bytes=-?[0-9]+|once_dev_bytes=-?[0-9]+" | paste -sd' ' | sed 's/ plan/\nplan/g; s/ process/\nprocess/g'
     done
 done

@@ -159,7 +159,10 @@ reel_status reel_plan_memory_get(const reel_plan *p, reel_plan_memory *out)
         m.bucket_device_bytes[b] = p->bucket[b].arena_bytes + p->stat_bytes + m.bucket_graph_bytes[b];
         m.graph_bytes += m.bucket_graph_bytes[b];
     }
-    m.device_bytes = m.arena_bytes + m.static_bytes + m.graph_bytes;
+    if (p->be->vt->stream_ws_held)
+        for (int s = 0; s < p->nstreams; s++)
+            m.stream_ws_bytes += p->be->vt->stream_ws_held(p->be, p->streams[s]);
+    m.device_bytes = m.arena_bytes + m.static_bytes + m.graph_bytes + m.stream_ws_bytes;
     memcpy(out, &m, out->size);
     return REEL_OK;
 }

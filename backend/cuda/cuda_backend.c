@@ -171,6 +171,7 @@ static const reel_backend_vt cuda_vt = {
     .timer_create = reel_cuda_timer_create,
     .timer_elapsed_us = reel_cuda_timer_elapsed_us,
     .stream_reserve_ws = reel_cuda_stream_reserve_ws,
+    .stream_ws_held = reel_cuda_stream_ws_held,
     .dev_alloc = reel_cuda_dev_alloc,
     .dev_free = reel_cuda_dev_free,
     .pinned_alloc = reel_cuda_pinned_alloc,

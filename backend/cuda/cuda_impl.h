@@ -61,6 +61,7 @@ static inline reel_cuda *reel_cuda_of(reel_backend *be) { return (reel_cuda *)be
 /* cuda_stream.c */
 reel_status reel_cuda_stream_create(reel_backend *be, reel_stream **out);
 reel_status reel_cuda_stream_reserve_ws(reel_backend *be, reel_stream *s, size_t bytes);
+size_t reel_cuda_stream_ws_held(reel_backend *be, reel_stream *s);
 void reel_cuda_stream_destroy(reel_backend *be, reel_stream *s);
 reel_status reel_cuda_stream_sync(reel_backend *be, reel_stream *s);
 reel_status reel_cuda_event_create(reel_backend *be, reel_event **out);

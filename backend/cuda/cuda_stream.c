@@ -43,6 +43,12 @@ reel_status reel_cuda_stream_reserve_ws(reel_backend *be, reel_stream *s, size_t
     return REEL_OK;
 }
 
+size_t reel_cuda_stream_ws_held(reel_backend *be, reel_stream *s)
+{
+    (void)be;
+    return s && s->ws ? s->ws_bytes : 0;
+}
+
 void reel_cuda_stream_destroy(reel_backend *be, reel_stream *s)
 {
     if (!s)

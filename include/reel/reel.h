@@ -480,13 +480,16 @@ typedef struct reel_plan_memory {
     size_t param_bytes, state_bytes;      /* device: parameters; states (bound ones included) */
     int graph_bytes_known;                /* the backend reports graph memory (host: yes, 0) */
     size_t graph_bytes;                   /* device memory of the captured graphs, where known */
-    size_t device_bytes;                  /* arena + static + graphs: the library's device memory
-                                             besides params and states (and the workspace of
-                                             eager steps past the limits) */
+    size_t device_bytes;                  /* arena + static + graphs + stream workspaces: the
+                                             library's device memory besides params and states
+                                             (and the workspace of eager steps past the limits) */
     size_t bucket_arena_bytes[REEL_MAX_BUCKETS];  /* planned per bucket */
     size_t bucket_graph_bytes[REEL_MAX_BUCKETS];  /* per captured bucket, where known */
     size_t bucket_device_bytes[REEL_MAX_BUCKETS]; /* replaying bucket b alone: its arena, the
                                                      static region, its graph */
+    size_t stream_ws_bytes;               /* device: the streams' kernel workspaces (CUDA: the
+                                             matmul workspace each stream's warm-up allocated,
+                                             sized at compile from the plan's shapes) */
 } reel_plan_memory;
 #ifdef __cplusplus
 #define REEL_PLAN_MEMORY_INIT { sizeof(reel_plan_memory), REEL_VERSION_NUMBER }

@@ -468,6 +468,17 @@ static int64_t gv_blocks(int64_t n, bool wt, int epi)
  * has fewer blocks than the device has multiprocessors (and each split
  * keeps 2 chunks per warp), then each block gets the warps that bring the
  * grid to that size, at least one chunk each. */
+/* The cluster split of [N, K] weights up to 32 MiB: K halves while each
+ * part keeps REEL_GEMV_SPLIT_CHUNK columns and the grid fits the
+ * multiprocessors, up to REEL_GEMV_SPLIT_MAX parts (bench/variants_ab.sh
+ * builds others). */
+#ifndef REEL_GEMV_SPLIT_CHUNK
+#define REEL_GEMV_SPLIT_CHUNK 1024
+#endif
+#ifndef REEL_GEMV_SPLIT_MAX
+#define REEL_GEMV_SPLIT_MAX 2
+#endif
+
 static reel_gemv_cfg gv_pick_epi(int64_t n, int64_t k, bool wt, int sms, int epi)
 {
     reel_gemv_cfg c;
@@ -487,8 +498,9 @@ static reel_gemv_cfg gv_pick_epi(int64_t n, int64_t k, bool wt, int sms, int epi
         /* Tall K on a grid of at most half the multiprocessors (down, 1024
          * x 4096): a cluster of 2 splits K (the sweep's best there, 16
          * warps and 2 splits: 6.2 us against 11.2 for 8 splits). */
-        if (k >= 2048 && gv_blocks(n, wt, epi) * 2 <= sms)
-            c.splits = 2;
+        while (c.splits < REEL_GEMV_SPLIT_MAX && k / (2 * c.splits) >= REEL_GEMV_SPLIT_CHUNK &&
+               gv_blocks(n, wt, epi) * c.splits * 2 <= sms)
+            c.splits *= 2;
         return c;
     }
     int64_t kc = wt ? 32 : 16;

@@ -280,7 +280,7 @@ template <typename T> __global__ void argmax_vec_kernel(const T *x, int32_t *out
     const int32_t np = n / P::n;
     float bv = 0.0f;
     int32_t bi = -1;
-#pragma unroll 2
+#pragma unroll 4
     for (int32_t p = threadIdx.x; p < np; p += blockDim.x) {
         P v = xr[p];
 #pragma unroll
@@ -306,13 +306,22 @@ template <typename T> __global__ void argmax_vec_kernel(const T *x, int32_t *out
         si[warp] = bi;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-            if (arg_better(sv[w], si[w], bv, bi)) {
-                bv = sv[w];
-                bi = si[w];
+    /* The warps' candidates merged by the first warp's butterfly, not one
+     * thread's walk over them. */
+    if (warp == 0) {
+        const int nw = (int)(blockDim.x >> 5);
+        bv = lane < nw ? sv[lane] : 0.0f;
+        bi = lane < nw ? si[lane] : -1;
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (arg_better(ov, oi, bv, bi)) {
+                bv = ov;
+                bi = oi;
             }
-        out[blockIdx.x] = bi < 0 ? 0 : bi;
+        }
+        if (lane == 0)
+            out[blockIdx.x] = bi < 0 ? 0 : bi;
     }
 }
 

@@ -177,6 +177,7 @@ Test(introspect, the_plans_device_memory_is_known_at_compile, .init = setup, .fi
     cr_assert_geq(m.pinned_bytes, m.static_bytes);
     cr_assert_eq(m.graph_bytes_known, 1, "host graphs hold no device memory");
     cr_assert_eq(m.graph_bytes, 0);
+    cr_assert_eq(m.stream_ws_bytes, 0, "the host backend's streams hold no workspace");
     cr_assert_eq(m.device_bytes, m.arena_bytes + m.static_bytes);
     for (int b = 0; b < 3; b++) {
         cr_assert_eq(m.bucket_arena_bytes[b], st.bucket_arena_bytes[b]);

@@ -504,6 +504,11 @@ Test(gpu_backend, a_plan_reserves_its_streams_workspace_from_its_rows, .init = s
     const size_t classic = reel_cuda_matmul_ws_bytes(&be->caps, 64);
     cr_assert_eq(classic, (size_t)4 << 20);
     cr_assert_eq(small->streams[0]->ws_bytes, lt > classic ? (lt + 4095) / 4096 * 4096 : classic);
+    reel_plan_memory mem = REEL_PLAN_MEMORY_INIT;
+    cr_assert_eq(reel_plan_memory_get(small, &mem), REEL_OK);
+    cr_assert_eq(small->nstreams, 1);
+    cr_assert_eq(mem.stream_ws_bytes, small->streams[0]->ws_bytes);
+    cr_assert_eq(mem.device_bytes, mem.arena_bytes + mem.static_bytes + mem.graph_bytes + mem.stream_ws_bytes);
     ws_step_exact(small, WS_T, REEL_FALLBACK_TOKENS_OVER_LIMIT, true);
     ws_step_exact(small, 64, REEL_FALLBACK_NONE, true);
     ws_step_exact(big, WS_T, REEL_FALLBACK_NONE, true);

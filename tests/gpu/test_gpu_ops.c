@@ -214,8 +214,10 @@ static void check_argmax(reel_dtype dt, int64_t t, int64_t n)
 
 Test(gpu_ops, argmax_matches_host_with_ties_and_nan, .init = setup, .fini = teardown)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
         check_argmax(dts[i], 4, 1000);
+        check_argmax(dts[i], 4, 32000); /* a vocabulary's row: 32 warps merged, the tie across them */
+    }
 }
 
 /* ---- paged attention ---------------------------------------------------- */
