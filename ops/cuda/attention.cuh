@@ -121,21 +121,34 @@ __host__ __device__ __forceinline__ bool attn_in_run(const reel_meta_view &m, in
 }
 
 /* Split-KV: a token at position p has n = p + 1 keys, cut into chunks of
- * len keys (a multiple of ATTN_CHUNK_ALIGN, at least ATTN_MIN_CHUNK) so that
- * at most nchunks are used; returns how many are. */
-#ifndef REEL_ATTN_MIN_CHUNK /* a multiple of 64: the A/B builds of the chunk length */
+ * len keys (a multiple of ATTN_CHUNK_ALIGN, at least attn_min_chunk(g):
+ * REEL_ATTN_MIN_CHUNK below head dim 128, REEL_ATTN_MIN_CHUNK_DH128 from
+ * it) so that at most nchunks are used; returns how many are. Both are 64.
+ * 128 from head dim 128 measured a decode step 9-11% faster at batches 16
+ * and 32, context 128 (docs/decisions.md); it becomes the default once the
+ * gpu suite has run with it. */
+#ifndef REEL_ATTN_MIN_CHUNK /* multiples of 64: the A/B builds of the chunk length */
 #define REEL_ATTN_MIN_CHUNK 64
 #endif
-enum { ATTN_MIN_CHUNK = REEL_ATTN_MIN_CHUNK, ATTN_CHUNK_ALIGN = 64 };
-static_assert(ATTN_MIN_CHUNK % ATTN_CHUNK_ALIGN == 0, "a chunk is whole tiles");
+#ifndef REEL_ATTN_MIN_CHUNK_DH128
+#define REEL_ATTN_MIN_CHUNK_DH128 64
+#endif
+enum { ATTN_MIN_CHUNK = REEL_ATTN_MIN_CHUNK, ATTN_MIN_CHUNK_DH128 = REEL_ATTN_MIN_CHUNK_DH128, ATTN_CHUNK_ALIGN = 64 };
+static_assert(ATTN_MIN_CHUNK % ATTN_CHUNK_ALIGN == 0 && ATTN_MIN_CHUNK_DH128 % ATTN_CHUNK_ALIGN == 0,
+              "a chunk is whole tiles");
 
-__host__ __device__ __forceinline__ int attn_chunking(int32_t p, int nchunks, int32_t *len)
+__host__ __device__ __forceinline__ int32_t attn_min_chunk(const attn_geom &g)
+{
+    return g.dh >= 128 ? ATTN_MIN_CHUNK_DH128 : ATTN_MIN_CHUNK;
+}
+
+__host__ __device__ __forceinline__ int attn_chunking(const attn_geom &g, int32_t p, int nchunks, int32_t *len)
 {
     int32_t n = p + 1;
     int32_t l = (n + nchunks - 1) / nchunks;
     l = (l + ATTN_CHUNK_ALIGN - 1) / ATTN_CHUNK_ALIGN * ATTN_CHUNK_ALIGN;
-    if (l < ATTN_MIN_CHUNK)
-        l = ATTN_MIN_CHUNK;
+    if (l < attn_min_chunk(g))
+        l = attn_min_chunk(g);
     *len = l;
     return (int)((n + l - 1) / l);
 }
@@ -182,7 +195,7 @@ __host__ __device__ __forceinline__ attn_dec_tok attn_decode_classify_pre(const 
     const int32_t j = p >= 0 ? attn_last_key(g, p) : -1;
     int32_t clen = 0;
     d.last = j;
-    d.nact = j >= 0 ? attn_chunking(j, nchunks, &clen) : 1;
+    d.nact = j >= 0 ? attn_chunking(g, j, nchunks, &clen) : 1;
     d.spec = d.ok == 1 && j >= 0 && j / g.bs < m.max_blocks && c < d.nact;
     if (d.spec) {
         d.k0 = c * clen;

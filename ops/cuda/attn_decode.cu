@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
      * after the decode's whatever the rows. */
     int32_t s = -1, p = -1, clen = 0;
     const bool mine = !(skip_runs && attn_in_run(m, t, rows)) && attn_token_ok(m, g, t, &s, &p) == 1 && p >= 0;
-    const int nact = mine ? attn_chunking(p, nchunks, &clen) : 0;
+    const int nact = mine ? attn_chunking(g, p, nchunks, &clen) : 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (pdl)
         cudaGridDependencySynchronize(); /* the decode's partials */
@@ -352,7 +352,7 @@ int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt
     int64_t sms;
     const int64_t units = decode_units(be, g, dt, rows, &sms);
     int64_t cap = (REEL_ATTN_SPLIT_SLOTS - 1) / (rows > 0 ? rows : 1); /* the last slot: counters */
-    const int64_t cap_ctx = ((int64_t)max_context + ATTN_MIN_CHUNK - 1) / ATTN_MIN_CHUNK;
+    const int64_t cap_ctx = ((int64_t)max_context + attn_min_chunk(g) - 1) / attn_min_chunk(g);
     if (cap > cap_ctx)
         cap = cap_ctx;
     if (cap < 1)

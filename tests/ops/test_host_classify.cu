@@ -27,7 +27,7 @@ static attn_dec_tok one_step(const reel_meta_view &m, const attn_geom &g, int64_
     d.ok = attn_token_ok(m, g, t, &d.seq, &p);
     if (d.ok == 1 && p < 0)
         d.ok = 0;
-    d.nact = d.ok == 1 ? attn_chunking(p, nchunks, &clen) : 1;
+    d.nact = d.ok == 1 ? attn_chunking(g, p, nchunks, &clen) : 1;
     d.attend = d.ok == 1 && c < d.nact;
     if (d.attend) {
         d.k0 = c * clen;
@@ -36,9 +36,10 @@ static attn_dec_tok one_step(const reel_meta_view &m, const attn_geom &g, int64_
     return d;
 }
 
-static attn_geom geom(int32_t bs, reel_dcp_view dcp)
+static attn_geom geom(int32_t bs, reel_dcp_view dcp, int64_t dh = 64)
 {
     attn_geom g = {};
+    g.dh = dh;
     g.bs = bs;
     g.bs_shift = -1;
     for (int s = 0; s < 31; s++)
@@ -116,8 +117,34 @@ Test(classify, halves_equal_the_one_step_guard)
 {
     long n = 0;
     for (int32_t bs : {16, 32, 24})
-        n += check_geometry(geom(bs, reel_dcp_view{1, 0, 1}));
+        for (int64_t dh : {64, 128})
+            n += check_geometry(geom(bs, reel_dcp_view{1, 0, 1}, dh));
     cr_assert_gt(n, 10000);
+}
+
+/* The chunk length: a multiple of 64 keys, at least attn_min_chunk(g)
+ * (REEL_ATTN_MIN_CHUNK below head dim 128, REEL_ATTN_MIN_CHUNK_DH128 from
+ * it), the token's keys over as few of the launch's chunks as that leaves. */
+static void check_chunking(const attn_geom &g, int32_t min)
+{
+    cr_assert_eq(attn_min_chunk(g), min);
+    for (int32_t p : {0, 63, 64, 127, 128, 199, 1023, 8190})
+        for (int n : {1, 2, 3, 4, 8, 33}) {
+            int32_t len = 0;
+            const int used = attn_chunking(g, p, n, &len);
+            int32_t want = ((p + 1 + n - 1) / n + 63) / 64 * 64;
+            if (want < min)
+                want = min;
+            cr_assert_eq(len, want, "p %d n %d dh %ld", p, n, (long)g.dh);
+            cr_assert_eq(used, (p + 1 + len - 1) / len);
+            cr_assert(used >= 1 && used <= n);
+        }
+}
+
+Test(classify, a_chunk_holds_the_head_dims_least_keys)
+{
+    check_chunking(geom(16, reel_dcp_view{1, 0, 1}, 64), REEL_ATTN_MIN_CHUNK);
+    check_chunking(geom(16, reel_dcp_view{1, 0, 1}, 128), REEL_ATTN_MIN_CHUNK_DH128);
 }
 
 Test(classify, halves_equal_the_one_step_guard_under_dcp)
