@@ -487,9 +487,11 @@ typedef struct reel_plan_memory {
     size_t bucket_graph_bytes[REEL_MAX_BUCKETS];  /* per captured bucket, where known */
     size_t bucket_device_bytes[REEL_MAX_BUCKETS]; /* replaying bucket b alone: its arena, the
                                                      static region, its graph */
-    size_t stream_ws_bytes;               /* device: the streams' kernel workspaces (CUDA: the
-                                             matmul workspace each stream's warm-up allocated,
-                                             sized at compile from the plan's shapes) */
+    size_t stream_ws_bytes;               /* device: the streams' kernel workspaces held now (CUDA:
+                                             the matmul workspace a stream takes at its first
+                                             matmul, in the warm-up of a plan with graphs, at the
+                                             first step of one without; sized at compile from the
+                                             plan's shapes) */
 } reel_plan_memory;
 #ifdef __cplusplus
 #define REEL_PLAN_MEMORY_INIT { sizeof(reel_plan_memory), REEL_VERSION_NUMBER }

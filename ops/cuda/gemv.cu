@@ -463,11 +463,6 @@ static int64_t gv_blocks(int64_t n, bool wt, int epi)
     return epi == REEL_MM_EPI_SILU_MUL ? (n / 2 + 15) / 16 : (n + 8 * GV_NK_TILES - 1) / (8 * GV_NK_TILES);
 }
 
-/* One wave of about 16 warps per multiprocessor, each streaming as many
- * chunks as the shape gives it: K is split over a cluster while the grid
- * has fewer blocks than the device has multiprocessors (and each split
- * keeps 2 chunks per warp), then each block gets the warps that bring the
- * grid to that size, at least one chunk each. */
 /* The cluster split of [N, K] weights up to 32 MiB: K halves while each
  * part keeps REEL_GEMV_SPLIT_CHUNK columns and the grid fits the
  * multiprocessors, up to REEL_GEMV_SPLIT_MAX parts (bench/variants_ab.sh
@@ -479,6 +474,11 @@ static int64_t gv_blocks(int64_t n, bool wt, int epi)
 #define REEL_GEMV_SPLIT_MAX 2
 #endif
 
+/* One wave of about 16 warps per multiprocessor, each streaming as many
+ * chunks as the shape gives it: K is split over a cluster while the grid
+ * has fewer blocks than the device has multiprocessors (and each split
+ * keeps 2 chunks per warp), then each block gets the warps that bring the
+ * grid to that size, at least one chunk each. */
 static reel_gemv_cfg gv_pick_epi(int64_t n, int64_t k, bool wt, int sms, int epi)
 {
     reel_gemv_cfg c;

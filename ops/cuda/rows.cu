@@ -29,7 +29,7 @@ __global__ void rmsnorm_kernel(const T *x, const T *w, T *out, int64_t d, float 
 /* The norms' pack path (rmsnorm and add_rmsnorm alike, so that fused ==
  * unfused stays bit for bit): a row of d elements, d a whole number of
  * 16-byte packs, at most RN_MAX_PER * 1024 packs. Thread t holds packs t, t
- * + threads, ... (RN per of them) in registers from the first load to the
+ * + threads, ... (per of them) in registers from the first load to the
  * last store: x (a + b rounded, for add_rmsnorm, stored as the sum), and
  * the weight, loaded with them, before the reduction, so nothing is read
  * after it. The sum of squares runs over a thread's packs in order, then
