@@ -224,6 +224,19 @@ __device__ __forceinline__ bool arg_better(float va, int64_t ia, float vb, int64
     return va > vb || (va == vb && ia < ib);
 }
 
+/* The warp's best (value, index) candidate, in every lane. */
+template <typename I> __device__ __forceinline__ void warp_argbest(float &bv, I &bi)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        I oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (arg_better(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+}
+
 /* Lowest index of the row's maximum; NaN never wins; an all-NaN row gives 0. */
 template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, int64_t n, bool pdl)
 {
@@ -240,14 +253,7 @@ template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, in
             bi = i;
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (arg_better(ov, oi, bv, bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
+    warp_argbest(bv, bi);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) {
         sv[warp] = bv;
@@ -292,14 +298,7 @@ template <typename T> __global__ void argmax_vec_kernel(const T *x, int32_t *out
             }
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (arg_better(ov, oi, bv, bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
+    warp_argbest(bv, bi);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) {
         sv[warp] = bv;
@@ -312,14 +311,7 @@ template <typename T> __global__ void argmax_vec_kernel(const T *x, int32_t *out
         const int nw = (int)(blockDim.x >> 5);
         bv = lane < nw ? sv[lane] : 0.0f;
         bi = lane < nw ? si[lane] : -1;
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (arg_better(ov, oi, bv, bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        warp_argbest(bv, bi);
         if (lane == 0)
             out[blockIdx.x] = bi < 0 ? 0 : bi;
     }
