@@ -61,9 +61,12 @@
  *   bench_decode [--layers N --hidden N --heads N --kv-heads N --ffn N
  *                 --vocab N --batches 1,8,64 --contexts 128,2048 --steps 50
  *                 --warmup 10 --prefill-tokens 4096 --seed 1 --dir DIR
- *                 --no-eager --no-logits --matmul-tuning]
- * (--ffn 0: 4 x hidden.) Exits 1 when replay and eager disagree on an id or
- * a timed step did not replay.
+ *                 --no-eager --no-logits --matmul-tuning --max-context N]
+ * (--ffn 0: 4 x hidden. --max-context: the plans' limit and the blocks a
+ * sequence's table holds, at least N; by default what the context and the
+ * steps reach. A larger one is what a server sized for its longest request
+ * runs short contexts at.) Exits 1 when replay and eager disagree on an id
+ * or a timed step did not replay.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -90,7 +93,7 @@ typedef struct cfg {
     uint64_t seed;
     int batches[MAX_LIST], nbatches;
     int contexts[MAX_LIST], ncontexts;
-    int steps, warmup, prefill_tokens;
+    int steps, warmup, prefill_tokens, max_context;
     bool eager, logits, tuning;
     const char *dir;
 } cfg;
@@ -578,7 +581,7 @@ static void usage(void)
             "usage: bench_decode [--layers N] [--hidden N] [--heads N] [--kv-heads N] [--ffn N (0: 4 x hidden)]\n"
             "                    [--vocab N] [--batches 1,8,64] [--contexts 128,2048] [--steps 50] [--warmup 10]\n"
             "                    [--prefill-tokens 4096] [--seed 1] [--dir /tmp/reel-decode] [--no-eager] [--no-logits]\n"
-            "                    [--matmul-tuning]\n");
+            "                    [--matmul-tuning] [--max-context N]\n");
     exit(2);
 }
 
@@ -594,7 +597,7 @@ static void parse(int argc, char **argv, cfg *c)
         {"ffn", 1, 0, 'F'}, {"vocab", 1, 0, 'V'}, {"batches", 1, 0, 'b'}, {"contexts", 1, 0, 'c'},
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"prefill-tokens", 1, 0, 'p'}, {"seed", 1, 0, 'S'},
         {"dir", 1, 0, 'd'}, {"no-eager", 0, 0, 'e'}, {"no-logits", 0, 0, 'l'}, {"help", 0, 0, 'h'},
-        {"matmul-tuning", 0, 0, 'T'},
+        {"matmul-tuning", 0, 0, 'T'}, {"max-context", 1, 0, 'M'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -615,6 +618,7 @@ static void parse(int argc, char **argv, cfg *c)
         case 'e': c->eager = false; break;
         case 'l': c->logits = false; break;
         case 'T': c->tuning = true; break;
+        case 'M': c->max_context = atoi(optarg); break;
         default: usage();
         }
     }
@@ -623,7 +627,7 @@ static void parse(int argc, char **argv, cfg *c)
     if (c->ffn == 0) c->ffn = 4 * c->hidden;
     if (c->layers < 1 || c->heads < 1 || c->hidden < 1 || c->hidden % c->heads || head_dim(c) % 2 ||
         c->kv_heads < 1 || c->heads % c->kv_heads || c->ffn < 1 || c->vocab < 2 || c->steps < 1 ||
-        c->warmup < 0 || c->prefill_tokens < 1 || c->nbatches > REEL_MAX_BUCKETS) {
+        c->warmup < 0 || c->prefill_tokens < 1 || c->max_context < 0 || c->nbatches > REEL_MAX_BUCKETS) {
         fprintf(stderr, "bench_decode: inconsistent model or run options\n");
         usage();
     }
@@ -771,7 +775,9 @@ static void fmt_us(char *s, size_t n, double v) { v >= 0 ? snprintf(s, n, "%.1f"
 static bool run_context(const cfg *c, weights *w, int C, FILE *res)
 {
     const int N = c->warmup + c->steps, maxB = c->batches[c->nbatches - 1];
-    const int bps = (C + N + 1 + c->block_size - 1) / c->block_size;
+    const int bps_asked = (c->max_context + c->block_size - 1) / c->block_size;
+    int bps = (C + N + 1 + c->block_size - 1) / c->block_size;
+    if (bps < bps_asked) bps = bps_asked;
     const int num_blocks = maxB * bps, max_context = bps * c->block_size;
     const size_t cache_bytes = (size_t)num_blocks * (size_t)c->block_size * (size_t)c->kv_heads *
                                (size_t)head_dim(c) * 2;

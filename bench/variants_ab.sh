@@ -3,7 +3,8 @@
 # builds, each with its own -D flags (to nvcc and cc) and, after an @, its
 # own source tree (an older snapshot; this tree without one), same run.
 #   bench/variants_ab.sh "name:-DFLAG=1 -DOTHER=2" "base:" "old@/path/to/snapshot:" ...
-# (REEL_AB_HIDDEN="1024", REEL_AB_BATCHES=1,8, REEL_AB_CONTEXTS=128,2048)
+# (REEL_AB_HIDDEN="1024", REEL_AB_BATCHES=1,8, REEL_AB_CONTEXTS=128,2048; REEL_AB_DECODE_ARGS:
+# more bench_decode options, e.g. "--max-context 8192")
 # REEL_AB_PROGRAM=bench_prefill_gemm builds and runs that program instead
 # (its whole table, REEL_AB_ARGS its arguments), e.g. the matmul workspace:
 #   REEL_AB_PROGRAM=bench_prefill_gemm bench/variants_ab.sh \
@@ -43,7 +44,8 @@ for h in ${REEL_AB_HIDDEN:-1024}; do
         name=${spec%%@*}
         echo "--- hidden $h, $spec (${v#*:})"
         timeout 200 "/tmp/reel-var-$name/bench/bench_decode" --hidden "$h" --ffn $((4 * h)) --batches "${REEL_AB_BATCHES:-1,8}" \
-            --contexts "${REEL_AB_CONTEXTS:-128,2048}" --steps 100 --no-eager --no-logits --dir /tmp/reel-ab 2>/dev/null | grep -E "^\| [0-9]"
+            --contexts "${REEL_AB_CONTEXTS:-128,2048}" --steps 100 --no-eager --no-logits --dir /tmp/reel-ab ${REEL_AB_DECODE_ARGS:-} 2>"$OUT/var-run-$name-h$h.err" | grep -E "^\| [0-9]" \
+            || { echo "bench_decode failed:"; grep -v "^bench_decode: context" "$OUT/var-run-$name-h$h.err" | tail -5; }
         # the replay plan's device memory, each context (bench/decode.c's plan and process lines)
         grep -E "^(plan|process) " /tmp/reel-ab/reel_decode.txt | grep -oE "^(plan|process)|context=[0-9]+|arena_bytes=[0-9]+|stream_ws_bytes=[0-9]+|dev_other_bytes=-?[0-9]+|once_dev_bytes=-?[0-9]+" | paste -sd' ' | sed 's/ plan/\nplan/g; s/ process/\nprocess/g'
     done

@@ -258,6 +258,7 @@ attn_geom attn_geom_of(const reel_launch *l)
             g.bs_shift = k;
     g.dcp = reel_attn_dcp(&l->attrs->attn.lay);
     g.lse = l->attrs->attn.lay.lse ? (float *)l->out[2] : nullptr;
+    g.min_chunk = 0;
     return g;
 }
 
@@ -402,7 +403,7 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     if (!l->meta)
         return attn_no_meta(be, l, g, st, "cuda.paged_attention");
     reel_dtype dt = l->in_shape[0].dtype;
-    const int nchunks = attn_decode_chunks(be, g, dt, l->rows, l->meta->max_context);
+    const int nchunks = attn_decode_chunks(be, &g, dt, l->rows, l->meta->max_context);
     /* Small batches: the decode merges its own chunks and overlaps its
      * metadata reads with the kernel before it (docs/attention.md). */
     const bool inblock = attn_decode_inblock(g, dt, l->rows, nchunks);

@@ -30,6 +30,9 @@ typedef struct attn_geom {
      * lse output [rows, h] (natural log; NULL: not asked for). */
     reel_dcp_view dcp;
     float *lse;
+    /* The launch's least decode chunk length (attn_decode_chunks sets it;
+     * 0: the head dim's, attn_min_chunk). */
+    int32_t min_chunk;
 } attn_geom;
 
 /* ln 2: the kernels' scores are in base 2, the lse output is natural. */
@@ -122,11 +125,10 @@ __host__ __device__ __forceinline__ bool attn_in_run(const reel_meta_view &m, in
 
 /* Split-KV: a token at position p has n = p + 1 keys, cut into chunks of
  * len keys (a multiple of ATTN_CHUNK_ALIGN, at least attn_min_chunk(g):
- * REEL_ATTN_MIN_CHUNK below head dim 128, REEL_ATTN_MIN_CHUNK_DH128 from
- * it) so that at most nchunks are used; returns how many are. Both are 64.
- * 128 from head dim 128 measured a decode step 9-11% faster at batches 16
- * and 32, context 128 (docs/decisions.md); it becomes the default once the
- * gpu suite has run with it. */
+ * the launch's g.min_chunk where attn_decode_chunks set one, else
+ * REEL_ATTN_MIN_CHUNK below head dim 128 and REEL_ATTN_MIN_CHUNK_DH128
+ * from it, both 64) so that at most nchunks are used; returns how many
+ * are. */
 #ifndef REEL_ATTN_MIN_CHUNK /* multiples of 64: the A/B builds of the chunk length */
 #define REEL_ATTN_MIN_CHUNK 64
 #endif
@@ -137,9 +139,15 @@ enum { ATTN_MIN_CHUNK = REEL_ATTN_MIN_CHUNK, ATTN_MIN_CHUNK_DH128 = REEL_ATTN_MI
 static_assert(ATTN_MIN_CHUNK % ATTN_CHUNK_ALIGN == 0 && ATTN_MIN_CHUNK_DH128 % ATTN_CHUNK_ALIGN == 0,
               "a chunk is whole tiles");
 
+/* The head dim's least chunk length, whatever the launch. */
+__host__ __device__ __forceinline__ int32_t attn_min_chunk_dh(int64_t dh)
+{
+    return dh >= 128 ? ATTN_MIN_CHUNK_DH128 : ATTN_MIN_CHUNK;
+}
+
 __host__ __device__ __forceinline__ int32_t attn_min_chunk(const attn_geom &g)
 {
-    return g.dh >= 128 ? ATTN_MIN_CHUNK_DH128 : ATTN_MIN_CHUNK;
+    return g.min_chunk > 0 ? g.min_chunk : attn_min_chunk_dh(g.dh);
 }
 
 __host__ __device__ __forceinline__ int attn_chunking(const attn_geom &g, int32_t p, int nchunks, int32_t *len)
@@ -329,8 +337,9 @@ __host__ __device__ __forceinline__ uint32_t *attn_ws_counters(float *ws, const 
  * returns the launch's cudaError_t. attn_decode_launch picks the
  * tensor-core decode where it is built for the dtype and head dim, the
  * CUDA-core one elsewhere, then the combine. */
-int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
-                       int32_t max_context);
+/* The launch's chunk count; sets g->min_chunk, the least chunk length
+ * (docs/attention.md, "The chunking rule"). */
+int attn_decode_chunks(const reel_backend *be, attn_geom *g, reel_dtype dt, int64_t rows, int32_t max_context);
 bool attn_decode_supports(reel_dtype dt, int64_t dh);
 /* Whether the launch's (token, kv head, head group) blocks number at most
  * REEL_ATTN_BLOCKS_PER_SM (4) a multiprocessor: where the one-kernel decode

@@ -346,28 +346,32 @@ bool attn_decode_one_wave(const reel_backend *be, const attn_geom &g, reel_dtype
 #define REEL_ATTN_CHUNK_RULE 1
 #endif
 
-int attn_decode_chunks(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
-                       int32_t max_context)
+int attn_decode_chunks(const reel_backend *be, attn_geom *g, reel_dtype dt, int64_t rows, int32_t max_context)
 {
     int64_t sms;
-    const int64_t units = decode_units(be, g, dt, rows, &sms);
+    const int64_t units = decode_units(be, *g, dt, rows, &sms);
+    const int32_t base = attn_min_chunk_dh(g->dh);
     int64_t cap = (REEL_ATTN_SPLIT_SLOTS - 1) / (rows > 0 ? rows : 1); /* the last slot: counters */
-    const int64_t cap_ctx = ((int64_t)max_context + attn_min_chunk(g) - 1) / attn_min_chunk(g);
+    const int64_t cap_ctx = ((int64_t)max_context + base - 1) / base;
     if (cap > cap_ctx)
         cap = cap_ctx;
     if (cap < 1)
         cap = 1;
 #if REEL_ATTN_CHUNK_RULE
-    int64_t per_sm = attn_decode_mma_blocks_per_sm(dt, g.dh);
+    int64_t per_sm = attn_decode_mma_blocks_per_sm(dt, g->dh);
     if (per_sm <= 0)
         per_sm = REEL_ATTN_BLOCKS_PER_SM;
-    return (int)reel_attn_wave_chunks(units, per_sm * sms, cap);
+    const int64_t n = reel_attn_wave_chunks(units, per_sm * sms, cap);
 #else
+    const int64_t per_sm = REEL_ATTN_BLOCKS_PER_SM;
     int64_t n = REEL_ATTN_BLOCKS_PER_SM * sms / units;
     if (n > cap)
         n = cap;
-    return n < 1 ? 1 : (int)n;
+    if (n < 1)
+        n = 1;
 #endif
+    g->min_chunk = reel_attn_least_chunk(units, per_sm * sms, n, base, REEL_ATTN_MIN_CHUNK_WAVES);
+    return (int)n;
 }
 
 /* The combine as a programmatic dependent of the decode (its metadata

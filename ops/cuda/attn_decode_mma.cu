@@ -288,7 +288,12 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     mybad &= tk.attend ? 1 : 0; /* a chunk the guard refuses reads nothing */
     DM_TR_DEP(1, tk.k1 + tk.nact + tk.seq + mybad);
     /* A block of the one-kernel decode lives to its wait whatever it
-     * attends: it may have writes to do. */
+     * attends: it may have writes to do. Not a chunk past the token's
+     * last: the token's writer is one of its used chunks (or chunk 0), and
+     * a chunk that attends nothing matches no slot, so it has none, and
+     * leaves now instead of holding its slot through the wait. */
+    if (fw.on && !tk.run && c >= tk.nact)
+        return;
     if (!fw.on && !attn_decode_act(m, g, tk, t, c, orow, h0, nh))
         return;
     const int32_t k0 = tk.k0, k1 = tk.k1;

@@ -65,6 +65,31 @@ Test(chunks, model)
         }
 }
 
+/* The least chunk length: the head dim's where the launch's blocks fit one
+ * wave, REEL_ATTN_MIN_CHUNK_WAVES (256) past it, never below the head
+ * dim's. */
+Test(chunks, least_chunk_past_one_wave)
+{
+    cr_assert_eq(REEL_ATTN_MIN_CHUNK_WAVES, 256);
+    /* hidden 2048 (16 kv heads of 128), H200, 03:19 UTC (docs/benchmarks.md) */
+    cr_assert_eq(reel_attn_least_chunk(256, S128, reel_attn_wave_chunks(256, S128, CAP), 64, 256), 256,
+                 "batch 16: 3 chunks in two waves; context 128 800.5 -> 706.4 us a step");
+    cr_assert_eq(reel_attn_least_chunk(512, S128, reel_attn_wave_chunks(512, S128, CAP), 64, 256), 256,
+                 "batch 32: 3 chunks in four waves; 1064.6 -> 922.6 us");
+    cr_assert_eq(reel_attn_least_chunk(16, S128, reel_attn_wave_chunks(16, S128, CAP), 64, 256), 64,
+                 "batch 1: one wave keeps 64-key chunks");
+    cr_assert_eq(reel_attn_least_chunk(128, S128, reel_attn_wave_chunks(128, S128, CAP), 64, 256), 64,
+                 "batch 8: 384 blocks, one wave");
+    cr_assert_eq(reel_attn_least_chunk(256, S64, reel_attn_wave_chunks(256, S64, CAP), 64, 256), 64,
+                 "16 kv heads of 64, batch 16: 2 chunks, one wave");
+    for (int64_t u = 1; u <= 2048; u++)
+        for (int64_t n = 1; n <= 8; n++) {
+            const int32_t l = reel_attn_least_chunk(u, S128, n, 64, 256);
+            cr_assert_eq(l, u * n > S128 ? 256 : 64, "units %lld, %lld chunks", (long long)u, (long long)n);
+            cr_assert_eq(reel_attn_least_chunk(u, S128, n, 128, 64), 128, "never below the head dim's");
+        }
+}
+
 /* One-warpgroup prefill blocks an SM: 3 at head dim 64 (150-156 registers),
  * 2 at 128 (96 KB of stages), on 132 SMs. */
 enum { SMS = 132, P64 = 3 * SMS, P128 = 2 * SMS };
