@@ -17,6 +17,7 @@
 #ifndef REEL_OPS_CUDA_ATTENTION_CUH
 #define REEL_OPS_CUDA_ATTENTION_CUH
 
+#include "ops/attn_chunks.h"
 #include "ops/attn_layout.h"
 #include "ops/cuda/common.cuh"
 
@@ -136,7 +137,8 @@ __host__ __device__ __forceinline__ bool attn_in_run(const reel_meta_view &m, in
 #define REEL_ATTN_MIN_CHUNK_DH128 64
 #endif
 enum { ATTN_MIN_CHUNK = REEL_ATTN_MIN_CHUNK, ATTN_MIN_CHUNK_DH128 = REEL_ATTN_MIN_CHUNK_DH128, ATTN_CHUNK_ALIGN = 64 };
-static_assert(ATTN_MIN_CHUNK % ATTN_CHUNK_ALIGN == 0 && ATTN_MIN_CHUNK_DH128 % ATTN_CHUNK_ALIGN == 0,
+static_assert(ATTN_MIN_CHUNK % ATTN_CHUNK_ALIGN == 0 && ATTN_MIN_CHUNK_DH128 % ATTN_CHUNK_ALIGN == 0 &&
+                  REEL_ATTN_MIN_CHUNK_WAVES % ATTN_CHUNK_ALIGN == 0,
               "a chunk is whole tiles");
 
 /* The head dim's least chunk length, whatever the launch. */
