@@ -68,74 +68,49 @@ __device__ __forceinline__ void fence_proxy_async()
  * scale_d is 0; TB 1: B is N-major. d holds the mma.sync C fragments of
  * the N / 8 column tiles in order. */
 template <typename T, int N> struct wg_mma;
-/* One specialization a (type, N): the operand lists are written out, as
- * inline assembly needs. */
-#define REEL_WG_MMA_N64(CT, PT)                                                                                        \
-    template <> struct wg_mma<CT, 64> {                                                                                \
-        template <int TB>                                                                                              \
-        static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, int scale_d)            \
-        {                                                                                                              \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                  \
-                         "wgmma.mma_async.sync.aligned.m64n64k16.f32." #PT "." #PT " {"                                \
-                         "%0,%1,%2,%3,%4,%5,%6,%7,"                                                                    \
-                         "%8,%9,%10,%11,%12,%13,%14,%15,"                                                              \
-                         "%16,%17,%18,%19,%20,%21,%22,%23,"                                                            \
-                         "%24,%25,%26,%27,%28,%29,%30,%31"                                                             \
-                         "}, {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"                                               \
-                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),                                             \
-                           "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                                             \
-                           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),                                           \
-                           "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),                                         \
-                           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),                                         \
-                           "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),                                         \
-                           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),                                         \
-                           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                          \
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(TB));              \
-        }                                                                                                              \
+/* One specialization a (type, N): inline assembly needs its operand lists
+ * written out, so they are built from eight-register pieces: the
+ * accumulators d[0 .. N/2) are operands %0 .. %(N/2 - 1), then the four A
+ * registers, the descriptor, scale_d and TB. */
+#define REEL_WG_S8(a, b, c, e, f, g, h, i) "%" #a ",%" #b ",%" #c ",%" #e ",%" #f ",%" #g ",%" #h ",%" #i
+#define REEL_WG_REGS64                                                                                             \
+    REEL_WG_S8(0, 1, 2, 3, 4, 5, 6, 7) "," REEL_WG_S8(8, 9, 10, 11, 12, 13, 14, 15) ","                           \
+        REEL_WG_S8(16, 17, 18, 19, 20, 21, 22, 23) "," REEL_WG_S8(24, 25, 26, 27, 28, 29, 30, 31)
+#define REEL_WG_REGS128                                                                                            \
+    REEL_WG_REGS64 "," REEL_WG_S8(32, 33, 34, 35, 36, 37, 38, 39) "," REEL_WG_S8(40, 41, 42, 43, 44, 45, 46, 47)  \
+        "," REEL_WG_S8(48, 49, 50, 51, 52, 53, 54, 55) "," REEL_WG_S8(56, 57, 58, 59, 60, 61, 62, 63)
+#define REEL_WG_D8(i)                                                                                              \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]),     \
+        "+f"(d[i + 7])
+#define REEL_WG_D64 REEL_WG_D8(0), REEL_WG_D8(8), REEL_WG_D8(16), REEL_WG_D8(24)
+#define REEL_WG_D128 REEL_WG_D64, REEL_WG_D8(32), REEL_WG_D8(40), REEL_WG_D8(48), REEL_WG_D8(56)
+/* N, its accumulators' register list, and the operand numbers after them:
+ * the four A registers, the descriptor, scale_d and TB; the accumulators'
+ * constraints last. */
+#define REEL_WG_MMA(CT, PT, N, REGS, A0, A1, A2, A3, DESC, SCALE, TBN, ...)                                        \
+    template <> struct wg_mma<CT, N> {                                                                             \
+        template <int TB>                                                                                          \
+        static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, int scale_d)        \
+        {                                                                                                          \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SCALE ", 0;\n"                                      \
+                         "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #PT "." #PT " {" REGS "}, {%" #A0      \
+                         ",%" #A1 ",%" #A2 ",%" #A3 "}, %" #DESC ", p, 1, 1, %" #TBN ";\n}\n"                       \
+                         : __VA_ARGS__                                                                             \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(TB));          \
+        }                                                                                                          \
     };
 
-#define REEL_WG_MMA_N128(CT, PT)                                                                                       \
-    template <> struct wg_mma<CT, 128> {                                                                               \
-        template <int TB>                                                                                              \
-        static __device__ __forceinline__ void run(float *d, const uint32_t *a, uint64_t desc, int scale_d)            \
-        {                                                                                                              \
-            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                  \
-                         "wgmma.mma_async.sync.aligned.m64n128k16.f32." #PT "." #PT " {"                               \
-                         "%0,%1,%2,%3,%4,%5,%6,%7,"                                                                    \
-                         "%8,%9,%10,%11,%12,%13,%14,%15,"                                                              \
-                         "%16,%17,%18,%19,%20,%21,%22,%23,"                                                            \
-                         "%24,%25,%26,%27,%28,%29,%30,%31,"                                                            \
-                         "%32,%33,%34,%35,%36,%37,%38,%39,"                                                            \
-                         "%40,%41,%42,%43,%44,%45,%46,%47,"                                                            \
-                         "%48,%49,%50,%51,%52,%53,%54,%55,"                                                            \
-                         "%56,%57,%58,%59,%60,%61,%62,%63"                                                             \
-                         "}, {%64,%65,%66,%67}, %68, p, 1, 1, %70;\n}\n"                                               \
-                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),                                             \
-                           "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),                                             \
-                           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),                                           \
-                           "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),                                         \
-                           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),                                         \
-                           "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),                                         \
-                           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),                                         \
-                           "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),                                         \
-                           "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),                                         \
-                           "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),                                         \
-                           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),                                         \
-                           "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),                                         \
-                           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),                                         \
-                           "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),                                         \
-                           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),                                         \
-                           "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                                          \
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(TB));              \
-        }                                                                                                              \
-    };
-
-REEL_WG_MMA_N64(__nv_bfloat16, bf16)
-REEL_WG_MMA_N64(__half, f16)
-REEL_WG_MMA_N128(__nv_bfloat16, bf16)
-REEL_WG_MMA_N128(__half, f16)
-#undef REEL_WG_MMA_N64
-#undef REEL_WG_MMA_N128
+REEL_WG_MMA(__nv_bfloat16, bf16, 64, REEL_WG_REGS64, 32, 33, 34, 35, 36, 37, 38, REEL_WG_D64)
+REEL_WG_MMA(__half, f16, 64, REEL_WG_REGS64, 32, 33, 34, 35, 36, 37, 38, REEL_WG_D64)
+REEL_WG_MMA(__nv_bfloat16, bf16, 128, REEL_WG_REGS128, 64, 65, 66, 67, 68, 69, 70, REEL_WG_D128)
+REEL_WG_MMA(__half, f16, 128, REEL_WG_REGS128, 64, 65, 66, 67, 68, 69, 70, REEL_WG_D128)
+#undef REEL_WG_MMA
+#undef REEL_WG_D128
+#undef REEL_WG_D64
+#undef REEL_WG_D8
+#undef REEL_WG_REGS128
+#undef REEL_WG_REGS64
+#undef REEL_WG_S8
 
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
 
