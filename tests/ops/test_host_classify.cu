@@ -147,6 +147,22 @@ Test(classify, a_chunk_holds_the_head_dims_least_keys)
     check_chunking(geom(16, reel_dcp_view{1, 0, 1}, 128), REEL_ATTN_MIN_CHUNK_DH128);
 }
 
+/* A launch past one wave sets its own least length (attn_decode_chunks):
+ * the device's chunking takes it, at both head dims, and a token of a
+ * short context then uses one chunk. */
+Test(classify, a_chunk_holds_the_launchs_least_keys)
+{
+    for (int64_t dh : {64, 128}) {
+        attn_geom g = geom(16, reel_dcp_view{1, 0, 1}, dh);
+        g.min_chunk = REEL_ATTN_MIN_CHUNK_WAVES;
+        check_chunking(g, REEL_ATTN_MIN_CHUNK_WAVES);
+        int32_t len = 0;
+        cr_assert_eq(attn_chunking(g, 199, 3, &len), 1, "200 keys: one chunk of %d", len);
+        cr_assert_eq(attn_chunking(g, 2048, 3, &len), 3, "2049 keys: still three");
+        cr_assert_eq(len, 704);
+    }
+}
+
 Test(classify, halves_equal_the_one_step_guard_under_dcp)
 {
     /* Two and three ranks, interleaves 1 and 16: a rank may own none of a
