@@ -249,7 +249,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
                                         int64_t tc)
 {
     constexpr int LD = DH + DM_PAD, NS = dm_stages<DH>();
-    constexpr int KSTEPS = DH / 16, DTILES = DH / 8, CPR = DH / 8;
+    constexpr int KSTEPS = DH / 16, DTILES = DH / 8;
     extern __shared__ __align__(16) unsigned char dm_smem_raw[];
     T(*ks_all)[DM_BN * LD] = (T(*)[DM_BN * LD])dm_smem_raw;
     T(*vs_all)[DM_BN * LD] = (T(*)[DM_BN * LD])(dm_smem_raw + sizeof(T) * NS * DM_BN * LD);
@@ -389,25 +389,13 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     }
     DM_TR_DEP(3, mybad);
     auto load_tile = [&](int32_t kt, int stage) {
-        T *ks = ks_all[stage], *vs = vs_all[stage];
-        static_assert(DM_THREADS % CPR == 0, "a thread keeps its part of every row");
-        const int part = threadIdx.x % CPR;
-        for (int r = threadIdx.x / CPR; r < DM_BN; r += DM_THREADS / CPR) {
-            int32_t j = kt + r;
-            const T *ksrc = kc, *vsrc = vc;
-            int bytes = 0;
-            if (j < k1) {
+        cp_async_kv_tile<T, DH, DM_BN, DM_THREADS, LD>(
+            ks_all[stage], vs_all[stage], kc, vc, kt, [&](int32_t j) { return j < k1; },
+            [&](int32_t j) {
                 const int32_t bj = attn_blk(g, j);
                 const int32_t blk = bj - b0 < DM_BT ? s_bt[bj - b0] : bt[bj];
-                int64_t row = ((int64_t)blk * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
-                ksrc = kc + row;
-                vsrc = vc + row;
-                bytes = 16;
-            }
-            cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
-            cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
-        }
-        cp_async_commit();
+                return ((int64_t)blk * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH;
+            });
     };
     /* Launched as a programmatic dependent, everything above overlapped the
      * kernel before it; q, k, v and the cache are read after. */

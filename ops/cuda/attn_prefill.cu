@@ -454,24 +454,11 @@ __global__ void __launch_bounds__(PF_THREADS *KS, (pf_min_blocks<DH, KS>()))
             } else {
                 /* Two stages: tile it + 1 is in flight while tile it is computed. */
                 auto load_tile = [&](int32_t kt, int stage) {
-                    T *ks = ks_all[stage], *vs = vs_all[stage];
-                    static_assert(PF_THREADS % CPR == 0, "a thread keeps its part of every row");
-                    const int part = threadIdx.x % CPR;
-                    for (int r = threadIdx.x / CPR; r < PF_BN; r += PF_THREADS / CPR) {
-                        int32_t j = kt + r;
-                        const T *ksrc = kc, *vsrc = vc;
-                        int bytes = 0;
-                        if (j <= maxpos) {
-                            int64_t row =
-                                ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + part * 8;
-                            ksrc = kc + row;
-                            vsrc = vc + row;
-                            bytes = 16;
-                        }
-                        cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
-                        cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
-                    }
-                    cp_async_commit();
+                    cp_async_kv_tile<T, DH, PF_BN, PF_THREADS, LD>(
+                        ks_all[stage], vs_all[stage], kc, vc, kt, [&](int32_t j) { return j <= maxpos; },
+                        [&](int32_t j) {
+                            return ((int64_t)bt[attn_blk(g, j)] * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH;
+                        });
                 };
                 load_tile(0, 0);
                 for (int it = 0; it < ntiles; it++) {

@@ -126,6 +126,34 @@ __device__ __forceinline__ void cp_async_commit()
     asm volatile("cp.async.commit_group;\n" ::);
 }
 
+/* A tile of BN key rows of K and of V into shared rows of LD elements, one
+ * commit group: a thread copies 16 bytes of a row's DH elements, THREADS /
+ * (DH / 8) rows at a time. Row r is key kt + r, read from kc and vc at
+ * row(j) (elements, the head's offset included) where live(j), zeros
+ * elsewhere. */
+template <typename T, int DH, int BN, int THREADS, int LD, typename Live, typename Row>
+__device__ __forceinline__ void cp_async_kv_tile(T *ks, T *vs, const T *kc, const T *vc, int32_t kt, Live live,
+                                                 Row row)
+{
+    constexpr int CPR = DH / 8;
+    static_assert(THREADS % CPR == 0, "a thread keeps its part of every row");
+    const int part = threadIdx.x % CPR;
+    for (int r = threadIdx.x / CPR; r < BN; r += THREADS / CPR) {
+        int32_t j = kt + r;
+        const T *ksrc = kc, *vsrc = vc;
+        int bytes = 0;
+        if (live(j)) {
+            int64_t at = row(j) + part * 8;
+            ksrc = kc + at;
+            vsrc = vc + at;
+            bytes = 16;
+        }
+        cp_async16(&ks[r * LD + part * 8], ksrc, bytes);
+        cp_async16(&vs[r * LD + part * 8], vsrc, bytes);
+    }
+    cp_async_commit();
+}
+
 /* Waits until at most one committed group is still in flight. */
 __device__ __forceinline__ void cp_async_wait_1()
 {
