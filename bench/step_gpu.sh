@@ -2,10 +2,11 @@
 # On the GPU machine: one focused iteration on the decode step. Builds a
 # release tree (everything, -k 0), runs the gpu tests named by
 # REEL_STEP_TESTS (meson test names, default the matmul, fusion and Hugging
-# Face ones), then bench_decode on the 8 x 1024 model at REEL_STEP_BATCHES x
-# REEL_STEP_CONTEXTS with the fused q/k/v projection and (REEL_STEP_AB=1)
-# with three separate ones, and (REEL_STEP_NCU=1) Nsight Compute's time of
-# each kernel of the batch-1 steps.
+# Face ones), then bench_decode on the 8-layer model (hidden REEL_STEP_HIDDEN,
+# 1024; ffn 4x) at REEL_STEP_BATCHES x REEL_STEP_CONTEXTS with the fused
+# q/k/v projection and (REEL_STEP_AB=1) with three separate ones (skipped at
+# REEL_STEP_BENCH=0), and (REEL_STEP_NCU=1) Nsight Compute's time of each
+# kernel of the steps at batch REEL_STEP_NCU_BATCH (1).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/reel-step-out}
@@ -27,10 +28,10 @@ if [ "$tests" != none ]; then
 fi
 batches=${REEL_STEP_BATCHES:-1,8,64}
 contexts=${REEL_STEP_CONTEXTS:-128,2048}
-[ "${REEL_STEP_BENCH:-1}" = 0 ] && exit 0
-for qkv in 1 ${REEL_STEP_AB:+0}; do
+model=(--hidden "${REEL_STEP_HIDDEN:-1024}" --ffn $((4 * ${REEL_STEP_HIDDEN:-1024})))
+[ "${REEL_STEP_BENCH:-1}" = 0 ] || for qkv in 1 ${REEL_STEP_AB:+0}; do
     echo "--- bench_decode, REEL_BENCH_QKV=$qkv"
-    REEL_BENCH_QKV=$qkv timeout 200 "$B/bench/bench_decode" --batches "$batches" --contexts "$contexts" \
+    REEL_BENCH_QKV=$qkv timeout 200 "$B/bench/bench_decode" "${model[@]}" --batches "$batches" --contexts "$contexts" \
         --steps "${REEL_STEP_STEPS:-100}" --dir /tmp/reel-step-$qkv 2>"$OUT/decode-$qkv.log" | tee "$OUT/decode-$qkv.md"
     tail -3 "$OUT/decode-$qkv.log"
 done
@@ -38,7 +39,7 @@ if [ "${REEL_STEP_NCU:-0}" = 1 ]; then
     echo "--- ncu: every kernel of the last replayed batch-1 steps, context ${REEL_STEP_NCU_CONTEXT:-128}"
     timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
         --launch-skip "${REEL_STEP_NCU_SKIP:-0}" --launch-count "${REEL_STEP_NCU_COUNT:-400}" \
-        "$B/bench/bench_decode" --batches 1 --contexts "${REEL_STEP_NCU_CONTEXT:-128}" --steps 2 --warmup 1 \
+        "$B/bench/bench_decode" "${model[@]}" --batches "${REEL_STEP_NCU_BATCH:-1}" --contexts "${REEL_STEP_NCU_CONTEXT:-128}" --steps 2 --warmup 1 \
         --dir /tmp/reel-step-ncu >"$OUT/ncu.csv" 2>"$OUT/ncu.log"
     echo "ncu: exit $?"
     python3 - "$OUT/ncu.csv" "${REEL_STEP_NCU_LAST:-75}" <<'PY'

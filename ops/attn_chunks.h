@@ -62,6 +62,24 @@ static inline int32_t reel_attn_least_chunk(int64_t units, int64_t slots, int64_
     return units * n > slots && waves > base ? waves : base;
 }
 
+/* The chunk count n of a launch and its least length (*least), with no
+ * chunk that no token can reach: a token has at most max_context keys, so
+ * at the least length it uses at most ceil(max_context / least) chunks,
+ * and a grid of more launches blocks that only exit (1024 of 1536 at
+ * batch 32 of a plan of 240 keys, 16 kv heads of 128). The least length
+ * stays the one of n chunks, so every token's keys are cut into the same
+ * chunks as at n: at that many chunks or more each is least long. */
+static inline int64_t reel_attn_fit_chunks(int64_t units, int64_t slots, int64_t n, int32_t base, int32_t waves,
+                                           int64_t max_context, int32_t *least)
+{
+    const int32_t l = reel_attn_least_chunk(units, slots, n, base, waves);
+    int64_t most = (max_context + l - 1) / l;
+    if (most < 1)
+        most = 1;
+    *least = l;
+    return n < most ? n : most;
+}
+
 /* The prefill's warpgroups a block (a key split inside the block, merged
  * there): blocks: its grid; sms: the SMs; slots: the blocks of one
  * warpgroup a wave holds (blocks an SM x SMs); cap: the widest the kernel

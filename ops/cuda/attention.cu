@@ -71,6 +71,17 @@ __global__ void attn_write_kv_kernel(const T *k, const T *v, T *kc, T *vc, reel_
  *   back (one round of loads, not one per item: 8 us a token before). */
 enum { ROPE_KV_ITEMS = 4 };
 
+/* The token's cosines (rcs[j], j < half) and sines (rcs[half + j]) at
+ * position p; thread j0's frequency f0 is already computed. */
+__device__ __forceinline__ void rope_kv_angles(float *rcs, int32_t j0, int32_t half, double theta, double f0,
+                                               int32_t p)
+{
+    for (int32_t j = j0; j < 2 * half; j += (int32_t)blockDim.x) {
+        double ang = (double)p * (j == j0 ? f0 : rope_freq(j < half ? j : j - half, half, theta));
+        rcs[j] = j < half ? (float)cos(ang) : (float)sin(ang);
+    }
+}
+
 template <typename T>
 __global__ void attn_write_kv_rope_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                                           T *__restrict__ qr, T *__restrict__ kr, T *__restrict__ kc,
@@ -81,22 +92,26 @@ __global__ void attn_write_kv_rope_kernel(const T *__restrict__ q, const T *__re
     int64_t t = blockIdx.x;
     const int32_t j0 = threadIdx.x;
     const double f0 = j0 < 2 * half ? rope_freq(j0 < half ? j0 : j0 - half, half, theta) : 0.0;
+    /* Thread j < half: the cosine of pair j, j < 2 half: the sine of pair
+     * j - half (rope_cs's values). Where the positions are the step's
+     * metadata (uploaded before the step's first kernel) they and the
+     * slot are read, and the angles computed, before the wait: the double
+     * cosines and sines then overlap the producer's tail. */
+    const bool early = pos == m.positions;
+    const int32_t per = (int32_t)g.dh - half;
+    const int64_t slot = m.slot_mapping[t];
+    if (early)
+        rope_kv_angles(rcs, j0, half, theta, f0, pos[t]);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (pdl)
         cudaGridDependencySynchronize();
 #endif
     attn_write_begin(cnt, ny, t);
-    const int32_t p = pos[t], per = (int32_t)g.dh - half;
-    const int64_t slot = m.slot_mapping[t];
     const bool put = slot >= 0 && slot < nslots;
     if (!put && slot != -1 && threadIdx.x == 0)
         report(&m, REEL_E_LIMIT);
-    /* Thread j < half: the cosine of pair j, j < 2 half: the sine of pair
-     * j - half (rope_cs's values). */
-    for (int32_t j = j0; j < 2 * half; j += blockDim.x) {
-        double ang = (double)p * (j == j0 ? f0 : rope_freq(j < half ? j : j - half, half, theta));
-        rcs[j] = j < half ? (float)cos(ang) : (float)sin(ang);
-    }
+    if (!early)
+        rope_kv_angles(rcs, j0, half, theta, f0, pos[t]);
     if (put)
         for (int64_t i = threadIdx.x; i < g.kvrow; i += blockDim.x)
             vc[slot * g.kvrow + i] = v[t * g.kvrow + i];
@@ -427,13 +442,19 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
     const bool pdl = be->caps.pdl && l->rows <= 16;
     /* The first kernel, the KV write, waits for the kernel before it where
      * the plan launches the op programmatically (only the rope-fused write
-     * starts early; the others launch in stream order). */
+     * starts early; the others launch in stream order). The prefill comes
+     * last, a programmatic dependent of the decode (or its combine) where
+     * the device has that: its blocks classify the rows from the metadata
+     * before their wait, so a step without runs pays only the hand-off
+     * after the decode, not a launch and the metadata reads before it
+     * (4.4 us a layer at 32 tokens, docs/benchmarks.md). Decode and
+     * prefill write disjoint rows; the prefill's wait follows the decode's
+     * completion, which followed the KV write's. */
     uint32_t *cnt = inblock ? attn_ws_counters((float *)l->out[1], g) : nullptr;
     REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g, cnt, ny, l->pdl));
-    if (prefill)
-        e = attn_prefill_launch(l, st, g, pdl, be->caps.sm_count > 0 ? be->caps.sm_count : 132);
-    if (e == cudaSuccess)
-        e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, pdl, fw, cnt, be->caps.pdl);
+    e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, pdl, fw, cnt, be->caps.pdl);
+    if (e == cudaSuccess && prefill)
+        e = attn_prefill_launch(l, st, g, be->caps.pdl, be->caps.sm_count > 0 ? be->caps.sm_count : 132);
     return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
 }
 

@@ -1,14 +1,14 @@
 /* Internal to ops/cuda: what the paged-attention kernels share. One op runs
  * in up to four kernels on one stream (attention.cu issues them):
  *  1. the KV write: every token's k/v into its cache slot;
- *  2. prefill (attn_prefill.cu): tokens of multi-token runs (a run is a
+ *  2. decode (attn_decode.cu): every token not in a multi-token run, its
+ *     keys cut into chunks that separate blocks attend in parallel
+ *     (split-KV), the query heads of one kv head in one block;
+ *  3. combine (attn_decode.cu): the chunks' partials of a token merged by
+ *     their log-sum-exps into its output;
+ *  4. prefill (attn_prefill.cu): tokens of multi-token runs (a run is a
  *     maximal range of consecutive tokens of one sequence), a tile of query
- *     tokens at a time on tensor cores;
- *  3. decode (attn_decode.cu): every other token, its keys cut into chunks
- *     that separate blocks attend in parallel (split-KV), the query heads of
- *     one kv head in one block;
- *  4. combine (attn_decode.cu): the chunks' partials of a token merged by
- *     their log-sum-exps into its output.
+ *     tokens at a time on tensor cores.
  * Which kernel takes a token is decided on the device from the metadata by
  * the same predicate in every kernel (attn_in_run), and how a token's keys
  * are chunked depends only on its position and the launch's chunk count
@@ -343,10 +343,11 @@ __host__ __device__ __forceinline__ uint32_t *attn_ws_counters(float *ws, const 
  * (docs/attention.md, "The chunking rule"). */
 int attn_decode_chunks(const reel_backend *be, attn_geom *g, reel_dtype dt, int64_t rows, int32_t max_context);
 bool attn_decode_supports(reel_dtype dt, int64_t dh);
-/* Whether the launch's (token, kv head, head group) blocks number at most
- * REEL_ATTN_BLOCKS_PER_SM (4) a multiprocessor: where the one-kernel decode
- * may take it (attention.cu). A fixed bound (measured at head dim 64), not
- * the chunk rule's occupancy. */
+/* Whether the launch's (token, kv head, head group) blocks fit one wave:
+ * at most REEL_ATTN_BLOCKS_PER_SM (4, measured at head dim 64) a
+ * multiprocessor, and at most what the tensor-core decode's occupancy holds
+ * (3 at head dim 128 in bf16). Where the one-kernel decode may take the
+ * launch (attention.cu). */
 bool attn_decode_one_wave(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows);
 /* Whether the tensor-core decode merges its own chunks (the last chunk of
  * each token and head group to finish, dm_arrive_and_combine) instead of a
@@ -375,7 +376,7 @@ cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const 
                                    bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt);
 bool attn_prefill_supports(reel_dtype dt, int64_t dh);
 /* pdl: launched as a programmatic dependent of the kernel before it (the
- * decode or the KV write, both of which let it launch early). */
+ * decode or its combine, which let it launch early). */
 cudaError_t attn_prefill_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, bool pdl, int64_t sms);
 /* The KV write of a layout (attn_kv_layout.cu): DCP writes the tokens this
  * rank owns at the slots its block table gives; CP every rank's gathered

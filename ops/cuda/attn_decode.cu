@@ -331,11 +331,23 @@ static int64_t decode_units(const reel_backend *be, const attn_geom &g, reel_dty
     return rows * g.hkv * ((g.group + G - 1) / G);
 }
 
+/* REEL_ATTN_ONE_WAVE_OCC=0 builds the bound before it (four blocks a
+ * multiprocessor whatever the kernel's occupancy), for A/B. */
+#ifndef REEL_ATTN_ONE_WAVE_OCC
+#define REEL_ATTN_ONE_WAVE_OCC 1
+#endif
+
 bool attn_decode_one_wave(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows)
 {
     int64_t sms;
     const int64_t units = decode_units(be, g, dt, rows, &sms);
-    return units <= REEL_ATTN_BLOCKS_PER_SM * sms;
+    int64_t per_sm = REEL_ATTN_BLOCKS_PER_SM;
+#if REEL_ATTN_ONE_WAVE_OCC
+    const int64_t occ = attn_decode_mma_blocks_per_sm(dt, g.dh);
+    if (occ > 0 && occ < per_sm)
+        per_sm = occ;
+#endif
+    return units <= per_sm * sms;
 }
 
 /* The chunk count (docs/attention.md, "The chunking rule"):
@@ -370,8 +382,11 @@ int attn_decode_chunks(const reel_backend *be, attn_geom *g, reel_dtype dt, int6
     if (n < 1)
         n = 1;
 #endif
-    g->min_chunk = reel_attn_least_chunk(units, per_sm * sms, n, base, REEL_ATTN_MIN_CHUNK_WAVES);
-    return (int)n;
+    int32_t least = base;
+    const int64_t fit = reel_attn_fit_chunks(units, per_sm * sms, n, base, REEL_ATTN_MIN_CHUNK_WAVES, max_context,
+                                             &least);
+    g->min_chunk = least;
+    return (int)fit;
 }
 
 /* The combine as a programmatic dependent of the decode (its metadata

@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(PF_THREADS *KS, (pf_min_blocks<DH, KS>()))
                         T *__restrict__ out, reel_meta_view m, attn_geom g, int64_t rows, bool pdl)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cudaTriggerProgrammaticLaunchCompletion(); /* a decode launched as our dependent may start its metadata reads */
+    cudaTriggerProgrammaticLaunchCompletion(); /* the next op's kernel may launch: it waits for our completion */
 #endif
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if constexpr (WG) {

@@ -163,6 +163,37 @@ Test(classify, a_chunk_holds_the_launchs_least_keys)
     }
 }
 
+/* reel_attn_fit_chunks drops only chunks no token reaches: for every
+ * launch size and limit, each key count up to the limit is cut into the
+ * same chunks of the same length at the fitted count as at the wave rule's
+ * (with its least length); the dropped ones were never used. */
+Test(classify, fitted_chunks_cut_every_context_alike)
+{
+    const int64_t slots = 3 * 132;
+    for (int64_t units : {16, 128, 256, 400, 512, 1024})
+        for (int64_t max_context : {1, 64, 129, 240, 256, 257, 768, 2160, 8192}) {
+            const int64_t n = reel_attn_wave_chunks(units, slots, 128);
+            int32_t least = 0;
+            const int64_t fit = reel_attn_fit_chunks(units, slots, n, 64, 256, max_context, &least);
+            cr_assert(fit >= 1 && fit <= n);
+            attn_geom g0 = geom(16, reel_dcp_view{1, 0, 1}, 128), g1 = g0;
+            g0.min_chunk = reel_attn_least_chunk(units, slots, n, 64, 256);
+            g1.min_chunk = least;
+            for (int32_t p = 0; p < max_context; p++) {
+                int32_t l0 = 0, l1 = 0;
+                const int u0 = attn_chunking(g0, p, (int)n, &l0), u1 = attn_chunking(g1, p, (int)fit, &l1);
+                cr_assert(u0 == u1 && l0 == l1, "units %lld, limit %lld, %d keys: %d x %d against %d x %d",
+                          (long long)units, (long long)max_context, p + 1, u0, l0, u1, l1);
+            }
+        }
+    int32_t least = 0;
+    cr_assert_eq(reel_attn_fit_chunks(512, slots, 3, 64, 256, 240, &least), 1, "batch 32 of 16 kv heads, 240 keys");
+    cr_assert_eq(least, 256);
+    cr_assert_eq(reel_attn_fit_chunks(256, slots, 3, 64, 256, 240, &least), 1, "batch 16: one wave unsplit");
+    cr_assert_eq(least, 256, "the least length of 3 chunks");
+    cr_assert_eq(reel_attn_fit_chunks(512, slots, 3, 64, 256, 2160, &least), 3, "a long limit keeps them");
+}
+
 Test(classify, halves_equal_the_one_step_guard_under_dcp)
 {
     /* Two and three ranks, interleaves 1 and 16: a rank may own none of a
