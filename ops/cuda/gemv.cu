@@ -479,10 +479,18 @@ static int64_t gv_blocks(int64_t n, bool wt, int epi)
  * has fewer blocks than the device has multiprocessors (and each split
  * keeps 2 chunks per warp), then each block gets the warps that bring the
  * grid to that size, at least one chunk each. */
+#ifndef REEL_GEMV_UNROLL /* the pipeline's stages, 2 to 4 (A/B builds) */
+#define REEL_GEMV_UNROLL 3
+#endif
+#ifndef REEL_GEMV_WAVE_WARPS /* the warps a multiprocessor's share of the wave (A/B builds) */
+#define REEL_GEMV_WAVE_WARPS 16
+#endif
+static_assert(REEL_GEMV_UNROLL >= 2 && REEL_GEMV_UNROLL <= 4, "gv_kernel has 2 to 4 stages");
+
 static reel_gemv_cfg gv_pick_epi(int64_t n, int64_t k, bool wt, int sms, int epi)
 {
     reel_gemv_cfg c;
-    const int64_t wave = (int64_t)(sms > 0 ? sms : 1) * 16; /* warps */
+    const int64_t wave = (int64_t)(sms > 0 ? sms : 1) * REEL_GEMV_WAVE_WARPS; /* warps */
     /* [N, K] weights of up to 32 MiB: no cluster split and the most warps a
      * block takes was the fastest configuration of the sweep at every such
      * shape (bench/gemv.cu on an H200, docs/benchmarks.md: 1024 x 1024 3.57
@@ -490,7 +498,7 @@ static reel_gemv_cfg gv_pick_epi(int64_t n, int64_t k, bool wt, int sms, int epi
      * multiprocessors (gate and up fused, 16 columns a block) takes fewer
      * warps a block, down to 4, so it still fits in one wave. */
     if (wt && n * k <= ((int64_t)1 << 24)) {
-        c.unroll = 3;
+        c.unroll = REEL_GEMV_UNROLL;
         c.splits = 1;
         c.warps = gv_wmax(wt);
         while (c.warps > 4 && gv_blocks(n, wt, epi) * c.warps > wave)
@@ -506,7 +514,7 @@ static reel_gemv_cfg gv_pick_epi(int64_t n, int64_t k, bool wt, int sms, int epi
     int64_t kc = wt ? 32 : 16;
     int64_t tiles = gv_blocks(n, wt, epi), chunks = (k + kc - 1) / kc;
     int wmax = gv_wmax(wt);
-    c.unroll = 3;
+    c.unroll = REEL_GEMV_UNROLL;
     c.splits = 1;
     while (c.splits < 8 && tiles * c.splits < sms && chunks / (2 * c.splits) >= 2)
         c.splits *= 2;
