@@ -80,7 +80,10 @@ static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << (REEL_GEMV_NARROW
  * H200's 50 MB L2, so lines asked for early are not evicted before their
  * loads (a larger weight has each row's first GV_PREFETCH_MAX / N bytes
  * asked for). */
-static const int64_t GV_PREFETCH_MAX = (int64_t)24 << 20;
+#ifndef REEL_GEMV_PREFETCH_MIB /* 0: no prefetch (A/B builds) */
+#define REEL_GEMV_PREFETCH_MIB 24
+#endif
+static const int64_t GV_PREFETCH_MAX = (int64_t)REEL_GEMV_PREFETCH_MIB << 20;
 /* Rows the kernels take: 16 a row tile, two tiles for [N, K] weights. The
  * impl runs the kernel at up to REEL_GEMV_IMPL_ROWS (cuBLASLt above): in a
  * decode step at batches 24 and 32 two tiles measured faster than cuBLASLt
