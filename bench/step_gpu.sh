@@ -6,7 +6,8 @@
 # 1024; ffn 4x) at REEL_STEP_BATCHES x REEL_STEP_CONTEXTS with the fused
 # q/k/v projection and (REEL_STEP_AB=1) with three separate ones (skipped at
 # REEL_STEP_BENCH=0), and (REEL_STEP_NCU=1) Nsight Compute's time of each
-# kernel of the steps at batch REEL_STEP_NCU_BATCH (1).
+# kernel of the steps at batch REEL_STEP_NCU_BATCH (1), or
+# (REEL_STEP_NCU_SECTIONS) the named sections of the matching kernels.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/reel-step-out}
@@ -35,6 +36,21 @@ model=(--hidden "${REEL_STEP_HIDDEN:-1024}" --ffn $((4 * ${REEL_STEP_HIDDEN:-102
         --steps "${REEL_STEP_STEPS:-100}" --dir /tmp/reel-step-$qkv 2>"$OUT/decode-$qkv.log" | tee "$OUT/decode-$qkv.md"
     tail -3 "$OUT/decode-$qkv.log"
 done
+if [ -n "${REEL_STEP_NCU_SECTIONS:-}" ]; then
+    # Nsight Compute's sections (e.g. "WarpStateStats MemoryWorkloadAnalysis
+    # SpeedOfLight") for REEL_STEP_NCU_KERNELS launches of the kernels whose
+    # name matches REEL_STEP_NCU_KERNEL (a regex), after skipping
+    # REEL_STEP_NCU_SKIP of them: the details page, kept whole in $OUT.
+    sec=()
+    for x in $REEL_STEP_NCU_SECTIONS; do sec+=(--section "$x"); done
+    echo "--- ncu sections ($REEL_STEP_NCU_SECTIONS) of ${REEL_STEP_NCU_KERNEL:-.}, batch ${REEL_STEP_NCU_BATCH:-1}"
+    timeout 300 ncu --clock-control none "${sec[@]}" -k "regex:${REEL_STEP_NCU_KERNEL:-.}" \
+        --launch-skip "${REEL_STEP_NCU_SKIP:-0}" --launch-count "${REEL_STEP_NCU_KERNELS:-3}" \
+        "$B/bench/bench_decode" "${model[@]}" --batches "${REEL_STEP_NCU_BATCH:-1}" --contexts "${REEL_STEP_NCU_CONTEXT:-128}" --steps 2 --warmup 1 \
+        --dir /tmp/reel-step-ncu >"$OUT/ncu-sections.txt" 2>"$OUT/ncu.log"
+    echo "ncu: exit $?"
+    grep -E "^  [a-z_:<>0-9, ]+\(|Section:|Duration|Throughput|Stall|Warp Cycles|Eligible|Issued|Achieved|Registers|L2 Hit|Mem Busy|Max Bandwidth" "$OUT/ncu-sections.txt" | head -120
+fi
 if [ "${REEL_STEP_NCU:-0}" = 1 ]; then
     echo "--- ncu: every kernel of the last replayed batch-1 steps, context ${REEL_STEP_NCU_CONTEXT:-128}"
     timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
