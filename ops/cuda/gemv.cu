@@ -76,6 +76,12 @@ enum {
 #endif
 static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << (REEL_GEMV_NARROW ? 22 : 40); /* elements of w, any K */
 static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << (REEL_GEMV_NARROW ? 24 : 40); /* with K <= 1024 */
+/* -DREEL_GEMV_MAX_MI=N leaves weights of more than N Mi elements to
+ * cuBLASLt at every batch (0: none; A/B builds of the lm head's impl). */
+#ifndef REEL_GEMV_MAX_MI
+#define REEL_GEMV_MAX_MI 0
+#endif
+static const int64_t GV_IMPL_MAX_ANY = REEL_GEMV_MAX_MI > 0 ? (int64_t)REEL_GEMV_MAX_MI << 20 : (int64_t)1 << 40;
 /* Bytes of weights a launch asks L2 for before its wait, at most: half the
  * H200's 50 MB L2, so lines asked for early are not evicted before their
  * loads (a larger weight has each row's first GV_PREFETCH_MAX / N bytes
@@ -714,7 +720,7 @@ static bool use_gemv(REEL_CU_USE_ARGS)
     bool wt = a->matmul.w_transposed;
     int64_t k = last_dim(&in[0]), n = wt ? in[1].dims[0] : in[1].dims[1];
     if (!wt || !gv_shape_ok(wt, n, k) || (epi == REEL_MM_EPI_SILU_MUL && n % 2 != 0) ||
-        n * k > (k <= 1024 ? GV_IMPL_MAX_WEIGHTS_K1024 : GV_IMPL_MAX_WEIGHTS))
+        n * k > (k <= 1024 ? GV_IMPL_MAX_WEIGHTS_K1024 : GV_IMPL_MAX_WEIGHTS) || n * k > GV_IMPL_MAX_ANY)
         return false;
     int64_t m = lead(&in[0], in[0].dims[0]) * row_numel(&in[0]) / k;
     return in[0].tokens || m <= GV_IMPL_MAX_M;

@@ -158,28 +158,6 @@ static int64_t nrows_of(const reel_launch *l, int64_t last)
     return last > 0 ? lead(xs, l->rows) * row_numel(xs) / last : 0;
 }
 
-static reel_status rmsnorm_launch(reel_backend *be, const reel_launch *l)
-{
-    int64_t d = last_dim(&l->in_shape[0]), nrows = nrows_of(l, d);
-    if (nrows <= 0)
-        return REEL_OK;
-    cudaStream_t st = reel_cuda_stream_handle(l->stream);
-    int threads = row_threads(d, 1024);
-    float eps = l->attrs->rmsnorm.eps;
-    cudaError_t e = cudaSuccess;
-    rn_cfg c;
-    if (rn_shape(d, 16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype), &c)) {
-        REEL_CU_DISPATCH(l->in_shape[0].dtype,
-                         e = (rn_launch<T, false>(c, (unsigned)nrows, st, l->pdl, (const T *)l->in[0], (const T *)NULL,
-                                                  (const T *)l->in[1], (T *)NULL, (T *)l->out[0], d, eps)));
-        return REEL_CU_LAUNCHED_E(be, "cuda.rmsnorm", e);
-    }
-    REEL_CU_DISPATCH(l->in_shape[0].dtype,
-                     e = launch(rmsnorm_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl, (const T *)l->in[0],
-                                (const T *)l->in[1], (T *)l->out[0], d, eps));
-    return REEL_CU_LAUNCHED_E(be, "cuda.rmsnorm", e);
-}
-
 /* exp(x - max) / sum. NaN never becomes the max (fmaxf drops it) but
  * propagates through the sum; a row of only -inf, or with +inf, gives NaN:
  * the host's (and torch's) answer. */
@@ -363,27 +341,44 @@ __global__ void add_rmsnorm_kernel(const T *a, const T *b, const T *w, T *sum, T
         out[at + i] = from_f<T>(to_f(sum[at + i]) * r * to_f(w[i]));
 }
 
-static reel_status add_rmsnorm_launch(reel_backend *be, const reel_launch *l)
+/* rmsnorm (x, w -> out) and add_rmsnorm (a, b, w -> sum, out) alike: the
+ * pack path where the row's length takes it, else a block a row. */
+template <bool ADD> static reel_status norm_launch(reel_backend *be, const reel_launch *l, const char *name)
 {
     int64_t d = last_dim(&l->in_shape[0]), nrows = nrows_of(l, d);
     if (nrows <= 0)
         return REEL_OK;
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
-    int threads = row_threads(d, 1024);
-    float eps = l->attrs->rmsnorm.eps;
+    const int threads = row_threads(d, 1024);
+    const float eps = l->attrs->rmsnorm.eps;
+    const void *a = l->in[0], *b = ADD ? l->in[1] : NULL, *w = l->in[ADD ? 2 : 1];
+    void *sum = ADD ? l->out[0] : NULL, *out = l->out[ADD ? 1 : 0];
     cudaError_t e = cudaSuccess;
     rn_cfg c;
     if (rn_shape(d, 16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype), &c)) {
         REEL_CU_DISPATCH(l->in_shape[0].dtype,
-                         e = (rn_launch<T, true>(c, (unsigned)nrows, st, l->pdl, (const T *)l->in[0],
-                                                 (const T *)l->in[1], (const T *)l->in[2], (T *)l->out[0],
-                                                 (T *)l->out[1], d, eps)));
-        return REEL_CU_LAUNCHED_E(be, "cuda.add_rmsnorm", e);
+                         e = (rn_launch<T, ADD>(c, (unsigned)nrows, st, l->pdl, (const T *)a, (const T *)b,
+                                                (const T *)w, (T *)sum, (T *)out, d, eps)));
+    } else if (ADD) {
+        REEL_CU_DISPATCH(l->in_shape[0].dtype,
+                         e = launch(add_rmsnorm_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl, (const T *)a,
+                                    (const T *)b, (const T *)w, (T *)sum, (T *)out, d, eps));
+    } else {
+        REEL_CU_DISPATCH(l->in_shape[0].dtype,
+                         e = launch(rmsnorm_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl, (const T *)a,
+                                    (const T *)w, (T *)out, d, eps));
     }
-    REEL_CU_DISPATCH(l->in_shape[0].dtype,
-                     e = launch(add_rmsnorm_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl, (const T *)l->in[0],
-                                (const T *)l->in[1], (const T *)l->in[2], (T *)l->out[0], (T *)l->out[1], d, eps));
-    return REEL_CU_LAUNCHED_E(be, "cuda.add_rmsnorm", e);
+    return REEL_CU_LAUNCHED_E(be, name, e);
+}
+
+static reel_status rmsnorm_launch(reel_backend *be, const reel_launch *l)
+{
+    return norm_launch<false>(be, l, "cuda.rmsnorm");
+}
+
+static reel_status add_rmsnorm_launch(reel_backend *be, const reel_launch *l)
+{
+    return norm_launch<true>(be, l, "cuda.add_rmsnorm");
 }
 
 /* view_cols where it is not fused into its producer: a copy of the columns,

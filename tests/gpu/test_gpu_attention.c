@@ -431,13 +431,23 @@ Test(gpu_attention, one_kernel_decode_matches, .init = setup, .fini = teardown, 
  * multiprocessor: 24 tokens); GQA 1, 4 and 8; 3 of them padding rows, the
  * rest decode tokens, or a mix of runs (up to 6 tokens) and single tokens.
  * More tokens, or more blocks than a wave, take the two-kernel path. */
+/* The most tokens the one-kernel decode takes at these heads, checked
+ * against its bound: every count up to it is taken (no gap), and its blocks
+ * (a token's kv heads, up to 16 query heads each) stay within one wave of
+ * at most 4 blocks an SM and fill more than 3 an SM one token later (the
+ * tensor-core decode holds 3 to 4 at these head dims). */
 static int one_kernel_most_rows(reel_dtype dt, int h, int hkv, int dh)
 {
     int rows = REEL_ATTN_ONE_KERNEL_ROWS;
     while (rows > 4 && !reel_cu_attn_one_kernel_size(cctx->be, dt, rows, h, hkv, dh))
         rows--;
-    cr_assert(!reel_cu_attn_one_kernel_size(cctx->be, dt, rows + 1, h, hkv, dh), "H %d/%d dh %d: %d tokens", h, hkv,
-              dh, rows + 1);
+    for (int r = 1; r <= rows; r++)
+        cr_assert(reel_cu_attn_one_kernel_size(cctx->be, dt, r, h, hkv, dh), "H %d/%d dh %d: %d of %d tokens refused",
+                  h, hkv, dh, r, rows);
+    const int64_t per_token = (int64_t)hkv * ((h / hkv + 15) / 16), sms = cctx->be->caps.sm_count;
+    cr_assert(rows * per_token <= 4 * sms, "H %d/%d dh %d: %d tokens past 4 blocks an SM", h, hkv, dh, rows);
+    cr_assert(rows == REEL_ATTN_ONE_KERNEL_ROWS || (rows + 1) * per_token > 3 * sms,
+              "H %d/%d dh %d: %d tokens refused within 3 blocks an SM", h, hkv, dh, rows + 1);
     return rows;
 }
 
