@@ -1,7 +1,7 @@
 /* Paged attention micro-benchmark: reel's cuda.paged_attention op (KV
  * write, prefill, split-KV decode, combine: what a step pays per layer)
- * on shapes of the issue, beside a copy-bandwidth probe of the same K/V
- * bytes, in one run. bench/torch_attention.py times PyTorch's
+ * on shapes of the issue, beside a copy-bandwidth probe (read + write) and
+ * a read probe (one read-only stream over 1 GiB), in one run. bench/torch_attention.py times PyTorch's
  * scaled_dot_product_attention on contiguous K/V of the same shapes.
  *
  * Each point allocates L layers' caches (L copies, together past the 50 MB
@@ -78,6 +78,57 @@ static double copy_probe(size_t bytes, int reps)
     }
     CK(cudaFree(a));
     CK(cudaFree(b));
+    return median(t);
+}
+
+/* Reads n 16-byte words once, no L1 (as K/V stream), into a sink no
+ * value ever reaches: the ceiling of a read-only stream, which a copy's
+ * read + write does not bound. */
+__global__ void read_probe_kernel(const uint4 *p, size_t n, unsigned *sink)
+{
+    unsigned a = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v;
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p + i));
+        a ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (a == 0x9e3779b9u)
+        *sink = a;
+}
+
+/* The median over reps of one read of `bytes` (4 blocks of 512 threads an
+ * SM), us. */
+static double read_probe(size_t bytes, int reps)
+{
+    void *a;
+    unsigned *sink;
+    int dev = 0, sms = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc((void **)&sink, sizeof *sink));
+    CK(cudaMemset(a, 1, bytes));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<double> t;
+    for (int r = 0; r <= reps; r++) {
+        CK(cudaEventRecord(e0));
+        read_probe_kernel<<<sms * 4, 512>>>((const uint4 *)a, bytes / 16, sink);
+        CK(cudaGetLastError());
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r > 0) /* the first is a warm-up */
+            t.push_back(ms * 1e3);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaFree(a));
+    CK(cudaFree(sink));
     return median(t);
 }
 
@@ -306,9 +357,12 @@ int main(int argc, char **argv)
     const reel_op_impl *impl = find_impl("cuda.paged_attention");
     double copy_us = copy_probe((size_t)512 << 20, 20);
     double copy_tbs = 2.0 * (512 << 20) / (copy_us * 1e-6) / 1e12;
-    printf("copy probe: 512 MiB D2D in %.1f us = %.2f TB/s (read + write)\n\n", copy_us, copy_tbs);
-    printf("| kind | dh | H/Hkv | batch | q tokens | context | reel us/layer | K/V MB | TB/s | of copy BW |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    double read_us = read_probe((size_t)1 << 30, 20);
+    double read_tbs = (double)((size_t)1 << 30) / (read_us * 1e-6) / 1e12;
+    printf("copy probe: 512 MiB D2D in %.1f us = %.2f TB/s (read + write)\n", copy_us, copy_tbs);
+    printf("read probe: 1 GiB read once in %.1f us = %.2f TB/s\n\n", read_us, read_tbs);
+    printf("| kind | dh | H/Hkv | batch | q tokens | context | reel us/layer | K/V MB | TB/s | of copy BW | of read BW |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     std::vector<point> pts;
     int dhs[2] = {64, 128}, hs[2] = {16, 32};
     for (int di = 0; di < 2; di++)
@@ -328,9 +382,9 @@ int main(int argc, char **argv)
         double kvb;
         double us = run_point(ctx, impl, pt, reps, &kvb);
         double tbs = kvb / (us * 1e-6) / 1e12;
-        printf("| %s | %d | %d/%d | %d | %d | %d | %.2f | %.1f | %.2f | %.0f%% |\n", pt.qlen > 1 ? "prefill" : "decode",
-               pt.dh, pt.h, pt.hkv, pt.batch, pt.qlen * pt.batch, pt.ctx, us, kvb / 1e6, tbs,
-               100.0 * tbs / copy_tbs);
+        printf("| %s | %d | %d/%d | %d | %d | %d | %.2f | %.1f | %.2f | %.0f%% | %.0f%% |\n",
+               pt.qlen > 1 ? "prefill" : "decode", pt.dh, pt.h, pt.hkv, pt.batch, pt.qlen * pt.batch, pt.ctx, us,
+               kvb / 1e6, tbs, 100.0 * tbs / copy_tbs, 100.0 * tbs / read_tbs);
         fflush(stdout);
     }
     reel_ctx_destroy(ctx);
