@@ -65,9 +65,9 @@ enum {
 /* Where the impl runs the kernel, and where it leaves the node to cuBLASLt.
  * One node alone in a graph (bench/gemv.cu on an H200, docs/benchmarks.md),
  * cuBLASLt was faster on most shapes (3.9-4.0 TB/s at 112 MiB against the
- * kernel's 3.2-3.5); inside a decode step the kernel prefetches its weights
- * into L2 before its programmatic wait and takes the fused epilogues, and
- * there the kernel on every [N, K] weight at up to 16 rows measured faster
+ * kernel's 3.2-3.5); inside a decode step the kernel (then prefetching its
+ * weights into L2 before its programmatic wait) takes the fused epilogues,
+ * and there the kernel on every [N, K] weight at up to 16 rows measured faster
  * (bench/gemv_ab.sh, same run: hidden 2048, batch 1, context 128, 715 ->
  * 639 us a step; hidden 1024 unchanged within 1 %). The first rule (1 Mi
  * elements, then 16 Mi at K <= 1024 and 4 Mi beyond) is REEL_GEMV_NARROW. */
@@ -82,12 +82,14 @@ static const int64_t GV_IMPL_MAX_WEIGHTS_K1024 = (int64_t)1 << (REEL_GEMV_NARROW
 #define REEL_GEMV_MAX_MI 0
 #endif
 static const int64_t GV_IMPL_MAX_ANY = REEL_GEMV_MAX_MI > 0 ? (int64_t)REEL_GEMV_MAX_MI << 20 : (int64_t)1 << 40;
-/* Bytes of weights a launch asks L2 for before its wait, at most: half the
- * H200's 50 MB L2, so lines asked for early are not evicted before their
- * loads (a larger weight has each row's first GV_PREFETCH_MAX / N bytes
- * asked for). */
-#ifndef REEL_GEMV_PREFETCH_MIB /* 0: no prefetch (A/B builds) */
-#define REEL_GEMV_PREFETCH_MIB 24
+/* Bytes of weights a launch asks L2 for before its wait, at most (a larger
+ * weight has each row's first GV_PREFETCH_MAX / N bytes asked for). None by
+ * default: in the decode step a prefetch of up to 24 MiB (half the H200's
+ * L2) measured 3.2% and 4.6% slower a step at batch 1 (hidden 2048 and
+ * 1024) and no faster at batches 8 and 32 (bench/variants_ab.sh,
+ * docs/benchmarks.md); -DREEL_GEMV_PREFETCH_MIB=24 builds it for A/B. */
+#ifndef REEL_GEMV_PREFETCH_MIB
+#define REEL_GEMV_PREFETCH_MIB 0
 #endif
 static const int64_t GV_PREFETCH_MAX = (int64_t)REEL_GEMV_PREFETCH_MIB << 20;
 /* Rows the kernels take: 16 a row tile, two tiles for [N, K] weights. The
@@ -128,11 +130,12 @@ struct gv_epi {
     int cs[REEL_MM_MAX_SEG + 1];
 };
 
-/* No epilogue, no segments; every line of the weights prefetched. */
+/* No epilogue, no segments; every line of the weights prefetched where the
+ * build prefetches at all (REEL_GEMV_PREFETCH_MIB). */
 static inline gv_epi gv_plain()
 {
     gv_epi e = {};
-    e.pf_lines = INT32_MAX;
+    e.pf_lines = GV_PREFETCH_MAX > 0 ? INT32_MAX : 0;
     return e;
 }
 
@@ -167,7 +170,8 @@ __device__ __forceinline__ bool gv_row_ok(int kind, int N, int n0, int j, int g)
     return n0 + 8 * j + g < N;
 }
 
-/* Before its dependency wait, a programmatic launch asks L2 for the block's
+/* Built with REEL_GEMV_PREFETCH_MIB > 0: before its dependency wait, a
+ * programmatic launch asks L2 for the block's
  * share of the weights (rows 8j + g of its tiles, k in [kb, ke)), which no
  * kernel of the step writes: the stream over w overlaps the tail of the
  * kernel before, and the loads after the wait hit L2. */
