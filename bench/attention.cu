@@ -1,8 +1,9 @@
 /* Paged attention micro-benchmark: reel's cuda.paged_attention op (KV
  * write, prefill, split-KV decode, combine: what a step pays per layer)
  * on shapes of the issue, beside a copy-bandwidth probe (read + write) and
- * a read probe (one read-only stream over 1 GiB), in one run. bench/torch_attention.py times PyTorch's
- * scaled_dot_product_attention on contiguous K/V of the same shapes.
+ * a read probe (one read-only stream over 1 GiB), in one run.
+ * bench/torch_attention.py times PyTorch's scaled_dot_product_attention on
+ * contiguous K/V of the same shapes.
  *
  * Each point allocates L layers' caches (L copies, together past the 50 MB
  * L2, so K/V come from HBM as in a real step), captures one launch per layer

@@ -424,13 +424,6 @@ Test(gpu_attention, one_kernel_decode_matches, .init = setup, .fini = teardown, 
                 }
 }
 
-/* The one-kernel decode at its limits: the most tokens it takes, at most
- * REEL_ATTN_ONE_KERNEL_ROWS (32): of 16 kv heads at head dim 64 that is 32
- * (512 blocks unsplit, one wave of four blocks a multiprocessor on 132), at
- * head dim 128 fewer where the kernel's occupancy holds fewer blocks (3 a
- * multiprocessor: 24 tokens); GQA 1, 4 and 8; 3 of them padding rows, the
- * rest decode tokens, or a mix of runs (up to 6 tokens) and single tokens.
- * More tokens, or more blocks than a wave, take the two-kernel path. */
 /* The most tokens the one-kernel decode takes at these heads, checked
  * against its bound: every count up to it is taken (no gap), and its blocks
  * (a token's kv heads, up to 16 query heads each) stay within one wave of
@@ -451,6 +444,13 @@ static int one_kernel_most_rows(reel_dtype dt, int h, int hkv, int dh)
     return rows;
 }
 
+/* The one-kernel decode at its limits: the most tokens it takes, at most
+ * REEL_ATTN_ONE_KERNEL_ROWS (32): of 16 kv heads at head dim 64 that is 32
+ * (512 blocks unsplit, one wave of four blocks a multiprocessor on 132), at
+ * head dim 128 fewer where the kernel's occupancy holds fewer blocks (3 a
+ * multiprocessor: 24 tokens); GQA 1, 4 and 8; 3 of them padding rows, the
+ * rest decode tokens, or a mix of runs (up to 6 tokens) and single tokens.
+ * More tokens, or more blocks than a wave, take the two-kernel path. */
 Test(gpu_attention, one_kernel_decode_matches_at_its_limits, .init = setup, .fini = teardown, .timeout = 240)
 {
     cr_assert(!reel_cu_attn_one_kernel_size(cctx->be, REEL_BF16, REEL_ATTN_ONE_KERNEL_ROWS + 1, 16, 2, 64));
