@@ -377,7 +377,8 @@ int main(int argc, char **argv)
     double read_tbs = (double)((size_t)1 << 30) / (read_us * 1e-6) / 1e12;
     printf("copy probe: 512 MiB D2D in %.1f us = %.2f TB/s (read + write)\n", copy_us, copy_tbs);
     printf("read probe: 1 GiB read once in %.1f us = %.2f TB/s\n\n", read_us, read_tbs);
-    printf("| kind | dh | H/Hkv | batch | q tokens | context | reel us/layer | K/V MB | TB/s | of copy BW | of read BW |\n");
+    printf("| kind | dh | H/Hkv | batch | q tokens | context | reel us/layer | K/V MB | TB/s | of copy BW "
+           "| of read BW |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     std::vector<point> pts;
     int dhs[2] = {64, 128}, hs[2] = {16, 32};

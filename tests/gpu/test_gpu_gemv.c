@@ -428,8 +428,8 @@ Test(gpu_gemv, replay_and_pdl_give_the_eager_bits, .init = setup, .fini = teardo
         capture_bits(dts[d], 4, 2048, 512);
         capture_bits(dts[d], 8, 1024, 1024);
         capture_bits(dts[d], 1, 1024, 8192); /* 8 warps a block, two blocks a multiprocessor */
-        capture_bits(dts[d], 2, 4096, 1024); /* K 4096: 8 chunks a warp (and, built with it, the L2 prefetch of each) */
-        capture_bits(dts[d], 1, 2048, 16384); /* 64 MB (a prefetch of -DREEL_GEMV_PREFETCH_MIB=24 capped) */
+        capture_bits(dts[d], 2, 4096, 1024); /* K 4096: 8 chunks a warp (each prefetched where built so) */
+        capture_bits(dts[d], 1, 2048, 16384); /* 64 MB (the prefetch capped at 24 MiB where built so) */
         capture_bits(dts[d], 24, 1024, 8192); /* two row tiles */
         capture_bits(dts[d], 33, 1024, 1024); /* cuBLASLt under the impl */
     }
