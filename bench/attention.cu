@@ -29,6 +29,7 @@ extern "C" {
 #include "backend/ctx.h"
 }
 #include "backend/cuda/cuda.h"
+#include "bench/read_probe.cuh"
 
 #define CK(x)                                                                              \
     do {                                                                                   \
@@ -82,41 +83,9 @@ static double copy_probe(size_t bytes, int reps)
     return median(t);
 }
 
-/* Reads n 16-byte words once, no L1 (as K/V stream), into a sink no
- * value ever reaches: the ceiling of a read-only stream, which a copy's
- * read + write does not bound. Four loads of a thread are in flight before
- * any is used (one at a time, 64 warps an SM read 4.19 TB/s on an H200,
- * below what SDPA reads K/V at: latency, not a ceiling). */
-__global__ void read_probe_kernel(const uint4 *p, size_t n, unsigned *sink)
-{
-    unsigned a = 0;
-    const size_t step = (size_t)gridDim.x * blockDim.x;
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    for (; i + 3 * step < n; i += 4 * step) {
-        uint4 v[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
-                         : "l"(p + i + u * step));
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-    }
-    for (; i < n; i += step) {
-        uint4 v;
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(p + i));
-        a ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (a == 0x9e3779b9u)
-        *sink = a;
-}
-
 /* The median over reps of one read of `bytes` (4 blocks of 512 threads an
  * SM), us. */
-static double read_probe(size_t bytes, int reps)
+static double read_probe_us(size_t bytes, int reps)
 {
     void *a;
     unsigned *sink;
@@ -132,7 +101,7 @@ static double read_probe(size_t bytes, int reps)
     std::vector<double> t;
     for (int r = 0; r <= reps; r++) {
         CK(cudaEventRecord(e0));
-        read_probe_kernel<<<sms * 4, 512>>>((const uint4 *)a, bytes / 16, sink);
+        read_probe<<<sms * 4, 512>>>((const uint4 *)a, bytes / 16, sink);
         CK(cudaGetLastError());
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
@@ -373,7 +342,7 @@ int main(int argc, char **argv)
     const reel_op_impl *impl = find_impl("cuda.paged_attention");
     double copy_us = copy_probe((size_t)512 << 20, 20);
     double copy_tbs = 2.0 * (512 << 20) / (copy_us * 1e-6) / 1e12;
-    double read_us = read_probe((size_t)1 << 30, 20);
+    double read_us = read_probe_us((size_t)1 << 30, 20);
     double read_tbs = (double)((size_t)1 << 30) / (read_us * 1e-6) / 1e12;
     printf("copy probe: 512 MiB D2D in %.1f us = %.2f TB/s (read + write)\n", copy_us, copy_tbs);
     printf("read probe: 1 GiB read once in %.1f us = %.2f TB/s\n\n", read_us, read_tbs);

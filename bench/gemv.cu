@@ -37,6 +37,7 @@ extern "C" {
 }
 #include "ops/cuda/gemv.h"
 #include "ops/cuda/impls.h"
+#include "bench/read_probe.cuh"
 
 #define CK(call)                                                                                          \
     do {                                                                                                  \
@@ -71,22 +72,6 @@ __global__ void fill_bf16(uint16_t *p, size_t n, uint32_t salt)
         memcpy(&b, &f, 4);
         p[i] = (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
     }
-}
-
-/* Reads n 16-byte words once (the weights' access: no L1), as the bound a
- * weight stream can reach. */
-__global__ void read_probe(const uint4 *p, size_t n, unsigned *sink)
-{
-    unsigned a = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint4 v;
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(p + i));
-        a ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (a == 0x9e3779b9u)
-        *sink = a;
 }
 
 static double median(std::vector<double> v)
