@@ -45,7 +45,6 @@
 #include <cooperative_groups.h>
 #include <string.h>
 
-#include <atomic>
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
@@ -578,25 +577,6 @@ static size_t gv_smem(bool wt, reel_gemv_cfg c)
     return (size_t)c.warps * 128 * (wt ? GV_NK_TILES : GV_KN_TILES) * sizeof(float);
 }
 
-/* -DREEL_GEMV_CARVEOUT=N (A/B builds): the kernels' preferred shared
- * memory carve-out, percent of the most (0: the most L1), set once per
- * kernel; unset (-1), the driver's choice. */
-#ifndef REEL_GEMV_CARVEOUT
-#define REEL_GEMV_CARVEOUT -1
-#endif
-
-template <typename K> static cudaError_t gv_carveout(K *kern, std::atomic<int> &set)
-{
-    if (REEL_GEMV_CARVEOUT < 0)
-        return cudaSuccess;
-    if (set.load(std::memory_order_acquire))
-        return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, REEL_GEMV_CARVEOUT);
-    if (e == cudaSuccess)
-        set.store(1, std::memory_order_release);
-    return e;
-}
-
 template <typename T>
 static cudaError_t gv_run(bool wt, const T *x, const T *w, T *y, int m, int n, int k, reel_gemv_cfg c,
                           cudaStream_t st, bool pdl, const gv_epi &ep)
@@ -604,13 +584,6 @@ static cudaError_t gv_run(bool wt, const T *x, const T *w, T *y, int m, int n, i
     if (!gv_cfg_ok(wt, c) || (!wt && ep.kind == REEL_MM_EPI_SILU_MUL) || m < 1 || m > (wt ? GV_NK_MAX_M : GV_KN_MAX_M))
         return cudaErrorInvalidValue;
     gv_kernel_t<T> kern = gv_kernel<T>(wt, c.unroll, gv_tiles(m));
-    if (REEL_GEMV_CARVEOUT >= 0) {
-        static std::atomic<int> set1{0}, set2{0};
-        cudaError_t ce = gv_carveout(gemv_nk_kernel<T, 3, 1>, set1);
-        ce = ce == cudaSuccess ? gv_carveout(gemv_nk_kernel<T, 2, 2>, set2) : ce;
-        if (ce != cudaSuccess)
-            return ce;
-    }
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[2];
     int na = 0;
