@@ -1,13 +1,14 @@
-/* How fast HBM serves the paged K/V reads of a decode, apart from any
- * attention arithmetic: a read-only kernel walks 1 GiB as a cache of
- * [keys, heads, row bytes] and each block reads tiles of 64 keys of one head
- * (rows of `row` bytes at a stride of heads x row), the decode's pattern, or
- * the same bytes as contiguous tiles (heads = 1, SDPA's); 64-byte rows at
- * a 4 KB stride are the skinny matmul's loads. Blocks per SM are
- * capped with dynamic shared memory, so the probe also shows what the
- * decode's occupancy (3 blocks of 4 warps an SM) costs a pure read.
+/* How fast HBM serves the read patterns of reel's two bandwidth kernels,
+ * apart from their arithmetic: a read-only kernel walks 1 GiB as a cache of
+ * [keys, heads, row bytes] and each block reads 16 KB tiles of one head
+ * (rows of `row` bytes at a stride of heads x row: the paged decode's K/V
+ * at 128 and 256 bytes), or the same bytes as contiguous tiles (heads = 1,
+ * SDPA's); 64-byte rows at a 4 KB stride are the skinny matmul's warp
+ * loads. Blocks per SM are capped with unused dynamic shared memory (the
+ * decode holds 3 blocks of 4 warps an SM), and a last group asks for none
+ * and sets the carve-out (L1 against shared memory) instead.
  *
- *   bench_kv_pattern [reps]   prints one line per (row, heads, blocks an SM) */
+ *   bench_kv_pattern [reps]   prints one line per (row, heads, blocks an SM, carve-out) */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
