@@ -31,15 +31,6 @@ extern "C" {
 #include "backend/cuda/cuda.h"
 #include "bench/read_probe.cuh"
 
-#define CK(x)                                                                              \
-    do {                                                                                   \
-        cudaError_t e_ = (x);                                                              \
-        if (e_ != cudaSuccess) {                                                           \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-
 typedef struct point {
     int h, hkv, dh, batch, qlen;
     int32_t ctx;

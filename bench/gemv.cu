@@ -39,15 +39,6 @@ extern "C" {
 #include "ops/cuda/impls.h"
 #include "bench/read_probe.cuh"
 
-#define CK(call)                                                                                          \
-    do {                                                                                                  \
-        cudaError_t e_ = (call);                                                                          \
-        if (e_ != cudaSuccess) {                                                                          \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));        \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
-
 #define RK(call)                                                                                          \
     do {                                                                                                  \
         reel_status s_ = (call);                                                                          \

@@ -9,33 +9,12 @@
  * and sets the carve-out (L1 against shared memory) instead.
  *
  *   bench_kv_pattern [reps]   prints one line per (row, heads, blocks an SM, carve-out) */
-#include <cuda_runtime.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-
 #include <algorithm>
 #include <vector>
 
-#define CK(call)                                                                                          \
-    do {                                                                                                  \
-        cudaError_t e_ = (call);                                                                          \
-        if (e_ != cudaSuccess) {                                                                          \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));        \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
+#include "bench/bench_cuda.cuh"
 
 enum { THREADS = 128, TILE_BYTES = 16384, TILES = 8 };
-
-__device__ __forceinline__ uint4 ld_nc(const void *p)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 /* Block b reads head b % heads of keys [CHUNK_KEYS (b / heads), + CHUNK_KEYS):
  * each tile is 16 KB, TILE_BYTES / ROW rows of ROW bytes, ROW / 16 threads a row, two tiles of
@@ -56,7 +35,7 @@ __global__ void __launch_bounds__(THREADS) kv_read(const char *base, int heads, 
 #pragma unroll
         for (int i = 0; i < PER; i++) {
             int e = i * THREADS + threadIdx.x, key = tile * TILE_KEYS + e / LPR, off = (e % LPR) * 16;
-            r[i] = ld_nc(p + key * stride + off);
+            r[i] = ld_once16(p + key * stride + off);
         }
     };
     auto use = [&](const uint4(&r)[PER]) {

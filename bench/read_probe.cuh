@@ -3,8 +3,9 @@
  * bound. */
 #pragma once
 
-#include <cuda_runtime.h>
 #include <stddef.h>
+
+#include "bench/bench_cuda.cuh"
 
 /* Reads n 16-byte words once, no L1 (as weights and K/V stream), into a
  * sink no value ever reaches. Four loads of a thread are in flight before
@@ -19,18 +20,13 @@ __global__ void read_probe(const uint4 *p, size_t n, unsigned *sink)
         uint4 v[4];
 #pragma unroll
         for (int u = 0; u < 4; u++)
-            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
-                         : "l"(p + i + u * step));
+            v[u] = ld_once16(p + i + u * step);
 #pragma unroll
         for (int u = 0; u < 4; u++)
             a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
     }
     for (; i < n; i += step) {
-        uint4 v;
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(p + i));
+        const uint4 v = ld_once16(p + i);
         a ^= v.x ^ v.y ^ v.z ^ v.w;
     }
     if (a == 0x9e3779b9u)
