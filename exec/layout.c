@@ -211,8 +211,11 @@ reel_status reel_layout_bind(reel_plan *p, reel_layout *L, char *arena, char *st
         l->rows = L->rows;
         l->meta = &L->meta;
         l->stream = p->streams[n->stream];
-        for (int k = 0; k < n->nin; k++)
+        for (int k = 0; k < n->nin; k++) {
             l->in[k] = n->in[k] ? reel_plan_tensor_dev(p, L, n->in[k]) : NULL;
+            if (n->in[k] && p->tensors[n->in[k]].kind == REEL_T_PARAM)
+                l->in_param |= 1u << k;
+        }
         for (int k = 0; k < n->nout; k++)
             l->out[k] = reel_plan_tensor_dev(p, L, n->out[k]);
         l->pdl = reel_schedule_pdl(p, L, i);

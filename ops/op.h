@@ -245,6 +245,10 @@ typedef struct reel_launch {
      * (cudaGridDependencySynchronize) before touching memory. Set only for
      * impls with pdl_ok, when the plan asks for it and the device has it. */
     bool pdl;
+    /* Bit k: in[k] is a parameter, which no node of the plan writes (only
+     * the user, between steps, in stream order). A kernel launched with
+     * pdl may read it before its wait, while its predecessor runs. */
+    uint32_t in_param;
     /* The plan's communicator (collective ops), NULL otherwise. */
     reel_comm *comm;
     /* The plan's warm-up (outside any capture, before it): an impl may time

@@ -22,7 +22,11 @@
  *   each of 8 column tiles once paired up with byte permutes.
  * - Each warp runs its chunks of K as a register pipeline (gv_pipeline):
  *   the loads of the next chunks are issued before the current one is
- *   multiplied, so the stream does not drain between steps.
+ *   multiplied, so the stream does not drain between steps. Launched
+ *   programmatically with w a parameter of the plan (reel_launch.in_param),
+ *   a warp issues its first stages' weight loads before its dependency
+ *   wait: they fly while the kernel before ends, and only x waits for it
+ *   (a decode step 3-7% faster at batches 1 and 8, docs/benchmarks.md).
  * - Split-K without scratch and without atomics: the warps of a block split
  *   the block's share of K and add up in shared memory in warp order; for
  *   short, wide grids (small N, tall K) the blocks of a thread-block
@@ -92,6 +96,12 @@ static const int64_t GV_IMPL_MAX_ANY = REEL_GEMV_MAX_MI > 0 ? (int64_t)REEL_GEMV
 #define REEL_GEMV_PREFETCH_MIB 0
 #endif
 static const int64_t GV_PREFETCH_MAX = (int64_t)REEL_GEMV_PREFETCH_MIB << 20;
+/* A programmatic launch whose weights are a parameter loads its first
+ * stages' weights before its wait (gv_pipeline); -DREEL_GEMV_W_EARLY=0
+ * builds the loads after it, for A/B. */
+#ifndef REEL_GEMV_W_EARLY
+#define REEL_GEMV_W_EARLY 1
+#endif
 /* Rows the kernels take: 16 a row tile, two tiles for [N, K] weights. The
  * impl runs the kernel at up to REEL_GEMV_IMPL_ROWS (cuBLASLt above): in a
  * decode step at batches 24 and 32 two tiles measured faster than cuBLASLt
@@ -124,6 +134,7 @@ static const int64_t GV_LARGE_WEIGHTS = (int64_t)REEL_GEMV_LARGE_MI << 20, GV_LA
  *   [M, cs[s + 1] - cs[s]] block at element M * cs[s]. */
 struct gv_epi {
     int kind; /* REEL_MM_EPI_* */
+    bool w_early; /* w is a parameter: the first stages' weights are loaded before the wait */
     int pf_lines; /* 128-byte lines of each weight row gv_prefetch asks for, at most */
     const void *bias;
     int nseg;
@@ -303,21 +314,40 @@ __device__ void gv_finish(float (&acc)[R][4], T *y, int M, int N, int n0, int m0
 /* The chunks of one warp, c0, c0 + nw, ... below c_end, run as a register
  * pipeline P stages deep: chunk i + P - 1 is loaded before chunk i is
  * multiplied, so each warp keeps P - 1 chunks of loads in flight while it
- * computes, and the stream over the weights never drains between steps. */
-template <int P, typename Stage, typename Load, typename Compute>
-__device__ __forceinline__ void gv_pipeline(int c0, int nw, int c_end, Stage (&st)[P], Load load, Compute compute)
+ * computes, and the stream over the weights never drains between steps.
+ * A stage's loads are the weights' (load_w) and x's (load_x); wait() is the
+ * dependency wait, after which x may be read. With early, the first P - 1
+ * stages' weights are loaded before it (w is a parameter: the kernel
+ * before, still running, does not write it), so the stream starts in the
+ * predecessor's tail and the first chunks need no round trip after the
+ * wait. */
+template <int P, typename Stage, typename LoadW, typename LoadX, typename Compute, typename Wait>
+__device__ __forceinline__ void gv_pipeline(int c0, int nw, int c_end, Stage (&st)[P], bool early, Wait wait,
+                                            LoadW load_w, LoadX load_x, Compute compute)
 {
     const int n = c0 < c_end ? (c_end - c0 + nw - 1) / nw : 0;
+    if (early) {
+#pragma unroll
+        for (int p = 0; p < P - 1; p++)
+            if (p < n)
+                load_w(st[p], c0 + p * nw);
+    }
+    wait();
 #pragma unroll
     for (int p = 0; p < P - 1; p++)
-        if (p < n)
-            load(st[p], c0 + p * nw);
+        if (p < n) {
+            if (!early)
+                load_w(st[p], c0 + p * nw);
+            load_x(st[p], c0 + p * nw);
+        }
     for (int i0 = 0; i0 < n; i0 += P) {
 #pragma unroll
         for (int p = 0; p < P; p++) {
             int i = i0 + p;
-            if (i + P - 1 < n)
-                load(st[(p + P - 1) % P], c0 + (i + P - 1) * nw);
+            if (i + P - 1 < n) {
+                load_w(st[(p + P - 1) % P], c0 + (i + P - 1) * nw);
+                load_x(st[(p + P - 1) % P], c0 + (i + P - 1) * nw);
+            }
             if (i < n)
                 compute(st[p]);
         }
@@ -350,7 +380,6 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
     const int c_begin = (int)((int64_t)sp * C / S), c_end = (int)((int64_t)(sp + 1) * C / S);
     if (pdl)
         gv_prefetch(w, ep.kind, N, K, n0, c_begin * 32, c_end * 32 < K ? c_end * 32 : K, ep.pf_lines);
-    pdl_start(pdl);
     const T *wr[R];
     bool wok[R];
 #pragma unroll
@@ -370,13 +399,17 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
     const uint4 z = make_uint4(0, 0, 0, 0);
     nk_stage<MT> st[P];
     gv_pipeline<P>(
-        c_begin + warp, nw, c_end, st,
+        c_begin + warp, nw, c_end, st, pdl && ep.w_early, [&] { pdl_start(pdl); },
         [&](nk_stage<MT> &s, int c) {
             int k = c * 32;
             bool in = k + 8 * t < K;
 #pragma unroll
             for (int j = 0; j < R; j++)
                 s.w[j] = in && wok[j] ? ld_stream(wr[j] + k) : z;
+        },
+        [&](nk_stage<MT> &s, int c) {
+            int k = c * 32;
+            bool in = k + 8 * t < K;
 #pragma unroll
             for (int i = 0; i < MT; i++) {
                 const T *xi = xr + (int64_t)16 * i * K + k;
@@ -445,7 +478,7 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
     const uint2 z2 = make_uint2(0, 0);
     kn_stage st[P];
     gv_pipeline<P>(
-        (int)((int64_t)sp * C / S) + warp, nw, c_end, st,
+        (int)((int64_t)sp * C / S) + warp, nw, c_end, st, false, [] {}, /* waited above */
         [&](kn_stage &s, int c) {
             int k = c * 16;
 #pragma unroll
@@ -455,6 +488,7 @@ __global__ void __launch_bounds__(GV_MAX_THREADS)
             s.xa = kin && x0 ? __ldg((const uint2 *)(xr0 + k)) : z2;
             s.xb = kin && x1 ? __ldg((const uint2 *)(xr1 + k)) : z2;
         },
+        [](kn_stage &, int) {},
         [&](const kn_stage &s) {
 #pragma unroll
             for (int j = 0; j < R; j++)
@@ -681,6 +715,7 @@ static reel_status gemv_launch(reel_backend *be, const reel_launch *l)
     int64_t wbytes = n * k * (int64_t)sizeof(uint16_t);
     ep.pf_lines = wbytes <= GV_PREFETCH_MAX ? INT32_MAX : (int)(GV_PREFETCH_MAX / n / 128);
     ep.bias = ep.kind == REEL_MM_EPI_BIAS ? l->in[2] : NULL;
+    ep.w_early = REEL_GEMV_W_EARLY && (l->in_param >> 1 & 1u);
     ep.nseg = a->matmul.nseg;
     for (int s = 0; s < ep.nseg; s++)
         ep.cs[s + 1] = ep.cs[s] + (int)a->matmul.seg[s];

@@ -369,7 +369,8 @@ Test(gpu_gemv, a_large_weight_runs_the_kernel_to_8_rows_and_cublaslt_above, .ini
 }
 
 /* Eager, eager under PDL, a captured graph replayed once and twice, and a
- * PDL capture replayed: one set of bits. */
+ * PDL capture replayed: one set of bits. w is marked a parameter, so the
+ * PDL launches load their first weights before their wait. */
 static void capture_bits(reel_dtype dt, int64_t m, int64_t k, int64_t n)
 {
     reel_backend *be = cctx->be;
@@ -387,7 +388,7 @@ static void capture_bits(reel_dtype dt, int64_t m, int64_t k, int64_t n)
     cr_assert_eq(vt->copy(be, s, dx, op.data[0], xb, REEL_COPY_H2D), REEL_OK);
     cr_assert_eq(vt->copy(be, s, dw, op.data[1], wb, REEL_COPY_H2D), REEL_OK);
     reel_launch l = {.op = REEL_OP_MATMUL, .attrs = &op.attrs, .in_shape = op.in, .out_shape = op.out,
-                     .in = {dx, dw}, .out = {dy}, .rows = m, .stream = s};
+                     .in = {dx, dw}, .out = {dy}, .rows = m, .stream = s, .in_param = 1u << 1};
     void *bits[5];
     reel_exec_graph *g = NULL;
     for (int v = 0; v < 5; v++) {
