@@ -116,10 +116,12 @@ static const int64_t GV_IMPL_MAX_M = REEL_GEMV_IMPL_ROWS;
 /* A weight of more than REEL_GEMV_LARGE_MI Mi elements (gemv.h) takes the
  * kernel at up to REEL_GEMV_LARGE_ROWS rows only, cuBLASLt beyond: in a
  * decode step at hidden 2048 (q/k/v 12.6 Mi, gate/up 33.5 Mi, down 16.8 Mi
- * elements), cuBLASLt from 9 rows was 6-19% faster a step than the kernel's
- * one and two row tiles (bench/variants_ab.sh, docs/benchmarks.md), where at
- * hidden 1024 (every layer weight 8 Mi elements or fewer) the kernel stays
- * faster to 32. */
+ * elements), cuBLASLt at 24 and 32 rows was 1-9% faster a step than the
+ * kernel's two row tiles, and the kernel's one tile (its first weights
+ * loaded before the programmatic wait) 5-10% faster than cuBLASLt at 9 and
+ * 16 rows (bench/variants_ab.sh, docs/benchmarks.md), where at hidden 1024
+ * (every layer weight 8 Mi elements or fewer) the kernel stays faster to
+ * 32. */
 static const int64_t GV_LARGE_WEIGHTS = (int64_t)REEL_GEMV_LARGE_MI << 20, GV_LARGE_MAX_M = REEL_GEMV_LARGE_ROWS;
 
 /* What the kernel does with a sum before it stores it (the matmul's fused

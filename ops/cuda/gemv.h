@@ -26,7 +26,7 @@ extern "C" {
 #define REEL_GEMV_LARGE_MI 8
 #endif
 #ifndef REEL_GEMV_LARGE_ROWS
-#define REEL_GEMV_LARGE_ROWS 8
+#define REEL_GEMV_LARGE_ROWS 16
 #endif
 
 /* warps: per block, splitting the block's share of K (1 to 16 for [N, K]

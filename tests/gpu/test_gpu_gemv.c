@@ -349,13 +349,13 @@ Test(gpu_gemv, the_impl_runs_the_kernel_up_to_32_rows_and_cublaslt_above, .init 
 /* A weight of more than REEL_GEMV_LARGE_MI Mi elements: the kernel's bits to
  * REEL_GEMV_LARGE_ROWS rows, cuBLASLt's beyond (hidden 2048's q/k/v, 6144 x
  * 2048); one of 8 Mi exactly keeps the kernel to 32. */
-Test(gpu_gemv, a_large_weight_runs_the_kernel_to_8_rows_and_cublaslt_above, .init = setup, .fini = teardown)
+Test(gpu_gemv, a_large_weight_runs_the_kernel_to_16_rows_and_cublaslt_above, .init = setup, .fini = teardown)
 {
     const reel_op_impl *gv = gt_cuda_impl("cuda.matmul.gemv"), *lt = gt_cuda_impl("cuda.matmul.cublaslt");
-    const int64_t rows[5] = {1, 8, 9, 16, 32};
+    const int64_t rows[6] = {1, 8, 9, 16, 17, 32};
     static const int64_t shapes[2][2] = {{2048, 6144}, {1024, 8192}}; /* K, N: 12 Mi and 8 Mi elements */
     for (int s = 0; s < 2; s++)
-        for (int i = 0; i < 5; i++) {
+        for (int i = 0; i < 6; i++) {
             const int64_t k = shapes[s][0], n = shapes[s][1];
             gt_op op = mm_op(REEL_BF16, rows[i], k, n, true);
             const bool large = n * k > ((int64_t)REEL_GEMV_LARGE_MI << 20);
