@@ -114,7 +114,8 @@ __host__ __forceinline__ unsigned grid_for(int64_t n, int threads)
  * successor launched without the attribute ignores the trigger (it starts
  * after our completion), so the trigger is issued on every launch; it costs
  * nothing measurable (bench/chain.cu, "add1 + gdc insns"). Call it first in
- * every kernel, before any load or store. */
+ * every kernel, before any load or store, except loads of a parameter
+ * (reel_launch.in_param: no kernel writes it), which may come before it. */
 __device__ __forceinline__ void pdl_start(bool pdl)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
