@@ -133,3 +133,27 @@ Test(streams, a_missing_cross_stream_edge_is_reported_with_both_ops, .init = set
     cr_assert_gt(st.hazards, 0);
     reel_plan_destroy(p);
 }
+
+/* Every launch of every bucket marks exactly its parameter inputs
+ * (reel_launch.in_param), whichever stream the node is on: a kernel
+ * launched programmatically may read those before its wait (the CUDA
+ * skinny matmul's weights), so no other input may carry the bit. */
+Test(streams, launches_mark_exactly_their_parameter_inputs, .init = setup, .fini = teardown)
+{
+    float w1[32 * 32] = {0}, w2[32 * 32] = {0}, nw[32] = {0};
+    reel_plan *p = branches(true, true, w1, w2, nw);
+    int marked = 0;
+    for (int b = 0; b < p->nbuckets; b++)
+        for (int i = 0; i < p->nnodes; i++) {
+            const reel_node *n = &p->nodes[i];
+            const reel_launch *l = &p->bucket[b].launches[i];
+            for (int k = 0; k < REEL_OP_MAX_IN; k++) {
+                const bool param = k < n->nin && n->in[k] && p->tensors[n->in[k]].kind == REEL_T_PARAM;
+                cr_assert_eq((l->in_param >> k & 1u) != 0, param, "bucket %d node %d input %d", b, i, k);
+                marked += param;
+            }
+            cr_assert_eq(l->in_param >> REEL_OP_MAX_IN, 0u);
+        }
+    cr_assert_eq(marked, 3 * p->nbuckets, "w1, w2 and nw in each bucket");
+    reel_plan_destroy(p);
+}
