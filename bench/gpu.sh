@@ -119,7 +119,8 @@ if [ "$san" != 0 ] && command -v compute-sanitizer >/dev/null; then
     for run in "memcheck test_gpu_ops" "memcheck test_gpu_plan" "racecheck test_gpu_ops" \
                "memcheck test_gpu_attention *guards*" "racecheck test_gpu_attention */mixed_batch*" \
                "racecheck test_gpu_attention *long_prefills*" "memcheck test_gpu_attention *long_prefills*" \
-               "memcheck test_gpu_attention *one_kernel*" "racecheck test_gpu_attention *one_kernel_guards*"; do
+               "memcheck test_gpu_attention *one_kernel*" "racecheck test_gpu_attention *one_kernel_guards*" \
+               "memcheck test_gpu_attention *persistent*" "racecheck test_gpu_attention *persistent*"; do
         set -f; set -- $run; set +f
         [ "$san" = attention ] && [ "$2" != test_gpu_attention ] && continue
         filter=${3:+--filter=$3}

@@ -364,6 +364,20 @@ extern "C" bool reel_cu_attn_one_kernel_size(const reel_backend *be, reel_dtype 
     return hkv > 0 && reel_cu::one_kernel_size(be, g, dt, rows);
 }
 
+extern "C" int64_t reel_cu_attn_persist_grid(const reel_backend *be, reel_dtype dt, int64_t rows, int64_t h,
+                                             int64_t hkv, int64_t dh, int32_t max_context)
+{
+    if (hkv <= 0 || rows <= 0 || max_context < 1)
+        return 0;
+    reel_cu::attn_geom g = {};
+    g.h = h;
+    g.hkv = hkv;
+    g.dh = dh;
+    g.group = h / hkv;
+    const int nchunks = reel_cu::attn_decode_chunks(be, &g, dt, rows, max_context);
+    return reel_cu::attn_decode_persist_grid(be, g, dt, rows, nchunks, max_context);
+}
+
 namespace reel_cu {
 
 template <typename T> static void attn_ref_run(const reel_launch *l, cudaStream_t st, const attn_geom &g)
@@ -436,7 +450,7 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
          * No prefill kernel follows (docs/attention.md); the combine does
          * past 8 chunks. */
         uint32_t *cnt = l->meta->attn_cnt + (int64_t)l->attrs->attn.cnt_slot * l->meta->attn_cnt_words;
-        e = attn_decode_launch(l, st, g, nchunks, false, inblock, l->pdl, fw, cnt, be->caps.pdl);
+        e = attn_decode_launch(l, st, g, nchunks, false, inblock, l->pdl, fw, cnt, be->caps.pdl, 0);
         return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);
     }
     const bool pdl = be->caps.pdl && l->rows <= 16;
@@ -450,9 +464,12 @@ static reel_status attn_launch(reel_backend *be, const reel_launch *l)
      * (4.4 us a layer at 32 tokens, docs/benchmarks.md). Decode and
      * prefill write disjoint rows; the prefill's wait follows the decode's
      * completion, which followed the KV write's. */
-    uint32_t *cnt = inblock ? attn_ws_counters((float *)l->out[1], g) : nullptr;
+    /* Past one wave, the persistent decode; its chunks merge in the combine. */
+    const int64_t ps_grid = attn_decode_persist_grid(be, g, dt, l->rows, nchunks, l->meta->max_context);
+    const bool ib = inblock && ps_grid == 0;
+    uint32_t *cnt = ib ? attn_ws_counters((float *)l->out[1], g) : nullptr;
     REEL_CU_DISPATCH(dt, write_kv<T>(l, st, g, cnt, ny, l->pdl));
-    e = attn_decode_launch(l, st, g, nchunks, prefill, inblock, pdl, fw, cnt, be->caps.pdl);
+    e = attn_decode_launch(l, st, g, nchunks, prefill, ib, pdl, fw, cnt, be->caps.pdl, ps_grid);
     if (e == cudaSuccess && prefill)
         e = attn_prefill_launch(l, st, g, be->caps.pdl, be->caps.sm_count > 0 ? be->caps.sm_count : 132);
     return REEL_CU_LAUNCHED_E(be, "cuda.paged_attention", e);

@@ -363,7 +363,7 @@ bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nc
  * decode (the device has programmatic launch). */
 cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
                                bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt,
-                               bool combine_pdl);
+                               bool combine_pdl, int64_t ps_grid);
 bool attn_decode_mma_supports(reel_dtype dt, int64_t dh);
 int attn_decode_mma_group(void);
 /* Blocks of the tensor-core decode an SM holds (its registers and shared
@@ -372,8 +372,19 @@ int attn_decode_mma_blocks_per_sm(reel_dtype dt, int64_t dh);
 /* Floats of the tensor-core decode's dynamic shared memory (the in-block
  * combine stages a group's partials there). */
 int64_t attn_decode_mma_smem_floats(int64_t dh);
+/* ps_grid: the persistent decode's grid (attn_decode_persist_grid; 0: the
+ * one-item kernel), where neither fw.on nor inblock. */
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                                   bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt);
+                                   bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt,
+                                   int64_t ps_grid);
+/* The grid of the persistent decode for a launch of the two-kernel path
+ * (one wave of its blocks, each taking several of the one-item kernel's
+ * items), or 0 where the one-item kernel takes it: a launch of one wave,
+ * more items a block than the kernel holds, or chunks longer than
+ * REEL_ATTN_PERSIST_KEYS keys at max_context. A function of the launch
+ * and the device alone. */
+int64_t attn_decode_persist_grid(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
+                                 int nchunks, int32_t max_context);
 bool attn_prefill_supports(reel_dtype dt, int64_t dh);
 /* pdl: launched as a programmatic dependent of the kernel before it (the
  * decode or its combine, which let it launch early). */

@@ -224,6 +224,11 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
     }
 }
 
+/* The most chunks the in-block combine merges (attn_decode_inblock). */
+#ifndef REEL_ATTN_INBLOCK_MAX
+#define REEL_ATTN_INBLOCK_MAX 8
+#endif
+
 /* One block per (token, head): the chunks' weights exp2(lse - max) into
  * shared memory, then each thread sums a dimension over a share of the
  * chunks, and the shares are added in a fixed order. */
@@ -274,7 +279,19 @@ __global__ void __launch_bounds__(DEC_THREADS)
         s_w[c] = w;
         lsum += w;
     }
-    const float L = block_reduce<false>(lsum); /* its barriers publish s_w and s_bad */
+    /* Up to REEL_ATTN_INBLOCK_MAX chunks, the in-block combine's order
+     * (dm_arrive_and_combine: L and O summed chunk by chunk from chunk 0),
+     * so a token's row has the same bits whichever of the two merges it. */
+    const bool serial = nact <= REEL_ATTN_INBLOCK_MAX;
+    float L;
+    if (serial) {
+        __syncthreads(); /* s_w and s_bad */
+        L = 0.0f;
+        for (int c = 0; c < nact; c++)
+            L += s_w[c];
+    } else {
+        L = block_reduce<false>(lsum); /* its barriers publish s_w and s_bad */
+    }
     T *orow = out + t * g.qrow + h * g.dh;
     if (s_bad || L == 0.0f) {
         for (int64_t d = threadIdx.x; d < g.dh; d += DEC_THREADS)
@@ -284,7 +301,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     }
     attn_put_lse(g, t, h, 1, (M + log2f(L)) * REEL_ATTN_LN2);
     const float *ob = base + h * g.dh;
-    const int ng = g.dh >= DEC_THREADS ? 1 : DEC_THREADS / (int)g.dh;
+    const int ng = serial || g.dh >= DEC_THREADS ? 1 : DEC_THREADS / (int)g.dh;
     const int j = (int)(threadIdx.x / (ng > 1 ? g.dh : DEC_THREADS));
     for (int64_t d0 = 0; d0 < g.dh; d0 += DEC_THREADS / ng) {
         int64_t d = d0 + threadIdx.x % (DEC_THREADS / ng);
@@ -396,10 +413,6 @@ int attn_decode_chunks(const reel_backend *be, attn_geom *g, reel_dtype dt, int6
 #define REEL_ATTN_COMBINE_PDL 1
 #endif
 
-#ifndef REEL_ATTN_INBLOCK_MAX
-#define REEL_ATTN_INBLOCK_MAX 8
-#endif
-
 bool attn_decode_inblock(const attn_geom &g, reel_dtype dt, int64_t rows, int nchunks)
 {
     /* Measured on an H200 (docs/benchmarks.md): a win at 2 chunks (batch 1,
@@ -467,12 +480,12 @@ cudaError_t decode_t<float>(const reel_launch *l, cudaStream_t st, const attn_ge
 
 cudaError_t attn_decode_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
                                bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt,
-                               bool combine_pdl)
+                               bool combine_pdl, int64_t ps_grid)
 {
     cudaError_t e = cudaSuccess;
     reel_dtype dt = l->in_shape[0].dtype;
     if (attn_decode_mma_supports(dt, g.dh))
-        e = attn_decode_mma_launch(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt);
+        e = attn_decode_mma_launch(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt, ps_grid);
     else if (fw.on)
         return cudaErrorInvalidValue; /* attention.cu asks the tensor-core decode only */
     else

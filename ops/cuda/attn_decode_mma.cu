@@ -239,6 +239,73 @@ __device__ void dm_put_kv(const attn_fw &fw, const attn_geom &g, int64_t u, int6
     }
 }
 
+/* One tile of a warp's 16 keys (from kw; those at k1 or past are masked):
+ * S = Q K^T, the online softmax in base 2, O += P V, on the tile's K and V
+ * in shared memory. The decode kernels' one copy of the arithmetic, so a
+ * chunk's partial has the same bits whichever kernel computes it. */
+template <typename T, int DH, int LD>
+__device__ __forceinline__ void dm_tile(const T *ks, const T *vs, const uint32_t (&qf)[DH / 16][4], int32_t kw,
+                                        int32_t k1, float qscale, float (&o)[DH / 8][4], float &m0, float &m1,
+                                        float &l0, float &l1, int warp, int lane)
+{
+    constexpr int KSTEPS = DH / 16, DTILES = DH / 8;
+    const int ti = lane & 3;
+    float sc[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; n++)
+        sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+        uint32_t b[4];
+        int key = warp * 16 + (lane >> 4) * 8 + (lane & 7);
+        int dim = kk * 16 + ((lane >> 3) & 1) * 8;
+        ldsm_x4(b, &ks[key * LD + dim]);
+        mma_op<T>::run(sc[0], qf[kk], b);
+        mma_op<T>::run(sc[1], qf[kk], b + 2);
+    }
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            bool live = kw + n * 8 + ti * 2 + e < k1;
+            sc[n][e] = live ? sc[n][e] * qscale : -INFINITY;
+            sc[n][2 + e] = live ? sc[n][2 + e] * qscale : -INFINITY;
+            mx0 = fmaxf(mx0, sc[n][e]);
+            mx1 = fmaxf(mx1, sc[n][2 + e]);
+        }
+    }
+    mx0 = quad_max(mx0);
+    mx1 = quad_max(mx1);
+    /* The warp's first key is live, so mx0 and mx1 are finite. */
+    float c0 = ex2_ftz(m0 - mx0), c1 = ex2_ftz(m1 - mx1);
+    m0 = mx0;
+    m1 = mx1;
+    l0 *= c0;
+    l1 *= c1;
+    scale_rows(o, c0, c1);
+#pragma unroll
+    for (int n = 0; n < 2; n++) {
+        sc[n][0] = ex2_ftz(sc[n][0] - mx0);
+        sc[n][1] = ex2_ftz(sc[n][1] - mx0);
+        sc[n][2] = ex2_ftz(sc[n][2] - mx1);
+        sc[n][3] = ex2_ftz(sc[n][3] - mx1);
+        l0 += sc[n][0] + sc[n][1];
+        l1 += sc[n][2] + sc[n][3];
+    }
+    uint32_t a[4];
+    c_to_a<T>(sc[0], sc[1], a);
+#pragma unroll
+    for (int n = 0; n < DTILES; n += 2) {
+        uint32_t b[4];
+        int key = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+        int dim = (n + (lane >> 4)) * 8;
+        ldsm_x4_t(b, &vs[key * LD + dim]);
+        mma_op<T>::run(o[n], a, b);
+        mma_op<T>::run(o[n + 1], a, b + 2);
+    }
+}
+
 /* One item of the decode grid: head group y (of ny = hkv x hsplit) of the
  * token and chunk tc (t x nchunks + c). Every return is the whole block's. */
 template <typename T, int DH>
@@ -535,62 +602,8 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
         }
         const T *ks = ks_all[stage], *vs = vs_all[stage];
         const int32_t kw = kt + warp * 16; /* this warp's 16 keys */
-        if (kw < k1) {
-            float sc[2][4];
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-                sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS; kk++) {
-                uint32_t b[4];
-                int key = warp * 16 + (lane >> 4) * 8 + (lane & 7);
-                int dim = kk * 16 + ((lane >> 3) & 1) * 8;
-                ldsm_x4(b, &ks[key * LD + dim]);
-                mma_op<T>::run(sc[0], qf[kk], b);
-                mma_op<T>::run(sc[1], qf[kk], b + 2);
-            }
-            float mx0 = m0, mx1 = m1;
-#pragma unroll
-            for (int n = 0; n < 2; n++) {
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    bool live = kw + n * 8 + ti * 2 + e < k1;
-                    sc[n][e] = live ? sc[n][e] * qscale : -INFINITY;
-                    sc[n][2 + e] = live ? sc[n][2 + e] * qscale : -INFINITY;
-                    mx0 = fmaxf(mx0, sc[n][e]);
-                    mx1 = fmaxf(mx1, sc[n][2 + e]);
-                }
-            }
-            mx0 = quad_max(mx0);
-            mx1 = quad_max(mx1);
-            /* The warp's first key is live, so mx0 and mx1 are finite. */
-            float c0 = ex2_ftz(m0 - mx0), c1 = ex2_ftz(m1 - mx1);
-            m0 = mx0;
-            m1 = mx1;
-            l0 *= c0;
-            l1 *= c1;
-            scale_rows(o, c0, c1);
-#pragma unroll
-            for (int n = 0; n < 2; n++) {
-                sc[n][0] = ex2_ftz(sc[n][0] - mx0);
-                sc[n][1] = ex2_ftz(sc[n][1] - mx0);
-                sc[n][2] = ex2_ftz(sc[n][2] - mx1);
-                sc[n][3] = ex2_ftz(sc[n][3] - mx1);
-                l0 += sc[n][0] + sc[n][1];
-                l1 += sc[n][2] + sc[n][3];
-            }
-            uint32_t a[4];
-            c_to_a<T>(sc[0], sc[1], a);
-#pragma unroll
-            for (int n = 0; n < DTILES; n += 2) {
-                uint32_t b[4];
-                int key = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-                int dim = (n + (lane >> 4)) * 8;
-                ldsm_x4_t(b, &vs[key * LD + dim]);
-                mma_op<T>::run(o[n], a, b);
-                mma_op<T>::run(o[n + 1], a, b + 2);
-            }
-        }
+        if (kw < k1)
+            dm_tile<T, DH, LD>(ks, vs, qf, kw, k1, qscale, o, m0, m1, l0, l1, warp, lane);
         __syncthreads(); /* the next iteration's load reuses this stage */
     }
 
@@ -686,6 +699,242 @@ __global__ void __launch_bounds__(DM_THREADS)
     }
 }
 
+/* The persistent decode (attn_decode_persist, docs/attention.md): a grid of
+ * one wave, each block taking items blockIdx.x, + gridDim.x, ... (at most
+ * PS_MAXI) of the same (token, chunk, head group) grid the one-item kernel
+ * runs, as one stream of K/V tiles. All of a block's items are classified
+ * and their block ids read at its start, in one round, so an item's first
+ * tiles are loaded while the item before it is computed: a later item pays
+ * no metadata chain and no first-tile latency, which a block of a later
+ * wave of the one-item kernel pays again. An item's partial has the one-item
+ * kernel's bits (dm_tile, the same warp merge); its chunks are merged by the
+ * combine kernel. Only where the KV write ran before (no attn_fw). */
+enum { PS_MAXI = 8, PS_BT = 128 };
+
+template <typename T, int DH>
+__global__ void __launch_bounds__(DM_THREADS, 3)
+    attn_decode_ps_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
+                          T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g, int64_t rows,
+                          int nchunks, int hsplit, bool skip_runs, int64_t total, bool pdl)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+    constexpr int LD = DH + DM_PAD, NS = dm_stages<DH>();
+    constexpr int KSTEPS = DH / 16, DTILES = DH / 8;
+    static_assert(DM_WARPS * 8 * (DH + 2) * sizeof(float) <= DM_BN * LD * sizeof(T),
+                  "eight rows of the warp merge fit one K or V stage");
+    extern __shared__ __align__(16) unsigned char dm_smem_raw[];
+    T(*ks_all)[DM_BN * LD] = (T(*)[DM_BN * LD])dm_smem_raw;
+    T(*vs_all)[DM_BN * LD] = (T(*)[DM_BN * LD])(dm_smem_raw + sizeof(T) * NS * DM_BN * LD);
+    /* Per item: its keys [k0, k1), chunks used, what it does (0 nothing,
+     * 1 attends, 2 zeros: attn_decode_act), a breach of its block ids, and
+     * the first PS_BT of those ids. */
+    __shared__ int32_t s_k0[PS_MAXI], s_k1[PS_MAXI], s_nact[PS_MAXI], s_seq[PS_MAXI];
+    __shared__ int s_what[PS_MAXI], s_ok[PS_MAXI], s_bad[PS_MAXI];
+    __shared__ int32_t s_bt[PS_MAXI][PS_BT];
+
+    const int64_t G = gridDim.x, ny = g.hkv * hsplit;
+    const int nk = (int)((total - (int64_t)blockIdx.x + G - 1) / G);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int gi = lane >> 2, ti = lane & 3;
+    const int32_t bs = (int32_t)g.bs;
+    auto item_at = [&](int k, int64_t *t, int *c, int64_t *kvh, int64_t *h0, int *nh) {
+        const int64_t i = (int64_t)blockIdx.x + (int64_t)k * G, y = i % ny, tc = i / ny;
+        *t = tc / nchunks;
+        *c = (int)(tc % nchunks);
+        *kvh = y / hsplit;
+        const int hs = (int)(y % hsplit);
+        *h0 = *kvh * g.group + (int64_t)hs * DM_ROWS;
+        *nh = (int)min((int64_t)DM_ROWS, g.group - (int64_t)hs * DM_ROWS);
+    };
+
+    /* Every item's metadata, a thread an item; then every item's block ids. */
+    if ((int)threadIdx.x < nk) {
+        int64_t t, kvh, h0;
+        int c, nh;
+        item_at((int)threadIdx.x, &t, &c, &kvh, &h0, &nh);
+        attn_dec_tok tk = attn_decode_classify(m, g, t, rows, c, nchunks, skip_runs);
+        s_k0[threadIdx.x] = tk.k0;
+        s_k1[threadIdx.x] = tk.k1;
+        s_nact[threadIdx.x] = tk.nact;
+        s_seq[threadIdx.x] = tk.seq;
+        s_ok[threadIdx.x] = tk.ok;
+        s_what[threadIdx.x] = tk.attend ? 1 : tk.run || c >= tk.nact ? 0 : 2;
+        s_bad[threadIdx.x] = 0;
+    }
+    __syncthreads();
+    for (int k = 0; k < nk; k++) {
+        if (s_what[k] != 1)
+            continue;
+        const int32_t *bt = m.block_tables + (int64_t)s_seq[k] * m.max_blocks;
+        const int32_t b0 = attn_blk(g, s_k0[k]), b1 = attn_blk(g, s_k1[k] - 1);
+        int bad = 0;
+        for (int32_t b = b0 + threadIdx.x; b <= b1; b += DM_THREADS) {
+            const int32_t blk = bt[b];
+            bad |= blk < 0 || blk >= g.nblocks;
+            if (b - b0 < PS_BT)
+                s_bt[k][b - b0] = blk;
+        }
+        if (bad)
+            s_bad[k] = 1;
+    }
+    __syncthreads();
+    if (pdl)
+        dm_wait_producer();
+
+    /* Items that attend nothing, or whose ids breach: their outputs now. */
+    for (int k = 0; k < nk; k++) {
+        if (s_what[k] == 0 || (s_what[k] == 1 && !s_bad[k]))
+            continue;
+        int64_t t, kvh, h0;
+        int c, nh;
+        item_at(k, &t, &c, &kvh, &h0, &nh);
+        T *orow = out + t * g.qrow + h0 * DH;
+        if (s_what[k] == 2) {
+            for (int64_t i = threadIdx.x; i < nh * DH; i += DM_THREADS)
+                orow[i] = from_f<T>(0.0f);
+            attn_put_lse(g, t, h0, nh, -INFINITY);
+            if (s_ok[k] < 0 && threadIdx.x == 0)
+                report(&m, REEL_E_LIMIT);
+        } else {
+            attn_chunk_refuse(m, g, ws, t, c, nchunks, s_nact[k], h0, nh, orow);
+        }
+    }
+    auto live = [&](int k) { return k < nk && s_what[k] == 1 && !s_bad[k]; };
+    auto next_live = [&](int k) {
+        while (k < nk && !live(k))
+            k++;
+        return k;
+    };
+    auto ntiles = [&](int k) { return (s_k1[k] - s_k0[k] + DM_BN - 1) / DM_BN; };
+    auto load = [&](int k, int tile, int stage) {
+        int64_t t, kvh, h0;
+        int c, nh;
+        item_at(k, &t, &c, &kvh, &h0, &nh);
+        const int32_t k0 = s_k0[k], k1 = s_k1[k], b0 = attn_blk(g, k0);
+        const int32_t *bt = m.block_tables + (int64_t)s_seq[k] * m.max_blocks;
+        const int32_t *sb = s_bt[k];
+        cp_async_kv_tile<T, DH, DM_BN, DM_THREADS, LD>(
+            ks_all[stage], vs_all[stage], kc, vc, k0 + tile * DM_BN, [&](int32_t j) { return j < k1; },
+            [&](int32_t j) {
+                const int32_t bj = attn_blk(g, j);
+                const int32_t blk = bj - b0 < PS_BT ? sb[bj - b0] : bt[bj];
+                return ((int64_t)blk * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH;
+            });
+    };
+
+    /* The producer (pk, pt) runs NS - 1 tiles ahead of the consumer (ck, ct). */
+    int ck = next_live(0), ct = 0, pk = ck, pt = 0;
+    auto produce = [&](int stage) {
+        if (pk >= nk) {
+            cp_async_commit();
+            return;
+        }
+        load(pk, pt, stage);
+        if (++pt == ntiles(pk)) {
+            pk = next_live(pk + 1);
+            pt = 0;
+        }
+    };
+#pragma unroll
+    for (int st = 0; st < NS - 1; st++)
+        produce(st);
+    const float qscale = g.scale * 1.4426950408889634f;
+    uint32_t qf[KSTEPS][4];
+    float o[DTILES][4];
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    int stage = 0;
+    while (ck < nk) {
+        produce((stage + NS - 1) % NS);
+        int64_t t, kvh, h0;
+        int c, nh;
+        item_at(ck, &t, &c, &kvh, &h0, &nh);
+        if (ct == 0) {
+            const bool in0 = gi < nh, in1 = gi + 8 < nh;
+            const T *q0 = q + t * g.qrow + (h0 + gi) * DH, *q1 = q0 + 8 * DH;
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; kk++) {
+                int d = kk * 16 + ti * 2;
+                qf[kk][0] = in0 ? *(const uint32_t *)(q0 + d) : 0u;
+                qf[kk][1] = in1 ? *(const uint32_t *)(q1 + d) : 0u;
+                qf[kk][2] = in0 ? *(const uint32_t *)(q0 + d + 8) : 0u;
+                qf[kk][3] = in1 ? *(const uint32_t *)(q1 + d + 8) : 0u;
+            }
+#pragma unroll
+            for (int n = 0; n < DTILES; n++)
+                o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+            m0 = m1 = -INFINITY;
+            l0 = l1 = 0.0f;
+        }
+        const int32_t k1 = s_k1[ck], kw = s_k0[ck] + ct * DM_BN + warp * 16;
+        cp_async_wait<NS - 1>(); /* tile (ck, ct) has landed */
+        __syncthreads();
+        if (kw < k1)
+            dm_tile<T, DH, LD>(ks_all[stage], vs_all[stage], qf, kw, k1, qscale, o, m0, m1, l0, l1, warp, lane);
+        __syncthreads(); /* the stage is free: the merge below, then the next load */
+        if (++ct == ntiles(ck)) {
+            /* The four warps' states through the stage just read, rows 0-7
+             * in its K half and 8-15 in its V half; the one-item kernel's
+             * merge order, so the same bits. */
+            l0 = quad_sum(l0);
+            l1 = quad_sum(l1);
+            float *mk = (float *)ks_all[stage], *mv = (float *)vs_all[stage];
+            float *w0 = mk + (size_t)warp * 8 * (DH + 2) + gi * (DH + 2);
+            float *w1 = mv + (size_t)warp * 8 * (DH + 2) + gi * (DH + 2);
+#pragma unroll
+            for (int n = 0; n < DTILES; n++) {
+                int d = n * 8 + ti * 2;
+                w0[d] = o[n][0];
+                w0[d + 1] = o[n][1];
+                w1[d] = o[n][2];
+                w1[d + 1] = o[n][3];
+            }
+            if (ti == 0) {
+                w0[DH] = m0;
+                w0[DH + 1] = l0;
+                w1[DH] = m1;
+                w1[DH + 1] = l1;
+            }
+            __syncthreads();
+            const int nact = s_nact[ck];
+            T *orow = out + t * g.qrow + h0 * DH;
+            float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
+            for (int x = threadIdx.x; x < nh * DH; x += DM_THREADS) {
+                int r = x / DH, d = x % DH;
+                const float *half = r < 8 ? mk : mv;
+                float M = -INFINITY;
+#pragma unroll
+                for (int w = 0; w < DM_WARPS; w++)
+                    M = fmaxf(M, half[(w * 8 + (r & 7)) * (DH + 2) + DH]);
+                float L = 0.0f, acc = 0.0f;
+#pragma unroll
+                for (int w = 0; w < DM_WARPS; w++) {
+                    const float *row = half + (w * 8 + (r & 7)) * (DH + 2);
+                    float mv2 = row[DH];
+                    float f = mv2 == -INFINITY ? 0.0f : exp2f(mv2 - M);
+                    L += row[DH + 1] * f;
+                    acc += row[d] * f;
+                }
+                if (nact == 1) {
+                    orow[x] = from_f<T>(acc / L);
+                    if (g.lse && d == 0)
+                        g.lse[t * g.h + h0 + r] = (M + log2f(L)) * REEL_ATTN_LN2;
+                } else {
+                    slot[(h0 + r) * DH + d] = acc / L;
+                    if (d == 0)
+                        slot[g.qrow + h0 + r] = M + log2f(L);
+                }
+            }
+            __syncthreads(); /* the merge's reads, before the stage is loaded again */
+            ck = next_live(ck + 1);
+            ct = 0;
+        }
+        stage = (stage + 1) % NS;
+    }
+    cp_async_wait<0>();
+}
+
 /* Head groups a block takes: 1 while the grid has fewer than 2 x
  * DM_YPB_GRID items (every decode batch to 64 tokens with up to 64 kv head
  * groups), else the grid halved while it keeps DM_YPB_GRID blocks
@@ -729,6 +978,54 @@ template <typename T, int DH> static int dm_blocks_per_sm()
                               dm_opt_in<T, DH, false>);
 }
 
+template <typename T, int DH> static cudaError_t ps_opt_in()
+{
+    static std::atomic<unsigned long long> done(0);
+    return smem_opt_in(attn_decode_ps_kernel<T, DH>, dm_smem<T, DH>(), done);
+}
+
+template <typename T, int DH> static int ps_blocks_per_sm()
+{
+    static std::atomic<int> memo(-1);
+    return blocks_per_sm_once(memo, attn_decode_ps_kernel<T, DH>, DM_THREADS, dm_smem<T, DH>(), ps_opt_in<T, DH>);
+}
+
+/* The persistent decode where a launch's items take more than one wave of
+ * its blocks, each block then has at most PS_MAXI of them, and no item
+ * spans more than REEL_ATTN_PERSIST_KEYS keys (the chunk length of a token
+ * at max_context): a grid of one wave. Measured on an H200
+ * (docs/benchmarks.md): 3-6% faster steps where items are short (batches
+ * 32-64 at context 128, 3 chunks of about 700 keys at batch 32, context
+ * 2048), 7-14% slower where they are 2048 keys and more, whose stream of
+ * one block per slot holds fewer bytes in flight than the one-item
+ * kernel's blocks. -DREEL_ATTN_PERSIST=0 builds the one-item kernel
+ * everywhere. */
+#ifndef REEL_ATTN_PERSIST
+#define REEL_ATTN_PERSIST 1
+#endif
+#ifndef REEL_ATTN_PERSIST_KEYS
+#define REEL_ATTN_PERSIST_KEYS 1024
+#endif
+
+int64_t attn_decode_persist_grid(const reel_backend *be, const attn_geom &g, reel_dtype dt, int64_t rows,
+                                 int nchunks, int32_t max_context)
+{
+    if (!REEL_ATTN_PERSIST || !attn_decode_mma_supports(dt, g.dh) || max_context < 1)
+        return 0;
+    int32_t span = 0;
+    attn_chunking(g, max_context - 1, nchunks, &span);
+    if (span > REEL_ATTN_PERSIST_KEYS)
+        return 0;
+    const bool bf = dt == REEL_BF16;
+    const int per_sm = g.dh == 64 ? (bf ? ps_blocks_per_sm<__nv_bfloat16, 64>() : ps_blocks_per_sm<__half, 64>())
+                                  : (bf ? ps_blocks_per_sm<__nv_bfloat16, 128>() : ps_blocks_per_sm<__half, 128>());
+    const int64_t sms = be->caps.sm_count > 0 ? be->caps.sm_count : 132;
+    const int64_t items = rows * nchunks * g.hkv * ((g.group + DM_ROWS - 1) / DM_ROWS), slots = per_sm * sms;
+    if (per_sm <= 0 || items <= slots || (items + slots - 1) / slots > PS_MAXI)
+        return 0;
+    return slots;
+}
+
 int attn_decode_mma_blocks_per_sm(reel_dtype dt, int64_t dh)
 {
     if (!attn_decode_mma_supports(dt, dh))
@@ -740,10 +1037,18 @@ int attn_decode_mma_blocks_per_sm(reel_dtype dt, int64_t dh)
 
 template <typename T, int DH>
 static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks, bool skip,
-                          bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
+                          bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt, int64_t ps_grid)
 {
     int hsplit = (int)((g.group + DM_ROWS - 1) / DM_ROWS);
     const int64_t blocks = l->rows * nchunks * g.hkv * hsplit;
+    if (ps_grid > 0 && !fw.on && !inblock) {
+        cudaError_t e = ps_opt_in<T, DH>();
+        if (e != cudaSuccess)
+            return e;
+        return launch(attn_decode_ps_kernel<T, DH>, dim3((unsigned)ps_grid), DM_THREADS, dm_smem<T, DH>(), st, pdl,
+                      (const T *)attn_q(l), (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0],
+                      (float *)l->out[1], *l->meta, g, l->rows, nchunks, hsplit, skip, blocks);
+    }
     const int ypb = dm_ypb(blocks, g.hkv * hsplit, fw.on);
     cudaError_t e = ypb > 1 ? dm_opt_in<T, DH, true>() : dm_opt_in<T, DH, false>();
     if (e != cudaSuccess)
@@ -782,14 +1087,15 @@ extern "C" cudaError_t reel_cu_dm_trace_read(unsigned long long *dst, int *nbloc
 #endif
 
 cudaError_t attn_decode_mma_launch(const reel_launch *l, cudaStream_t st, const attn_geom &g, int nchunks,
-                                   bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt)
+                                   bool skip_runs, bool inblock, bool pdl, const attn_fw &fw, uint32_t *cnt,
+                                   int64_t ps_grid)
 {
     bool bf = l->in_shape[0].dtype == REEL_BF16;
     if (g.dh == 64)
-        return bf ? dm_run<__nv_bfloat16, 64>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt)
-                  : dm_run<__half, 64>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt);
-    return bf ? dm_run<__nv_bfloat16, 128>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt)
-              : dm_run<__half, 128>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt);
+        return bf ? dm_run<__nv_bfloat16, 64>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt, ps_grid)
+                  : dm_run<__half, 64>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt, ps_grid);
+    return bf ? dm_run<__nv_bfloat16, 128>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt, ps_grid)
+              : dm_run<__half, 128>(l, st, g, nchunks, skip_runs, inblock, pdl, fw, cnt, ps_grid);
 }
 
 } /* namespace reel_cu */

@@ -45,6 +45,12 @@ extern const reel_op_impl reel_cu_view_cols_impl;
 bool reel_cu_attn_one_kernel_size(const reel_backend *be, reel_dtype dt, int64_t rows, int64_t h, int64_t hkv,
                                   int64_t dh);
 
+/* The persistent decode's grid for a two-kernel launch of `rows` decode
+ * tokens (attn_decode_persist_grid: the same heads, dtype and the plan's
+ * max_context), or 0 where the one-item kernel takes it. For the tests. */
+int64_t reel_cu_attn_persist_grid(const reel_backend *be, reel_dtype dt, int64_t rows, int64_t h, int64_t hkv,
+                                  int64_t dh, int32_t max_context);
+
 #ifdef __cplusplus
 }
 #endif

@@ -502,6 +502,77 @@ Test(gpu_attention, one_kernel_guards_and_shared_blocks, .init = setup, .fini = 
         }
 }
 
+/* The persistent decode (two-kernel launches past one wave whose chunks are
+ * at most REEL_ATTN_PERSIST_KEYS keys long, ops/cuda/attn_decode_mma.cu):
+ * the host's values at f16 and bf16, head dims 64 and 128, GQA 1, 4 and 8,
+ * block sizes 16 and 32. Unsplit (74 rows: 65 decode tokens, a run of 6 the
+ * prefill kernel takes, 3 padding rows; one guard breached in each: a hole
+ * in a block table, a context past max_context, a position past its
+ * context) and split (decode rows to context 2048); each launch without
+ * the plan's counters, so the two-kernel path takes it; the same bits
+ * twice. */
+static void persist_case(acase *c, reel_dtype dt, int32_t max_context, int breach, const char *what)
+{
+    build(c, max_context);
+    const int32_t mb = c->m.max_blocks;
+    switch (breach) {
+    case 1: c->bt[5 * mb] = -1; break;
+    case 2: c->ctxs[7] = max_context + 1; break;
+    case 3: c->pos[9] = c->ctx[9]; break;
+    default: break;
+    }
+    c->m.no_attn_cnt = true;
+    char w[200];
+    snprintf(w, sizeof w, "persistent: %s, breach %d (%s, H %d/%d, dh %d, bs %d, %lld tokens)", what, breach,
+             reel_dtype_name(dt), c->h, c->hkv, c->dh, c->bs, (long long)c->t);
+    cr_assert(reel_cu_attn_persist_grid(cctx->be, dt, c->t, c->h, c->hkv, c->dh, max_context) > 0,
+              "%s: not a launch the persistent decode takes", w);
+    gt_op op = op_of(dt, c);
+    gt_check_impl(hctx, cctx, &op, "cuda.paged_attention", seed, w);
+    const reel_op_impl *impl = gt_cuda_impl("cuda.paged_attention");
+    gt_result a, b;
+    cr_assert_eq(gt_run(cctx->be, impl, &op, &a), REEL_OK, "%s", w);
+    cr_assert_eq(gt_run(cctx->be, impl, &op, &b), REEL_OK, "%s", w);
+    cr_assert(memcmp(a.out[0], b.out[0], reel_shape_bytes(&op.out[0], op.rows)) == 0, "%s: two runs differ", w);
+    cr_assert_eq(a.err, b.err, "%s", w);
+    gt_result_free(&a);
+    gt_result_free(&b);
+    gt_op_free_data(&op);
+    case_free(c);
+}
+
+Test(gpu_attention, persistent_decode_matches_host, .init = setup, .fini = teardown, .timeout = 240)
+{
+    int n = 0;
+    for (int d = 1; d < 3; d++)
+        for (int hd = 64; hd <= 128; hd *= 2)
+            for (int gq = 0; gq < 3; gq++, n++) {
+                const int bs = n % 2 ? 32 : 16;
+                acase un = {.h = 16 * gqas[gq], .hkv = 16, .dh = hd, .bs = bs, .nseq = 66, .npad = 3};
+                for (int s = 0; s < 65; s++) {
+                    un.qlen[s] = 1;
+                    un.ctx[s] = 1 + (s * 97) % 1000;
+                }
+                un.qlen[65] = 6;
+                un.ctx[65] = 700;
+                persist_case(&un, dts[d], 1024, 1 + n % 3, "unsplit");
+                /* the fewest rows past 16 whose launch at 2048 keys it takes
+                 * (so in chunks of at most half the context) */
+                int rows = 0;
+                for (int r = 17; r <= 64 && !rows; r++)
+                    if (reel_cu_attn_persist_grid(cctx->be, dts[d], r, 16 * gqas[gq], 16, hd, 2048) > 0)
+                        rows = r;
+                cr_assert(rows > 0, "H %d/16 dh %d: no launch of 17 to 64 rows at 2048 keys takes it",
+                          16 * gqas[gq], hd);
+                acase sp = {.h = 16 * gqas[gq], .hkv = 16, .dh = hd, .bs = bs, .nseq = rows - 2, .npad = 2};
+                for (int s = 0; s < rows - 2; s++) {
+                    sp.qlen[s] = 1;
+                    sp.ctx[s] = 1 + (s * 211) % 2048;
+                }
+                persist_case(&sp, dts[d], 2048, 0, "split");
+            }
+}
+
 /* The same launch twice gives the same bits (chunking depends on the launch,
  * never on timing). */
 Test(gpu_attention, deterministic, .init = setup, .fini = teardown)
