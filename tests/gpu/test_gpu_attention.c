@@ -541,36 +541,49 @@ static void persist_case(acase *c, reel_dtype dt, int32_t max_context, int breac
     case_free(c);
 }
 
+/* One head configuration: unsplit with the guard `breach` (1 to 3), and
+ * split at 2048 keys. */
+static void persist_cases(reel_dtype dt, int hd, int gqa, int bs, int breach)
+{
+    acase un = {.h = 16 * gqa, .hkv = 16, .dh = hd, .bs = bs, .nseq = 66, .npad = 3};
+    for (int s = 0; s < 65; s++) {
+        un.qlen[s] = 1;
+        un.ctx[s] = 1 + (s * 97) % 1000;
+    }
+    un.qlen[65] = 6;
+    un.ctx[65] = 700;
+    persist_case(&un, dt, 1024, breach, "unsplit");
+    /* the fewest rows past 16 whose launch at 2048 keys it takes (so in
+     * chunks of at most half the context) */
+    int rows = 0;
+    for (int r = 17; r <= 64 && !rows; r++)
+        if (reel_cu_attn_persist_grid(cctx->be, dt, r, 16 * gqa, 16, hd, 2048) > 0)
+            rows = r;
+    cr_assert(rows > 0, "H %d/16 dh %d: no launch of 17 to 64 rows at 2048 keys takes it", 16 * gqa, hd);
+    acase sp = {.h = 16 * gqa, .hkv = 16, .dh = hd, .bs = bs, .nseq = rows - 2, .npad = 2};
+    for (int s = 0; s < rows - 2; s++) {
+        sp.qlen[s] = 1;
+        sp.ctx[s] = 1 + (s * 211) % 2048;
+    }
+    persist_case(&sp, dt, 2048, 0, "split");
+}
+
 Test(gpu_attention, persistent_decode_matches_host, .init = setup, .fini = teardown, .timeout = 240)
 {
     int n = 0;
     for (int d = 1; d < 3; d++)
         for (int hd = 64; hd <= 128; hd *= 2)
-            for (int gq = 0; gq < 3; gq++, n++) {
-                const int bs = n % 2 ? 32 : 16;
-                acase un = {.h = 16 * gqas[gq], .hkv = 16, .dh = hd, .bs = bs, .nseq = 66, .npad = 3};
-                for (int s = 0; s < 65; s++) {
-                    un.qlen[s] = 1;
-                    un.ctx[s] = 1 + (s * 97) % 1000;
-                }
-                un.qlen[65] = 6;
-                un.ctx[65] = 700;
-                persist_case(&un, dts[d], 1024, 1 + n % 3, "unsplit");
-                /* the fewest rows past 16 whose launch at 2048 keys it takes
-                 * (so in chunks of at most half the context) */
-                int rows = 0;
-                for (int r = 17; r <= 64 && !rows; r++)
-                    if (reel_cu_attn_persist_grid(cctx->be, dts[d], r, 16 * gqas[gq], 16, hd, 2048) > 0)
-                        rows = r;
-                cr_assert(rows > 0, "H %d/16 dh %d: no launch of 17 to 64 rows at 2048 keys takes it",
-                          16 * gqas[gq], hd);
-                acase sp = {.h = 16 * gqas[gq], .hkv = 16, .dh = hd, .bs = bs, .nseq = rows - 2, .npad = 2};
-                for (int s = 0; s < rows - 2; s++) {
-                    sp.qlen[s] = 1;
-                    sp.ctx[s] = 1 + (s * 211) % 2048;
-                }
-                persist_case(&sp, dts[d], 2048, 0, "split");
-            }
+            for (int gq = 0; gq < 3; gq++, n++)
+                persist_cases(dts[d], hd, gqas[gq], n % 2 ? 32 : 16, 1 + n % 3);
+}
+
+/* Every guard on the persistent decode, few enough launches for the
+ * sanitizers (bench/gpu.sh runs memcheck and racecheck over this test). */
+Test(gpu_attention, persistent_decode_guards, .init = setup, .fini = teardown, .timeout = 240)
+{
+    for (int hd = 64; hd <= 128; hd *= 2)
+        for (int breach = 1; breach <= 3; breach++)
+            persist_cases(REEL_BF16, hd, 1, 16, breach);
 }
 
 /* The same launch twice gives the same bits (chunking depends on the launch,
