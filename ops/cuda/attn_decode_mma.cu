@@ -699,7 +699,7 @@ __global__ void __launch_bounds__(DM_THREADS)
     }
 }
 
-/* The persistent decode (attn_decode_persist, docs/attention.md): a grid of
+/* The persistent decode (docs/attention.md, "The persistent decode"): a grid of
  * one wave, each block taking items blockIdx.x, + gridDim.x, ... (at most
  * PS_MAXI) of the same (token, chunk, head group) grid the one-item kernel
  * runs, as one stream of K/V tiles. All of a block's items are classified
@@ -994,7 +994,7 @@ template <typename T, int DH> static int ps_blocks_per_sm()
  * its blocks, each block then has at most PS_MAXI of them, and no item
  * spans more than REEL_ATTN_PERSIST_KEYS keys (the chunk length of a token
  * at max_context): a grid of one wave. Measured on an H200
- * (docs/benchmarks.md): 3-6% faster steps where items are short (batches
+ * (docs/benchmarks.md): 1-7% faster steps where items are short (batches
  * 32-64 at context 128, 3 chunks of about 700 keys at batch 32, context
  * 2048), 7-14% slower where they are 2048 keys and more, whose stream of
  * one block per slot holds fewer bytes in flight than the one-item
