@@ -306,6 +306,72 @@ __device__ __forceinline__ void dm_tile(const T *ks, const T *vs, const uint32_t
     }
 }
 
+/* The warps' merge of one item: each warp leaves its rows' (O, m, l) in
+ * shared memory, rows 0-7 at lo and 8-15 at hi ([warp][8][DH + 2] floats
+ * each), then the block merges them in warp order (dm_merge_store, after a
+ * barrier). Both decode kernels merge through these, so a chunk's partial
+ * has the same bits whichever computes it. */
+template <int DH>
+__device__ __forceinline__ void dm_merge_put(float *lo, float *hi, const float (&o)[DH / 8][4], float m0, float m1,
+                                             float l0, float l1, int warp, int lane)
+{
+    static_assert(DM_ROWS == 16, "a warp's rows are gi and gi + 8");
+    const int gi = lane >> 2, ti = lane & 3;
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
+    float *w0 = lo + (warp * 8 + gi) * (DH + 2), *w1 = hi + (warp * 8 + gi) * (DH + 2);
+#pragma unroll
+    for (int n = 0; n < DH / 8; n++) {
+        int d = n * 8 + ti * 2;
+        w0[d] = o[n][0];
+        w0[d + 1] = o[n][1];
+        w1[d] = o[n][2];
+        w1[d + 1] = o[n][3];
+    }
+    if (ti == 0) {
+        w0[DH] = m0;
+        w0[DH + 1] = l0;
+        w1[DH] = m1;
+        w1[DH + 1] = l1;
+    }
+}
+
+/* The merged rows of heads h0 .. h0 + nh - 1 of token t, chunk c: the
+ * output (and lse) where the token has one chunk, else the chunk's partial
+ * in the workspace. */
+template <typename T, int DH>
+__device__ __forceinline__ void dm_merge_store(const float *lo, const float *hi, const attn_geom &g, float *ws,
+                                               T *orow, int64_t t, int c, int nchunks, int nact, int64_t h0, int nh)
+{
+    float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
+    for (int x = threadIdx.x; x < nh * DH; x += DM_THREADS) {
+        const int r = x / DH, d = x % DH;
+        const float *half = (r < 8 ? lo : hi) + (r & 7) * (DH + 2);
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DM_WARPS; w++)
+            M = fmaxf(M, half[w * 8 * (DH + 2) + DH]);
+        float L = 0.0f, acc = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DM_WARPS; w++) {
+            const float *row = half + w * 8 * (DH + 2);
+            float mv = row[DH];
+            float f = mv == -INFINITY ? 0.0f : exp2f(mv - M);
+            L += row[DH + 1] * f;
+            acc += row[d] * f;
+        }
+        if (nact == 1) {
+            orow[x] = from_f<T>(acc / L);
+            if (g.lse && d == 0)
+                g.lse[t * g.h + h0 + r] = (M + log2f(L)) * REEL_ATTN_LN2;
+        } else {
+            slot[(h0 + r) * DH + d] = acc / L;
+            if (d == 0)
+                slot[g.qrow + h0 + r] = M + log2f(L);
+        }
+    }
+}
+
 /* One item of the decode grid: head group y (of ny = hkv x hsplit) of the
  * token and chunk tc (t x nchunks + c). Every return is the whole block's. */
 template <typename T, int DH>
@@ -320,7 +386,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     extern __shared__ __align__(16) unsigned char dm_smem_raw[];
     T(*ks_all)[DM_BN * LD] = (T(*)[DM_BN * LD])dm_smem_raw;
     T(*vs_all)[DM_BN * LD] = (T(*)[DM_BN * LD])(dm_smem_raw + sizeof(T) * NS * DM_BN * LD);
-    float *mrg = (float *)dm_smem_raw; /* after the loop: [warp][row][DH + 2] */
+    float *mrg = (float *)dm_smem_raw; /* after the loop: the warp merge (dm_merge_put) */
 
     const int64_t ny = g.hkv * hsplit;
     const int64_t t = tc / nchunks;
@@ -608,52 +674,11 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     }
 
     DM_TR(8);
-    /* Merge the warps: each writes its rows' (O, m, l); fixed order below. */
-    l0 = quad_sum(l0);
-    l1 = quad_sum(l1);
-    float *mw = mrg + (size_t)warp * DM_ROWS * (DH + 2);
-#pragma unroll
-    for (int n = 0; n < DTILES; n++) {
-        int d = n * 8 + ti * 2;
-        mw[gi * (DH + 2) + d] = o[n][0];
-        mw[gi * (DH + 2) + d + 1] = o[n][1];
-        mw[(gi + 8) * (DH + 2) + d] = o[n][2];
-        mw[(gi + 8) * (DH + 2) + d + 1] = o[n][3];
-    }
-    if (ti == 0) {
-        mw[gi * (DH + 2) + DH] = m0;
-        mw[gi * (DH + 2) + DH + 1] = l0;
-        mw[(gi + 8) * (DH + 2) + DH] = m1;
-        mw[(gi + 8) * (DH + 2) + DH + 1] = l1;
-    }
+    float *mhi = mrg + DM_WARPS * 8 * (DH + 2);
+    dm_merge_put<DH>(mrg, mhi, o, m0, m1, l0, l1, warp, lane);
     __syncthreads();
     DM_TR(9);
-    float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
-    for (int x = threadIdx.x; x < nh * DH; x += DM_THREADS) {
-        int r = x / DH, d = x % DH;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < DM_WARPS; w++)
-            M = fmaxf(M, mrg[(w * DM_ROWS + r) * (DH + 2) + DH]);
-        float L = 0.0f, acc = 0.0f;
-#pragma unroll
-        for (int w = 0; w < DM_WARPS; w++) {
-            const float *row = mrg + (w * DM_ROWS + r) * (DH + 2);
-            float mv = row[DH];
-            float f = mv == -INFINITY ? 0.0f : exp2f(mv - M);
-            L += row[DH + 1] * f;
-            acc += row[d] * f;
-        }
-        if (nact == 1) {
-            orow[x] = from_f<T>(acc / L);
-            if (g.lse && d == 0)
-                g.lse[t * g.h + h0 + r] = (M + log2f(L)) * REEL_ATTN_LN2;
-        } else {
-            slot[(h0 + r) * DH + d] = acc / L;
-            if (d == 0)
-                slot[g.qrow + h0 + r] = M + log2f(L);
-        }
-    }
+    dm_merge_store<T, DH>(mrg, mhi, g, ws, orow, t, c, nchunks, nact, h0, nh);
     if (cnt && nact > 1) {
         dm_arrive_and_combine<T, DH>(ws, cnt, t * ny + y, g, t, nchunks, nact, h0, nh, orow, mrg);
     } else {
@@ -874,58 +899,12 @@ __global__ void __launch_bounds__(DM_THREADS, 3)
             dm_tile<T, DH, LD>(ks_all[stage], vs_all[stage], qf, kw, k1, qscale, o, m0, m1, l0, l1, warp, lane);
         __syncthreads(); /* the stage is free: the merge below, then the next load */
         if (++ct == ntiles(ck)) {
-            /* The four warps' states through the stage just read, rows 0-7
-             * in its K half and 8-15 in its V half; the one-item kernel's
-             * merge order, so the same bits. */
-            l0 = quad_sum(l0);
-            l1 = quad_sum(l1);
+            /* The warps' merge through the stage just read (rows 0-7 in its
+             * K half, 8-15 in its V half). */
             float *mk = (float *)ks_all[stage], *mv = (float *)vs_all[stage];
-            float *w0 = mk + (size_t)warp * 8 * (DH + 2) + gi * (DH + 2);
-            float *w1 = mv + (size_t)warp * 8 * (DH + 2) + gi * (DH + 2);
-#pragma unroll
-            for (int n = 0; n < DTILES; n++) {
-                int d = n * 8 + ti * 2;
-                w0[d] = o[n][0];
-                w0[d + 1] = o[n][1];
-                w1[d] = o[n][2];
-                w1[d + 1] = o[n][3];
-            }
-            if (ti == 0) {
-                w0[DH] = m0;
-                w0[DH + 1] = l0;
-                w1[DH] = m1;
-                w1[DH + 1] = l1;
-            }
+            dm_merge_put<DH>(mk, mv, o, m0, m1, l0, l1, warp, lane);
             __syncthreads();
-            const int nact = s_nact[ck];
-            T *orow = out + t * g.qrow + h0 * DH;
-            float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
-            for (int x = threadIdx.x; x < nh * DH; x += DM_THREADS) {
-                int r = x / DH, d = x % DH;
-                const float *half = r < 8 ? mk : mv;
-                float M = -INFINITY;
-#pragma unroll
-                for (int w = 0; w < DM_WARPS; w++)
-                    M = fmaxf(M, half[(w * 8 + (r & 7)) * (DH + 2) + DH]);
-                float L = 0.0f, acc = 0.0f;
-#pragma unroll
-                for (int w = 0; w < DM_WARPS; w++) {
-                    const float *row = half + (w * 8 + (r & 7)) * (DH + 2);
-                    float mv2 = row[DH];
-                    float f = mv2 == -INFINITY ? 0.0f : exp2f(mv2 - M);
-                    L += row[DH + 1] * f;
-                    acc += row[d] * f;
-                }
-                if (nact == 1) {
-                    orow[x] = from_f<T>(acc / L);
-                    if (g.lse && d == 0)
-                        g.lse[t * g.h + h0 + r] = (M + log2f(L)) * REEL_ATTN_LN2;
-                } else {
-                    slot[(h0 + r) * DH + d] = acc / L;
-                    if (d == 0)
-                        slot[g.qrow + h0 + r] = M + log2f(L);
-                }
-            }
+            dm_merge_store<T, DH>(mk, mv, g, ws, out + t * g.qrow + h0 * DH, t, c, nchunks, s_nact[ck], h0, nh);
             __syncthreads(); /* the merge's reads, before the stage is loaded again */
             ck = next_live(ck + 1);
             ct = 0;
