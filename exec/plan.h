@@ -259,6 +259,8 @@ bool reel_schedule_pdl(const reel_plan *p, const reel_layout *L, int i);
  * REEL_PDL_MAX_WAVES waves of the device's multiprocessors. */
 #define REEL_PDL_MAX_WAVES 1
 bool reel_schedule_pdl_by_grid(const reel_op_impl *impl, const reel_launch *l, const reel_device_caps *caps);
+/* The l2_ahead hints of a bound layout's launches (ops/op.h). */
+void reel_schedule_l2_ahead(const reel_plan *p, reel_layout *L);
 reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L);
 
 /* layout.c: the planner problem, offsets, launches. */

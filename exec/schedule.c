@@ -184,3 +184,47 @@ reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L)
         }
     return REEL_OK;
 }
+
+/* Weights into the device's cache ahead of their matmuls (the l2_ahead
+ * hint of ops/op.h): a launch of an impl with l2_ahead_ok (the attention,
+ * which at small batches leaves the memory idle for microseconds) is given
+ * the weights of the matmuls that follow it on its stream, in order, until
+ * REEL_L2_AHEAD_RANGES ranges or the budget: at most REEL_L2_AHEAD_PCT of
+ * the device's cache, so the lines are still there when their matmul runs.
+ * The walk stops at the next node that could take the hint itself.
+ * Measured on an H200 in docs/benchmarks.md; docs/decisions.md says why. */
+#ifndef REEL_L2_AHEAD_PCT
+#define REEL_L2_AHEAD_PCT 50
+#endif
+
+void reel_schedule_l2_ahead(const reel_plan *p, reel_layout *L)
+{
+    const size_t l2 = p->be->caps.l2_bytes;
+    if (REEL_L2_AHEAD_PCT <= 0 || l2 == 0)
+        return;
+    for (int i = 0; i < p->nnodes; i++) {
+        if (!p->impl[i]->l2_ahead_ok)
+            continue;
+        reel_launch *l = &L->launches[i];
+        size_t left = l2 / 100 * REEL_L2_AHEAD_PCT;
+        int r = 0;
+        for (int j = i + 1; j < p->nnodes && r < REEL_L2_AHEAD_RANGES && left >= 16; j++) {
+            const reel_node *n = &p->nodes[j];
+            if (n->stream != p->nodes[i].stream)
+                continue;
+            if (p->impl[j]->l2_ahead_ok)
+                break;
+            if (n->op != REEL_OP_MATMUL || n->nin < 2 || !(L->launches[j].in_param & 2u))
+                continue;
+            const reel_tinfo *w = &p->tensors[n->in[1]];
+            size_t bytes = reel_shape_bytes(&w->shape, 0);
+            bytes = (bytes < left ? bytes : left) & ~(size_t)15;
+            if (!bytes)
+                continue;
+            l->l2_ahead[r].p = L->launches[j].in[1];
+            l->l2_ahead[r].bytes = bytes;
+            left -= bytes;
+            r++;
+        }
+    }
+}
