@@ -58,6 +58,8 @@ typedef struct reel_plan_debug {
                                     span hook (tests the CUDA path on the host backend) */
     bool planner_exhaustive;     /* the memory planner's all-pairs reference
                                     (reel_mem_problem.exhaustive): the same plan, slower */
+    bool no_l2_ahead;            /* no l2_ahead hints (schedule.c): the same bits, the
+                                    kernels' times without them */
 } reel_plan_debug;
 
 /* A plan is two things kept apart: the schedule, fixed when compile returns
