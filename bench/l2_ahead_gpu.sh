@@ -1,0 +1,24 @@
+#!/bin/bash
+# On the GPU machine, one call: the L2 hint's probe (bench/l2_ahead.cu), its
+# test on the GPU (test_gpu_attention's hint and replay tests), and the
+# decode step with the hint and without it (bench/variants_ab.sh builds).
+#   bench/l2_ahead_gpu.sh        (REEL_AB_HIDDEN, REEL_AB_BATCHES, REEL_AB_CONTEXTS as there)
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/reel-l2-out}
+mkdir -p "$OUT"
+[ -f .devdeps/env.sh ] && source .devdeps/env.sh
+export PATH=/usr/local/cuda/bin:$PATH
+B=/tmp/reel-l2-build
+echo "=== build ($(date +%T))"
+timeout 300 bash -c "meson setup $B -Dcuda=enabled -Dbuildtype=release >/dev/null && ninja -C $B -j16 bench/bench_l2_ahead tests/gpu/test_gpu_attention" \
+    >"$OUT/l2-build.log" 2>&1 || { tail -20 "$OUT/l2-build.log"; exit 1; }
+echo "=== bench_l2_ahead ($(date +%T))"
+timeout 120 "$B/bench/bench_l2_ahead" 20 >"$OUT/l2-probe.md" 2>&1
+echo "exit $?"
+grep -E "^# |idle -> o|^\| (o|gate/up|q/k/v|down) " "$OUT/l2-probe.md" | awk -F'|' 'NF < 5 {print; next} {print $2"|"$4"|"$5"|"$6"|"$9"|"$10"|"$11"|"$12"|"$13}'
+echo "=== test_gpu_attention ($(date +%T))"
+timeout 150 "$B/tests/gpu/test_gpu_attention" --jobs 4 --filter '*@(l2_ahead|replay_equals|one_kernel_decode_matches|persistent_decode_matches)*' 2>&1 | grep -E "FAIL|Synthesis|Assert" | head -20
+echo "=== step A/B ($(date +%T))"
+bash bench/variants_ab.sh "off:-DREEL_L2_AHEAD_PCT=0" "on:" 2>&1 | grep -v "^plan\|^process" | tee "$OUT/l2-ab.txt"
+echo "=== done ($(date +%T))"
