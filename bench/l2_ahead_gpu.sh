@@ -11,8 +11,13 @@ mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 B=/tmp/reel-l2-build
 echo "=== build ($(date +%T))"
-timeout 300 bash -c "meson setup $B -Dcuda=enabled -Dbuildtype=release >/dev/null && ninja -C $B -j16 bench/bench_l2_ahead tests/gpu/test_gpu_attention" \
+# The build without the hint, for the A/B, alongside; the A/B's "on" build is $B.
+(meson setup /tmp/reel-var-off -Dcuda=enabled -Dbuildtype=release -Dtests=false \
+    "-Dcuda_args=-DREEL_L2_AHEAD_PCT=0" "-Dc_args=-DREEL_L2_AHEAD_PCT=0" && ninja -C /tmp/reel-var-off -j8 bench/bench_decode) \
+    >"$OUT/l2-build-off.log" 2>&1 &
+timeout 300 bash -c "meson setup $B -Dcuda=enabled -Dbuildtype=release >/dev/null && ninja -C $B -j12 bench/bench_l2_ahead bench/bench_decode tests/gpu/test_gpu_attention" \
     >"$OUT/l2-build.log" 2>&1 || { tail -20 "$OUT/l2-build.log"; exit 1; }
+ln -sfn $B /tmp/reel-var-on
 echo "=== bench_l2_ahead ($(date +%T))"
 timeout 120 "$B/bench/bench_l2_ahead" 20 >"$OUT/l2-probe.md" 2>&1
 echo "exit $?"
@@ -20,5 +25,6 @@ grep -E "^# |idle -> o|^\| (o|gate/up|q/k/v|down) " "$OUT/l2-probe.md" | awk -F'
 echo "=== test_gpu_attention ($(date +%T))"
 timeout 150 "$B/tests/gpu/test_gpu_attention" --jobs 4 --filter '*@(l2_ahead|replay_equals|one_kernel_decode_matches|persistent_decode_matches)*' 2>&1 | grep -E "FAIL|Synthesis|Assert" | head -20
 echo "=== step A/B ($(date +%T))"
+wait
 bash bench/variants_ab.sh "off:-DREEL_L2_AHEAD_PCT=0" "on:" 2>&1 | grep -v "^plan\|^process" | tee "$OUT/l2-ab.txt"
 echo "=== done ($(date +%T))"
