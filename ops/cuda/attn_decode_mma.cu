@@ -110,6 +110,13 @@ template <typename T, int DH> static constexpr size_t dm_smem()
     return dm_stage_bytes<T, DH>() > dm_merge_bytes<T, DH>() ? dm_stage_bytes<T, DH>() : dm_merge_bytes<T, DH>();
 }
 
+/* Where the decode kernels issue the l2_ahead hint: after their producer
+ * wait (0), or once their K/V loads are done (1: the hint then never
+ * queues ahead of the decode's own dependent loads). */
+#ifndef REEL_L2_AHEAD_AT_END
+#define REEL_L2_AHEAD_AT_END 0
+#endif
+
 __device__ __forceinline__ void dm_wait_producer()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -537,7 +544,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     /* The next matmuls' weights (the plan's l2_ahead hint), asked for now
      * that the kernel before has finished streaming its own: by chunk 0 of
      * the first token, which every step that attends anything runs. */
-    if (t == 0 && c == 0 && warp == 0)
+    if (!REEL_L2_AHEAD_AT_END && t == 0 && c == 0 && warp == 0)
         l2_ahead_issue(ahead, y, ny);
     /* The token's own new key and value (rotated), where the chunk reads
      * them: thread d holds dimension d, stored into the tile after its
@@ -679,6 +686,8 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     }
 
     DM_TR(8);
+    if (REEL_L2_AHEAD_AT_END && t == 0 && c == 0 && warp == 0)
+        l2_ahead_issue(ahead, y, ny); /* the item's loads are all done */
     float *mhi = mrg + DM_WARPS * 8 * (DH + 2);
     dm_merge_put<DH>(mrg, mhi, o, m0, m1, l0, l1, warp, lane);
     __syncthreads();
@@ -740,6 +749,7 @@ __global__ void __launch_bounds__(DM_THREADS)
  * kernel's bits (dm_tile, the same warp merge); its chunks are merged by the
  * combine kernel. Only where the KV write ran before (no attn_fw). */
 enum { PS_MAXI = 8, PS_BT = 128 };
+
 
 template <typename T, int DH>
 __global__ void __launch_bounds__(DM_THREADS, 3)
@@ -812,7 +822,7 @@ __global__ void __launch_bounds__(DM_THREADS, 3)
     __syncthreads();
     if (pdl)
         dm_wait_producer();
-    if (warp == 0)
+    if (!REEL_L2_AHEAD_AT_END && warp == 0)
         l2_ahead_issue(ahead, blockIdx.x, G); /* the plan's hint, as in dm_item */
 
     /* Items that attend nothing, or whose ids breach: their outputs now. */
@@ -919,6 +929,8 @@ __global__ void __launch_bounds__(DM_THREADS, 3)
         stage = (stage + 1) % NS;
     }
     cp_async_wait<0>();
+    if (REEL_L2_AHEAD_AT_END && warp == 0)
+        l2_ahead_issue(ahead, blockIdx.x, G);
 }
 
 /* Head groups a block takes: 1 while the grid has fewer than 2 x
