@@ -42,6 +42,25 @@ __global__ void idle_kernel(unsigned long long ns)
     } while (t - t0 < ns);
 }
 
+/* A stand-in for the decode at batch 1: 64 blocks, each a chain of `n`
+ * dependent 16-byte loads a warp from its own 16 KiB of `p` (no two
+ * blocks share a line), the next address from the last value. */
+__global__ void chase_kernel(const uint4 *p, int n, unsigned *sink)
+{
+    const uint4 *b = p + (size_t)blockIdx.x * 1024;
+    unsigned i = threadIdx.x, a = 0;
+    for (int k = 0; k < n; k++) {
+        uint4 v = ld_once16(b + (i & 1023));
+        a += v.x;
+        i = (i + 32 + (v.y & 1)) & 1023;
+        b += 64 * 1024; /* another block's range next: never an L2 hit */
+        if (b >= p + (size_t)64 * 1024 * 64)
+            b -= (size_t)64 * 1024 * 64 - 1024;
+    }
+    if (a == 0x9e3779b9u)
+        *sink = a;
+}
+
 /* Each thread asks L2 for its chunks of `bytes` (multiples of 16) with one
  * bulk prefetch per chunk; the kernel exits as soon as they are issued. */
 __global__ void l2_ahead_kernel(const char *p, size_t bytes, size_t chunk, int evict_last)
@@ -236,6 +255,34 @@ int main(int argc, char **argv)
                            el ? "evict_last" : "normal", base, ah, base - ah);
                     fflush(stdout);
                 }
+    }
+    /* What a prefetch does to a latency-bound kernel running beside it:
+     * the chain alone, and with 8-32 MB asked of L2 as it starts. */
+    {
+        void *buf, *wbig;
+        unsigned *sink;
+        CK(cudaMalloc(&buf, (size_t)64 * 1024 * 64 * 16));
+        CK(cudaMemset(buf, 0, (size_t)64 * 1024 * 64 * 16));
+        CK(cudaMalloc(&wbig, (size_t)48 << 20));
+        CK(cudaMalloc(&sink, 4));
+        printf("\n| chain (64 blocks, dependent loads) | prefetch MB | chain us | chain + prefetch us |\n| --- | --- | --- | --- |\n");
+        for (int n : {16, 64})
+            for (size_t mb : {(size_t)8, (size_t)16, (size_t)32}) {
+                double alone = time_graph(s, L, [&](int) { chase_kernel<<<64, 32, 0, s>>>((const uint4 *)buf, n, sink); });
+                double with = time_graph(s, L, [&](int i) {
+                    CK(cudaEventRecord(ev[2 * i], s));
+                    CK(cudaStreamWaitEvent(s2, ev[2 * i], 0));
+                    l2_ahead_kernel<<<8, 32, 0, s2>>>((const char *)wbig, mb << 20, (size_t)64 << 10, 0);
+                    CK(cudaEventRecord(ev[2 * i + 1], s2));
+                    chase_kernel<<<64, 32, 0, s>>>((const uint4 *)buf, n, sink);
+                    CK(cudaStreamWaitEvent(s, ev[2 * i + 1], 0));
+                });
+                printf("| %d loads | %zu | %.2f | %.2f |\n", n, mb, alone, with);
+                fflush(stdout);
+            }
+        CK(cudaFree(buf));
+        CK(cudaFree(wbig));
+        CK(cudaFree(sink));
     }
     printf("\nbytes: %s\n", "each pair reads another copy; a prefetch is a hint (same bits)");
     return 0;

@@ -25,7 +25,7 @@ ln -sfn $B /tmp/reel-var-on
 echo "=== bench_l2_ahead ($(date +%T))"
 timeout 120 "$B/bench/bench_l2_ahead" 20 >"$OUT/l2-probe.md" 2>&1
 echo "exit $?"
-grep -E "^# |idle -> o|^\| (o|gate/up|q/k/v|down) " "$OUT/l2-probe.md" | awk -F'|' 'NF < 5 {print; next} {print $2"|"$4"|"$5"|"$6"|"$9"|"$10"|"$11"|"$12"|"$13}'
+grep -E "^# |idle -> o|^\| (o|gate/up|q/k/v|down) |loads \|" "$OUT/l2-probe.md" | awk -F'|' 'NF < 8 {print; next} {print $2"|"$4"|"$5"|"$6"|"$9"|"$10"|"$11"|"$12"|"$13}'
 echo "=== test_gpu_attention ($(date +%T))"
 timeout 150 "$B/tests/gpu/test_gpu_attention" --jobs 4 --filter '*@(l2_ahead|replay_equals|one_kernel_decode_matches|persistent_decode_matches)*' 2>&1 | grep -E "FAIL|Synthesis|Assert" | head -20
 echo "=== step A/B ($(date +%T))"
