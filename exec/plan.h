@@ -58,8 +58,9 @@ typedef struct reel_plan_debug {
                                     span hook (tests the CUDA path on the host backend) */
     bool planner_exhaustive;     /* the memory planner's all-pairs reference
                                     (reel_mem_problem.exhaustive): the same plan, slower */
-    bool no_l2_ahead;            /* no l2_ahead hints (schedule.c): the same bits, the
-                                    kernels' times without them */
+    int l2_ahead_pct;            /* the l2_ahead budget (schedule.c), percent of the
+                                    device's cache: 0 the build's default
+                                    (REEL_L2_AHEAD_PCT), -1 no hints (the same bits) */
 } reel_plan_debug;
 
 /* A plan is two things kept apart: the schedule, fixed when compile returns

@@ -200,13 +200,14 @@ reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L)
 void reel_schedule_l2_ahead(const reel_plan *p, reel_layout *L)
 {
     const size_t l2 = p->be->caps.l2_bytes;
-    if (REEL_L2_AHEAD_PCT <= 0 || l2 == 0 || p->dbg.no_l2_ahead)
+    const int pct = p->dbg.l2_ahead_pct ? p->dbg.l2_ahead_pct : REEL_L2_AHEAD_PCT;
+    if (pct <= 0 || pct > 100 || l2 == 0)
         return;
     for (int i = 0; i < p->nnodes; i++) {
         if (!p->impl[i]->l2_ahead_ok)
             continue;
         reel_launch *l = &L->launches[i];
-        size_t left = l2 * REEL_L2_AHEAD_PCT / 100;
+        size_t left = l2 * (size_t)pct / 100;
         int r = 0;
         for (int j = i + 1; j < p->nnodes && r < REEL_L2_AHEAD_RANGES && left >= 16; j++) {
             const reel_node *n = &p->nodes[j];

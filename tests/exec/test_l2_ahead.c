@@ -66,7 +66,7 @@ static reel_plan *compile_layers(int o2_stream)
     o.num_buckets = 2;
     o.buckets[0] = 1;
     o.buckets[1] = 8;
-    reel_plan_debug dbg = {.not_capturable_node = -1, .no_fuse = true};
+    reel_plan_debug dbg = {.not_capturable_node = -1, .no_fuse = true, .l2_ahead_pct = 50};
     reel_plan *p = NULL;
     cr_assert_eq(reel_compile_debug(g, &o, &dbg, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
     reel_graph_destroy(g);
@@ -183,7 +183,7 @@ Test(l2_ahead, the_walk_stops_at_the_next_attention_and_keeps_to_its_stream, .in
 Test(l2_ahead, a_debug_plan_without_hints, .init = setup, .fini = teardown)
 {
     reel_plan *p = compile_layers(0);
-    p->dbg.no_l2_ahead = true;
+    p->dbg.l2_ahead_pct = -1;
     give_cache(p, 1 << 20);
     for (int i = 0; i < p->nnodes; i++)
         for (int r = 0; r < REEL_L2_AHEAD_RANGES; r++)

@@ -660,7 +660,7 @@ static reel_plan *attn_plan_o(reel_dtype dt, bool capture, bool with_o, bool no_
     o.max_seqs = PSEQ;
     o.no_capture = !capture;
     reel_plan *p = NULL;
-    reel_plan_debug dbg = {.not_capturable_node = -1, .no_l2_ahead = no_hint};
+    reel_plan_debug dbg = {.not_capturable_node = -1, .l2_ahead_pct = no_hint ? -1 : 50};
     cr_assert_eq(reel_compile_debug(g, &o, &dbg, &p), REEL_OK, "%s", reel_ctx_last_error(cctx));
     reel_graph_destroy(g);
     free(wb);
