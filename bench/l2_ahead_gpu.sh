@@ -12,16 +12,17 @@ mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 B=/tmp/reel-l2-build
 echo "=== build ($(date +%T))"
-# The build without the hint, for the A/B, alongside; the A/B's "on" build is $B.
-(meson setup /tmp/reel-var-off -Dcuda=enabled -Dbuildtype=release -Dtests=false \
-    "-Dcuda_args=-DREEL_L2_AHEAD_PCT=0" "-Dc_args=-DREEL_L2_AHEAD_PCT=0" && ninja -C /tmp/reel-var-off -j6 bench/bench_decode) \
-    >"$OUT/l2-build-off.log" 2>&1 &
+# The builds with the hint (after the decode's wait, and at its end), for the
+# A/B, alongside; the A/B's "off" build (the default) is $B.
+(meson setup /tmp/reel-var-on -Dcuda=enabled -Dbuildtype=release -Dtests=false \
+    "-Dcuda_args=-DREEL_L2_AHEAD_PCT=50" "-Dc_args=-DREEL_L2_AHEAD_PCT=50" && ninja -C /tmp/reel-var-on -j6 bench/bench_decode) \
+    >"$OUT/l2-build-on.log" 2>&1 &
 (meson setup /tmp/reel-var-end -Dcuda=enabled -Dbuildtype=release -Dtests=false \
-    "-Dcuda_args=-DREEL_L2_AHEAD_AT_END=1" "-Dc_args=-DREEL_L2_AHEAD_AT_END=1" && ninja -C /tmp/reel-var-end -j6 bench/bench_decode) \
+    "-Dcuda_args=-DREEL_L2_AHEAD_PCT=50 -DREEL_L2_AHEAD_AT_END=1" "-Dc_args=-DREEL_L2_AHEAD_PCT=50 -DREEL_L2_AHEAD_AT_END=1" && ninja -C /tmp/reel-var-end -j6 bench/bench_decode) \
     >"$OUT/l2-build-end.log" 2>&1 &
 timeout 300 bash -c "meson setup $B -Dcuda=enabled -Dbuildtype=release >/dev/null && ninja -C $B -j8 bench/bench_l2_ahead bench/bench_decode tests/gpu/test_gpu_attention" \
     >"$OUT/l2-build.log" 2>&1 || { tail -20 "$OUT/l2-build.log"; exit 1; }
-ln -sfn $B /tmp/reel-var-on
+ln -sfn $B /tmp/reel-var-off
 echo "=== bench_l2_ahead ($(date +%T))"
 timeout 120 "$B/bench/bench_l2_ahead" 20 >"$OUT/l2-probe.md" 2>&1
 echo "exit $?"
@@ -30,5 +31,5 @@ echo "=== test_gpu_attention ($(date +%T))"
 timeout 150 "$B/tests/gpu/test_gpu_attention" --jobs 4 --filter '*@(l2_ahead|replay_equals|one_kernel_decode_matches|persistent_decode_matches)*' 2>&1 | grep -E "FAIL|Synthesis|Assert" | head -20
 echo "=== step A/B ($(date +%T))"
 wait
-bash bench/variants_ab.sh "off:-DREEL_L2_AHEAD_PCT=0" "on:" "end:-DREEL_L2_AHEAD_AT_END=1" 2>&1 | grep -v "^plan\|^process" | tee "$OUT/l2-ab.txt"
+bash bench/variants_ab.sh "off:" "on:-DREEL_L2_AHEAD_PCT=50" "end:-DREEL_L2_AHEAD_PCT=50 -DREEL_L2_AHEAD_AT_END=1" 2>&1 | grep -v "^plan\|^process" | tee "$OUT/l2-ab.txt"
 echo "=== done ($(date +%T))"

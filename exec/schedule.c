@@ -192,9 +192,11 @@ reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L)
  * REEL_L2_AHEAD_RANGES ranges or the budget: at most REEL_L2_AHEAD_PCT of
  * the device's cache, so the lines are still there when their matmul runs.
  * The walk stops at the next node that could take the hint itself.
- * Measured on an H200 in docs/benchmarks.md; docs/decisions.md says why. */
+ * Off by default (0) until a GPU run shows the step faster with it
+ * (docs/decisions.md, "Weights into L2 during the decode"); tests and
+ * benchmarks set the budget (reel_plan_debug.l2_ahead_pct, -D). */
 #ifndef REEL_L2_AHEAD_PCT
-#define REEL_L2_AHEAD_PCT 50
+#define REEL_L2_AHEAD_PCT 0
 #endif
 
 void reel_schedule_l2_ahead(const reel_plan *p, reel_layout *L)
