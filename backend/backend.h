@@ -24,7 +24,6 @@ typedef struct reel_device_caps {
     bool pdl;                    /* programmatic dependent launch */
     bool is_gpu;
     size_t total_mem;
-    size_t l2_bytes;             /* the device's L2 (0 on host) */
     char name[128];
 } reel_device_caps;
 

@@ -120,8 +120,7 @@ if [ "$san" != 0 ] && command -v compute-sanitizer >/dev/null; then
                "memcheck test_gpu_attention *guards*" "racecheck test_gpu_attention */mixed_batch*" \
                "racecheck test_gpu_attention *long_prefills*" "memcheck test_gpu_attention *long_prefills*" \
                "memcheck test_gpu_attention *one_kernel*" "racecheck test_gpu_attention *one_kernel_guards*" \
-               "memcheck test_gpu_attention *persistent_decode_guards*" "racecheck test_gpu_attention *persistent_decode_guards*" \
-               "memcheck test_gpu_attention *l2_ahead*"; do
+               "memcheck test_gpu_attention *persistent_decode_guards*" "racecheck test_gpu_attention *persistent_decode_guards*"; do
         set -f; set -- $run; set +f
         [ "$san" = attention ] && [ "$2" != test_gpu_attention ] && continue
         filter=${3:+--filter=$3}

@@ -117,13 +117,6 @@ reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out)
     }
     explain_kernel(p, i, r.why, sizeof r.why);
     r.fused = p->fused ? p->fused[i] : "";
-    r.l2_ahead_node = -1;
-    const reel_launch *lb = p->bucket[p->nbuckets - 1].launches ? &p->bucket[p->nbuckets - 1].launches[i] : NULL;
-    for (int k = 0; lb && k < REEL_L2_AHEAD_RANGES; k++)
-        r.l2_ahead_bytes += (int64_t)lb->l2_ahead[k].bytes;
-    for (int j = i + 1; lb && lb->l2_ahead[0].bytes && j < p->nnodes && r.l2_ahead_node < 0; j++)
-        if (p->bucket[p->nbuckets - 1].launches[j].in[1] == lb->l2_ahead[0].p && p->nodes[j].op == REEL_OP_MATMUL)
-            r.l2_ahead_node = j;
     memcpy(out, &r, out->size);
     return REEL_OK;
 }

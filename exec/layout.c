@@ -221,7 +221,6 @@ reel_status reel_layout_bind(reel_plan *p, reel_layout *L, char *arena, char *st
         l->pdl = reel_schedule_pdl(p, L, i);
         l->comm = reel_op_is_comm(n->op) ? p->comm : NULL;
     }
-    reel_schedule_l2_ahead(p, L);
     return REEL_OK;
 }
 

@@ -58,9 +58,6 @@ typedef struct reel_plan_debug {
                                     span hook (tests the CUDA path on the host backend) */
     bool planner_exhaustive;     /* the memory planner's all-pairs reference
                                     (reel_mem_problem.exhaustive): the same plan, slower */
-    int l2_ahead_pct;            /* the l2_ahead budget (schedule.c), percent of the
-                                    device's cache: 0 the build's default
-                                    (REEL_L2_AHEAD_PCT), -1 no hints (the same bits) */
 } reel_plan_debug;
 
 /* A plan is two things kept apart: the schedule, fixed when compile returns
@@ -262,8 +259,6 @@ bool reel_schedule_pdl(const reel_plan *p, const reel_layout *L, int i);
  * REEL_PDL_MAX_WAVES waves of the device's multiprocessors. */
 #define REEL_PDL_MAX_WAVES 1
 bool reel_schedule_pdl_by_grid(const reel_op_impl *impl, const reel_launch *l, const reel_device_caps *caps);
-/* The l2_ahead hints of a bound layout's launches (ops/op.h). */
-void reel_schedule_l2_ahead(const reel_plan *p, reel_layout *L);
 reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L);
 
 /* layout.c: the planner problem, offsets, launches. */

@@ -230,9 +230,6 @@ typedef struct reel_meta_view {
 } reel_meta_view;
 
 /* One node ready to launch: resolved pointers for one memory layout. */
-/* Ranges of reel_launch.l2_ahead. */
-#define REEL_L2_AHEAD_RANGES 2
-
 typedef struct reel_launch {
     reel_op_kind op;
     const reel_op_attrs *attrs;
@@ -254,15 +251,6 @@ typedef struct reel_launch {
     uint32_t in_param;
     /* The plan's communicator (collective ops), NULL otherwise. */
     reel_comm *comm;
-    /* Weights a later node of this stream reads (parameters, which no node
-     * writes), that a launch of an impl with l2_ahead_ok may ask the
-     * device's cache for while it runs, so that they stream from there
-     * (exec/schedule.c, docs/decisions.md). A hint: no result depends on
-     * it. Unused ranges have bytes 0; bytes are multiples of 16. */
-    struct {
-        const void *p;
-        size_t bytes;
-    } l2_ahead[REEL_L2_AHEAD_RANGES];
     /* The plan's warm-up (outside any capture, before it): an impl may time
      * its candidates for the launch's shape here and remember the choice,
      * which every later launch of the shape (replayed or eager) then
@@ -278,8 +266,6 @@ typedef struct reel_op_impl {
     bool capturable;              /* may run inside a captured graph */
     bool fixed_context;           /* honours the fixed-context metadata limits */
     bool pdl_ok;                  /* honours reel_launch.pdl (waits on its producer grid first) */
-    bool l2_ahead_ok;             /* honours reel_launch.l2_ahead: the op leaves the device's
-                                     memory mostly idle at small batches (attention) */
     bool inplace_ok;              /* out[0] may start at in[0]'s address (the planner gives it
                                      the input's bytes when the input dies at this op). The one
                                      source of in-place reuse: a kernel declares what it was

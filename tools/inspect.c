@@ -60,16 +60,7 @@ void inspect_print_plan(reel_plan *p, FILE *f)
         if (ni.fused && ni.fused[0])
             fprintf(f, "%s node %d (%s): %s", nf++ ? "," : "\nfused:", i, ni.name, ni.fused);
     }
-    fprintf(f, "%s", nf ? "\n" : "\nfused: none (no_fuse or nothing to fuse)\n");
-    /* Which kernels ask the device's cache for later matmuls' weights. */
-    int na = 0;
-    for (int i = 0; i < nn; i++) {
-        reel_node_info ni = REEL_NODE_INFO_INIT;
-        if (reel_plan_node_info(p, i, &ni) != REEL_OK || ni.l2_ahead_bytes <= 0) continue;
-        fprintf(f, "%s node %d (%s): %.1f MiB of the weights from node %d on", na++ ? "," : "l2 ahead:", i, ni.name,
-                (double)ni.l2_ahead_bytes / 1048576.0, ni.l2_ahead_node);
-    }
-    fprintf(f, "%s\nkernels per replay (bucket: kernels in its graph", na ? "\n" : "l2 ahead: none\n");
+    fprintf(f, "%s\nkernels per replay (bucket: kernels in its graph", nf ? "\n" : "\nfused: none (no_fuse or nothing to fuse)\n");
     if (layers) fprintf(f, ", per layer over %d attention layers", layers);
     fputs("):", f);
     for (int b = 0; b < st.num_buckets; b++) {

@@ -125,7 +125,6 @@ static reel_status probe_caps(reel_backend *be, int dev)
     caps->sm_count = prop.multiProcessorCount;
     caps->is_gpu = true;
     caps->total_mem = prop.totalGlobalMem;
-    caps->l2_bytes = prop.l2CacheSize > 0 ? (size_t)prop.l2CacheSize : 0;
     REEL_TRY(REEL_CK(be, cudaMemGetInfo(&free_b, &caps->total_mem)));
     /* Names are short; a longer one is cut, which only affects display. */
     memcpy(caps->name, prop.name, sizeof caps->name - 1);

@@ -453,11 +453,6 @@ typedef struct reel_node_info {
     const char *fused;                    /* what the fusion pass folded into this node, "" if
                                              nothing: "add+rmsnorm", "matmul+add(bias)",
                                              "matmul+silu_and_mul", "matmul->3 views"; owned by the plan */
-    /* Appended in 0.1 (the L2 hint). Bytes of later matmuls' weights this
-     * kernel asks the device's cache for while it runs (largest bucket),
-     * and the first of those matmuls' schedule position (-1: none). */
-    int64_t l2_ahead_bytes;
-    int l2_ahead_node;
 } reel_node_info;
 #ifdef __cplusplus
 #define REEL_NODE_INFO_INIT { sizeof(reel_node_info), REEL_VERSION_NUMBER }

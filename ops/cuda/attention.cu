@@ -533,7 +533,6 @@ static reel_op_impl attn_impl(void)
     reel_op_impl i = reel_cu::make_impl("cuda.paged_attention", REEL_OP_PAGED_ATTENTION, 20, true, false,
                                         reel_cu::use_attn, reel_cu::attn_launch);
     i.grid_blocks = attn_grid;
-    i.l2_ahead_ok = true; /* the tensor-core decode kernels issue it */
     return i;
 }
 extern "C" const reel_op_impl reel_cu_paged_attention_impl = attn_impl();

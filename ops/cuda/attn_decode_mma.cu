@@ -110,13 +110,6 @@ template <typename T, int DH> static constexpr size_t dm_smem()
     return dm_stage_bytes<T, DH>() > dm_merge_bytes<T, DH>() ? dm_stage_bytes<T, DH>() : dm_merge_bytes<T, DH>();
 }
 
-/* Where the decode kernels issue the l2_ahead hint: after their producer
- * wait (0), or once their K/V loads are done (1: the hint then never
- * queues ahead of the decode's own dependent loads). */
-#ifndef REEL_L2_AHEAD_AT_END
-#define REEL_L2_AHEAD_AT_END 0
-#endif
-
 __device__ __forceinline__ void dm_wait_producer()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -386,7 +379,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
                                         T *__restrict__ out, float *__restrict__ ws, const reel_meta_view &m,
                                         const attn_geom &g, int64_t rows, int nchunks, int hsplit, bool skip_runs,
                                         uint32_t *cnt, const attn_fw &fw, int32_t pf_keys, bool pdl, int64_t y,
-                                        int64_t tc, const l2_ahead_arg &ahead)
+                                        int64_t tc)
 {
     constexpr int LD = DH + DM_PAD, NS = dm_stages<DH>();
     constexpr int KSTEPS = DH / 16, DTILES = DH / 8;
@@ -541,11 +534,6 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
      * kernel before it; q, k, v and the cache are read after. */
     if (pdl)
         dm_wait_producer();
-    /* The next matmuls' weights (the plan's l2_ahead hint), asked for now
-     * that the kernel before has finished streaming its own: by chunk 0 of
-     * the first token, which every step that attends anything runs. */
-    if (!REEL_L2_AHEAD_AT_END && t == 0 && c == 0 && warp == 0)
-        l2_ahead_issue(ahead, y, ny);
     /* The token's own new key and value (rotated), where the chunk reads
      * them: thread d holds dimension d, stored into the tile after its
      * load (own), instead of a round trip through the cache. */
@@ -686,8 +674,6 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     }
 
     DM_TR(8);
-    if (REEL_L2_AHEAD_AT_END && t == 0 && c == 0 && warp == 0)
-        l2_ahead_issue(ahead, y, ny); /* the item's loads are all done */
     float *mhi = mrg + DM_WARPS * 8 * (DH + 2);
     dm_merge_put<DH>(mrg, mhi, o, m0, m1, l0, l1, warp, lane);
     __syncthreads();
@@ -711,7 +697,7 @@ __global__ void __launch_bounds__(DM_THREADS)
     attn_decode_mma_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                            T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g,
                            int64_t rows, int nchunks, int hsplit, bool skip_runs, uint32_t *cnt, attn_fw fw,
-                           int32_t pf_keys, int ypb, l2_ahead_arg ahead, bool pdl)
+                           int32_t pf_keys, int ypb, bool pdl)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* The op's next kernel may launch now: it waits for this grid's
@@ -723,7 +709,7 @@ __global__ void __launch_bounds__(DM_THREADS)
     if constexpr (!MULTI) {
         const int64_t ny = g.hkv * hsplit;
         dm_item<T, DH>(q, kc, vc, out, ws, m, g, rows, nchunks, hsplit, skip_runs, cnt, fw, pf_keys, pdl,
-                       blockIdx.x % ny, blockIdx.x / ny, ahead);
+                       blockIdx.x % ny, blockIdx.x / ny);
     } else {
         const int64_t nyb = g.hkv * hsplit / ypb;
         const int64_t yb = blockIdx.x % nyb, tc = blockIdx.x / nyb;
@@ -733,7 +719,7 @@ __global__ void __launch_bounds__(DM_THREADS)
             if (i > 0)
                 __syncthreads(); /* the previous item is done with shared memory */
             dm_item<T, DH>(q, kc, vc, out, ws, m, g, rows, nchunks, hsplit, skip_runs, cnt, fw, pf_keys, pdl,
-                           yb * ypb + i, tc, ahead);
+                           yb * ypb + i, tc);
         }
     }
 }
@@ -750,12 +736,11 @@ __global__ void __launch_bounds__(DM_THREADS)
  * combine kernel. Only where the KV write ran before (no attn_fw). */
 enum { PS_MAXI = 8, PS_BT = 128 };
 
-
 template <typename T, int DH>
 __global__ void __launch_bounds__(DM_THREADS, 3)
     attn_decode_ps_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
                           T *__restrict__ out, float *__restrict__ ws, reel_meta_view m, attn_geom g, int64_t rows,
-                          int nchunks, int hsplit, bool skip_runs, int64_t total, l2_ahead_arg ahead, bool pdl)
+                          int nchunks, int hsplit, bool skip_runs, int64_t total, bool pdl)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cudaTriggerProgrammaticLaunchCompletion();
@@ -822,8 +807,6 @@ __global__ void __launch_bounds__(DM_THREADS, 3)
     __syncthreads();
     if (pdl)
         dm_wait_producer();
-    if (!REEL_L2_AHEAD_AT_END && warp == 0)
-        l2_ahead_issue(ahead, blockIdx.x, G); /* the plan's hint, as in dm_item */
 
     /* Items that attend nothing, or whose ids breach: their outputs now. */
     for (int k = 0; k < nk; k++) {
@@ -929,8 +912,6 @@ __global__ void __launch_bounds__(DM_THREADS, 3)
         stage = (stage + 1) % NS;
     }
     cp_async_wait<0>();
-    if (REEL_L2_AHEAD_AT_END && warp == 0)
-        l2_ahead_issue(ahead, blockIdx.x, G);
 }
 
 /* Head groups a block takes: 1 while the grid has fewer than 2 x
@@ -1045,7 +1026,7 @@ static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom
             return e;
         return launch(attn_decode_ps_kernel<T, DH>, dim3((unsigned)ps_grid), DM_THREADS, dm_smem<T, DH>(), st, pdl,
                       (const T *)attn_q(l), (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0],
-                      (float *)l->out[1], *l->meta, g, l->rows, nchunks, hsplit, skip, blocks, l2_ahead_of(l));
+                      (float *)l->out[1], *l->meta, g, l->rows, nchunks, hsplit, skip, blocks);
     }
     const int ypb = dm_ypb(blocks, g.hkv * hsplit, fw.on);
     cudaError_t e = ypb > 1 ? dm_opt_in<T, DH, true>() : dm_opt_in<T, DH, false>();
@@ -1065,7 +1046,7 @@ static cudaError_t dm_run(const reel_launch *l, cudaStream_t st, const attn_geom
     return launch(ypb > 1 ? attn_decode_mma_kernel<T, DH, true> : attn_decode_mma_kernel<T, DH, false>, grid,
                   DM_THREADS, dm_smem<T, DH>(), st, pdl, q,
                   (const T *)l->in[3], (const T *)l->in[4], (T *)l->out[0], ws, *l->meta, g, l->rows, nchunks,
-                  hsplit, skip, inblock ? cnt : (uint32_t *)nullptr, fw, pf_keys, ypb, l2_ahead_of(l));
+                  hsplit, skip, inblock ? cnt : (uint32_t *)nullptr, fw, pf_keys, ypb);
 }
 
 #ifdef REEL_ATTN_DM_TRACE

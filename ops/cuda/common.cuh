@@ -125,51 +125,6 @@ __device__ __forceinline__ void pdl_start(bool pdl)
 #endif
 }
 
-/* The l2_ahead hint of a launch (ops/op.h) as a kernel argument: ranges
- * of weights a later node reads, which a kernel asks L2 for in bulk
- * (cp.async.bulk.prefetch.L2: no registers, no wait, nothing written). */
-struct l2_ahead_arg {
-    const char *p[REEL_L2_AHEAD_RANGES];
-    uint32_t bytes[REEL_L2_AHEAD_RANGES];
-};
-
-__host__ __forceinline__ l2_ahead_arg l2_ahead_of(const reel_launch *l)
-{
-    l2_ahead_arg a = {};
-    for (int r = 0; r < REEL_L2_AHEAD_RANGES; r++) {
-        size_t b = l->l2_ahead[r].bytes;
-        a.p[r] = (const char *)l->l2_ahead[r].p;
-        a.bytes[r] = aligned16(a.p[r]) ? (uint32_t)(b < 0xffff0000u ? b : 0xffff0000u) & ~15u : 0u;
-    }
-    return a;
-}
-
-/* One bulk prefetch per 64 KiB of the ranges, spread over the lanes of one
- * warp of each of nparts issuers (this one is part): called by a whole
- * warp, after the kernel's producer wait, so the requests do not compete
- * with the kernel before it. */
-enum { L2_AHEAD_CHUNK = 64 << 10 };
-
-__device__ __forceinline__ void l2_ahead_issue(const l2_ahead_arg &a, int64_t part, int64_t nparts)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const int64_t lane = threadIdx.x & 31, step = nparts * 32;
-    int64_t base = 0;
-    for (int r = 0; r < REEL_L2_AHEAD_RANGES; r++) {
-        const int64_t n = (a.bytes[r] + L2_AHEAD_CHUNK - 1) / L2_AHEAD_CHUNK;
-        int64_t c = (part * 32 + lane - base) % step;
-        c = c < 0 ? c + step : c;
-        for (; c < n; c += step) {
-            const uint32_t off = (uint32_t)(c * L2_AHEAD_CHUNK), len = min((uint32_t)L2_AHEAD_CHUNK, a.bytes[r] - off);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.p[r] + off), "r"(len) : "memory");
-        }
-        base += n;
-    }
-#else
-    (void)a, (void)part, (void)nparts;
-#endif
-}
-
 /* Up to this many elements an elementwise kernel runs one element per
  * thread with 32-bit indices and no loop: every element has a thread in the
  * first (and only) wave of 256-thread blocks on the device (2048 resident
