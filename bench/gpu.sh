@@ -125,7 +125,7 @@ if [ "$san" != 0 ] && command -v compute-sanitizer >/dev/null; then
         [ "$san" = attention ] && [ "$2" != test_gpu_attention ] && continue
         filter=${3:+--filter=$3}
         phase "compute-sanitizer $1, $2"
-        timeout 120 compute-sanitizer --tool "$1" --target-processes all --error-exitcode 3 \
+        timeout 200 compute-sanitizer --tool "$1" --target-processes all --error-exitcode 3 \
             "$B/tests/gpu/$2" --jobs 8 $filter >>"$OUT/sanitizer.log" 2>&1
         echo "compute-sanitizer $1 $2: exit $?"
     done
