@@ -15,7 +15,12 @@
  *          gemv's weights on a second stream, joined before the gemv
  *   ahead, evict_last   the same with an L2 evict-last policy on the prefetch
  * The figure is the median replay over L (us a pair); "saved" is base -
- * ahead. A prefetch is a hint: the gemv's result is the same bits.
+ * ahead. A prefetch is a hint: the gemv's result is the same bits. Then
+ * the layer's sequence at batch 1 (idle -> o -> gate/up, with o's weights
+ * and the head of gate/up's asked for as the idle kernel starts), and a
+ * latency-bound kernel (64 blocks of dependent loads, a stand-in for the
+ * batch-1 decode) alone and beside a prefetch of 8-32 MB. Measured on an
+ * H200 in docs/benchmarks.md ("Weights into L2 during the decode").
  *
  *   bench_l2_ahead [replays]   (default 30) */
 #include <cuda_runtime.h>
