@@ -37,6 +37,7 @@ extern "C" {
 }
 #include "ops/cuda/gemv.h"
 #include "ops/cuda/impls.h"
+#include "bench/graph_timer.cuh"
 #include "bench/read_probe.cuh"
 
 #define RK(call)                                                                                          \
@@ -52,62 +53,11 @@ extern "C" {
 static reel_ctx *g_ctx;
 static int g_replays = 30;
 
-/* Random bf16 in [-1, 1): a hash of the index (never zeros). */
-__global__ void fill_bf16(uint16_t *p, size_t n, uint32_t salt)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ salt;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        float f = (float)(h & 0xffffff) / 8388608.0f - 1.0f;
-        uint32_t b;
-        memcpy(&b, &f, 4);
-        p[i] = (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
-    }
-}
-
-static double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-/* Captures body(i) for i < L on s, replays, returns the median us per i. */
-template <typename F> static double time_graph(cudaStream_t s, int L, F body)
-{
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < L; i++)
-        body(i);
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int w = 0; w < 3; w++)
-        CK(cudaGraphLaunch(ge, s));
-    std::vector<double> t;
-    for (int r = 0; r < g_replays; r++) {
-        CK(cudaEventRecord(a, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1e3 / L);
-    }
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return median(t);
-}
-
 /* Read + write bandwidth of a D2D copy of `bytes`, rotating over copies. */
 static double copy_tbs(cudaStream_t s, void *const *src, int ncopies, void *dst, size_t bytes, double *us)
 {
     int L = std::max(ncopies, 8);
-    *us = time_graph(s, L, [&](int i) { CK(cudaMemcpyAsync(dst, src[i % ncopies], bytes, cudaMemcpyDeviceToDevice, s)); });
+    *us = time_graph(s, L, g_replays, [&](int i) { CK(cudaMemcpyAsync(dst, src[i % ncopies], bytes, cudaMemcpyDeviceToDevice, s)); });
     return 2.0 * (double)bytes / (*us * 1e-6) / 1e12;
 }
 
@@ -117,7 +67,7 @@ static unsigned *g_sink;
 static double read_tbs(cudaStream_t s, void *const *src, int ncopies, size_t bytes, int sms, double *us)
 {
     int L = std::max(ncopies, 8);
-    *us = time_graph(s, L, [&](int i) {
+    *us = time_graph(s, L, g_replays, [&](int i) {
         read_probe<<<sms * 4, 512, 0, s>>>((const uint4 *)src[i % ncopies], bytes / 16, g_sink);
     });
     return (double)bytes / (*us * 1e-6) / 1e12;
@@ -189,7 +139,7 @@ static double time_impl(rig &r, const reel_op_impl *impl, node &nd, bool pdl)
     RK(impl->launch(r.be, &nd.l)); /* warm-up: cuBLASLt's heuristic is memoized here */
     CK(cudaStreamSynchronize(r.s));
     int L = std::max(r.ncopies, 20);
-    return time_graph(r.s, L, [&](int i) {
+    return time_graph(r.s, L, g_replays, [&](int i) {
         nd.l.in[1] = r.w[i % r.ncopies];
         nd.l.pdl = pdl && i > 0;
         RK(impl->launch(r.be, &nd.l));
@@ -337,7 +287,7 @@ int main(int argc, char **argv)
                                 continue;
                             }
                             int L = std::max(r.ncopies, 20);
-                            double t = time_graph(r.s, L, [&](int i) {
+                            double t = time_graph(r.s, L, g_replays, [&](int i) {
                                 CK(reel_cuda_gemv_run(REEL_BF16, wt, r.x, r.w[i % r.ncopies], r.y, m, sh.n, sh.k, c,
                                                       r.s, r.be->caps.pdl && i > 0));
                             });

@@ -32,7 +32,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "bench/bench_cuda.cuh"
+#include "bench/graph_timer.cuh"
 #include "ops/cuda/gemv.h"
 
 static int g_replays = 30;
@@ -85,52 +85,6 @@ __global__ void l2_ahead_kernel(const char *p, size_t bytes, size_t chunk, int e
     }
 }
 
-__global__ void fill_bf16(uint16_t *p, size_t n, uint32_t salt)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ salt;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        p[i] = (uint16_t)(0x3c00 | (h & 0x3ff)) ^ (uint16_t)((h >> 10) & 0x8000);
-    }
-}
-
-static double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-template <typename F> static double time_graph(cudaStream_t s, int L, F body)
-{
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < L; i++)
-        body(i);
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int w = 0; w < 3; w++)
-        CK(cudaGraphLaunch(ge, s));
-    std::vector<double> t;
-    for (int r = 0; r < g_replays; r++) {
-        CK(cudaEventRecord(a, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1e3 / L);
-    }
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return median(t);
-}
-
 struct shape {
     int n, k;
     const char *what;
@@ -175,11 +129,11 @@ int main(int argc, char **argv)
         auto gemv = [&](int i) {
             CK(reel_cuda_gemv_run(REEL_BF16, true, x, w[i % nc], y, 1, sh.n, sh.k, cfg, s, false));
         };
-        double g_alone = time_graph(s, L, [&](int i) { gemv(i); });
+        double g_alone = time_graph(s, L, g_replays, [&](int i) { gemv(i); });
         for (double T : idles) {
             unsigned long long ns = (unsigned long long)(T * 1000);
-            double i_alone = T > 0 ? time_graph(s, L, [&](int) { idle_kernel<<<64, 32, 0, s>>>(ns); }) : 0;
-            double base = time_graph(s, L, [&](int i) {
+            double i_alone = T > 0 ? time_graph(s, L, g_replays, [&](int) { idle_kernel<<<64, 32, 0, s>>>(ns); }) : 0;
+            double base = time_graph(s, L, g_replays, [&](int i) {
                 if (T > 0)
                     idle_kernel<<<64, 32, 0, s>>>(ns);
                 gemv(i);
@@ -190,7 +144,7 @@ int main(int argc, char **argv)
             for (size_t chunk : {(size_t)64 << 10, (size_t)256 << 10}) {
                 double t[2];
                 for (int el = 0; el < 2; el++)
-                    t[el] = time_graph(s, L, [&](int i) {
+                    t[el] = time_graph(s, L, g_replays, [&](int i) {
                         CK(cudaEventRecord(ev[2 * i], s));
                         CK(cudaStreamWaitEvent(s2, ev[2 * i], 0));
                         l2_ahead_kernel<<<8, 32, 0, s2>>>((const char *)w[i % nc], ahead, chunk, el);
@@ -241,11 +195,11 @@ int main(int argc, char **argv)
                         CK(reel_cuda_gemv_run(REEL_BF16, true, x, wo[i], y, 1, so.n, so.k, co, s, false));
                         CK(reel_cuda_gemv_run(REEL_BF16, true, x, wg[i], y2, 1, sg.n, sg.k, cg, s, false));
                     };
-                    double base = time_graph(s, L, [&](int i) {
+                    double base = time_graph(s, L, g_replays, [&](int i) {
                         idle_kernel<<<64, 32, 0, s>>>(ns);
                         pair(i);
                     });
-                    double ah = time_graph(s, L, [&](int i) {
+                    double ah = time_graph(s, L, g_replays, [&](int i) {
                         CK(cudaEventRecord(ev[2 * i], s));
                         CK(cudaStreamWaitEvent(s2, ev[2 * i], 0));
                         l2_ahead_kernel<<<8, 32, 0, s2>>>((const char *)wo[i], ob, (size_t)64 << 10, el);
@@ -273,8 +227,8 @@ int main(int argc, char **argv)
         printf("\n| chain (64 blocks, dependent loads) | prefetch MB | chain us | chain + prefetch us |\n| --- | --- | --- | --- |\n");
         for (int n : {16, 64})
             for (size_t mb : {(size_t)8, (size_t)16, (size_t)32}) {
-                double alone = time_graph(s, L, [&](int) { chase_kernel<<<64, 32, 0, s>>>((const uint4 *)buf, n, sink); });
-                double with = time_graph(s, L, [&](int i) {
+                double alone = time_graph(s, L, g_replays, [&](int) { chase_kernel<<<64, 32, 0, s>>>((const uint4 *)buf, n, sink); });
+                double with = time_graph(s, L, g_replays, [&](int i) {
                     CK(cudaEventRecord(ev[2 * i], s));
                     CK(cudaStreamWaitEvent(s2, ev[2 * i], 0));
                     l2_ahead_kernel<<<8, 32, 0, s2>>>((const char *)wbig, mb << 20, (size_t)64 << 10, 0);
