@@ -1,0 +1,63 @@
+/* What bench/gemv.cu and bench/l2_ahead.cu share: a graph of L captured
+ * launches replayed `replays` times (the median us per launch, so the
+ * gaps between graph nodes are counted as a replayed step pays them), the
+ * median, and random bf16 weights. */
+#pragma once
+
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bench/bench_cuda.cuh"
+
+static inline double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+/* Captures body(i) for i < L on s, replays, returns the median us per i. */
+template <typename F> static double time_graph(cudaStream_t s, int L, int replays, F body)
+{
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < L; i++)
+        body(i);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int w = 0; w < 3; w++)
+        CK(cudaGraphLaunch(ge, s));
+    std::vector<double> t;
+    for (int r = 0; r < replays; r++) {
+        CK(cudaEventRecord(a, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1e3 / L);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return median(t);
+}
+
+/* Random bf16 in [-1, 1): a hash of the index (never zeros). */
+__global__ void fill_bf16(uint16_t *p, size_t n, uint32_t salt)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ salt;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        float f = (float)(h & 0xffffff) / 8388608.0f - 1.0f;
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        p[i] = (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
+    }
+}
