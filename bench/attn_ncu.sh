@@ -2,7 +2,7 @@
 # On the GPU machine: Nsight Compute on one point of bench_attention for the
 # attention kernels (after bench/attn_gpu.sh built it).  attn_ncu.sh POINT [KERNEL-REGEX]
 set -u
-B=/tmp/reel-attn-build
+B=${B:-/tmp/reel-attn-build}
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
 export PATH=/usr/local/cuda/bin:$PATH
 [ -x $B/bench/bench_attention ] || bench/attn_gpu.sh none >/dev/null

@@ -2,7 +2,7 @@
 # On the GPU machine: Nsight Compute's stall breakdown for one kernel of one
 # bench_attention point.  attn_ncu2.sh POINT KERNEL-REGEX
 set -u
-B=/tmp/reel-attn-build
+B=${B:-/tmp/reel-attn-build}
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
 export PATH=/usr/local/cuda/bin:$PATH
 [ -x $B/bench/bench_attention ] || bench/attn_gpu.sh none >/dev/null
