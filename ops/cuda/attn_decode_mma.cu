@@ -90,6 +90,13 @@ static constexpr int64_t DM_YPB_GRID = REEL_ATTN_YPB_GRID;
 #define REEL_ATTN_DM_STAGES128 2
 #endif
 
+/* dm_tile's lean paths (no key mask where a warp's 16 keys are all live,
+ * no rescale where no row's maximum moved): the same bits, fewer
+ * instructions a tile. -DREEL_ATTN_DM_LEAN=0 builds the plain tile (A/B). */
+#ifndef REEL_ATTN_DM_LEAN
+#define REEL_ATTN_DM_LEAN 1
+#endif
+
 template <int DH> static constexpr int dm_stages()
 {
     return DH == 64 ? REEL_ATTN_DM_STAGES64 : REEL_ATTN_DM_STAGES128;
@@ -239,6 +246,20 @@ __device__ void dm_put_kv(const attn_fw &fw, const attn_geom &g, int64_t u, int6
     }
 }
 
+/* Whether a chunk's tiles take cp_async_kv_tile_pow2: a power-of-two block
+ * size, the chunk's ids all in the block's shared copy (span: its last
+ * block's index past its first; cap: the copy's length), and slot indices
+ * in 32 bits. Uniform over the block. -DREEL_ATTN_DM_POW2=0 builds the
+ * general loads everywhere (A/B). */
+#ifndef REEL_ATTN_DM_POW2
+#define REEL_ATTN_DM_POW2 1
+#endif
+__device__ __forceinline__ bool dm_pow2(const attn_geom &g, int32_t span, int cap)
+{
+    return REEL_ATTN_DM_POW2 && g.bs_shift >= 0 && span < cap && g.nblocks * g.bs <= INT32_MAX &&
+           g.kvrow <= INT32_MAX;
+}
+
 /* One tile of a warp's 16 keys (from kw; those at k1 or past are masked):
  * S = Q K^T, the online softmax in base 2, O += P V, on the tile's K and V
  * in shared memory. The decode kernels' one copy of the arithmetic, so a
@@ -264,26 +285,44 @@ __device__ __forceinline__ void dm_tile(const T *ks, const T *vs, const uint32_t
         mma_op<T>::run(sc[1], qf[kk], b + 2);
     }
     float mx0 = m0, mx1 = m1;
+    if (!REEL_ATTN_DM_LEAN || kw + 16 > k1) {
 #pragma unroll
-    for (int n = 0; n < 2; n++) {
+        for (int n = 0; n < 2; n++) {
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-            bool live = kw + n * 8 + ti * 2 + e < k1;
-            sc[n][e] = live ? sc[n][e] * qscale : -INFINITY;
-            sc[n][2 + e] = live ? sc[n][2 + e] * qscale : -INFINITY;
-            mx0 = fmaxf(mx0, sc[n][e]);
-            mx1 = fmaxf(mx1, sc[n][2 + e]);
+            for (int e = 0; e < 2; e++) {
+                bool live = kw + n * 8 + ti * 2 + e < k1;
+                sc[n][e] = live ? sc[n][e] * qscale : -INFINITY;
+                sc[n][2 + e] = live ? sc[n][2 + e] * qscale : -INFINITY;
+                mx0 = fmaxf(mx0, sc[n][e]);
+                mx1 = fmaxf(mx1, sc[n][2 + e]);
+            }
+        }
+    } else { /* all 16 keys live (warp-uniform): the same products, no mask */
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                sc[n][e] *= qscale;
+                sc[n][2 + e] *= qscale;
+                mx0 = fmaxf(mx0, sc[n][e]);
+                mx1 = fmaxf(mx1, sc[n][2 + e]);
+            }
         }
     }
     mx0 = quad_max(mx0);
     mx1 = quad_max(mx1);
     /* The warp's first key is live, so mx0 and mx1 are finite. */
     float c0 = ex2_ftz(m0 - mx0), c1 = ex2_ftz(m1 - mx1);
+    /* Where no row's maximum moved, c0 and c1 are exactly 1 and the
+     * rescale multiplies by 1: skipping it keeps every bit (a running
+     * maximum moves at a few tiles of a chunk, not at every one). */
+    if (!REEL_ATTN_DM_LEAN || __any_sync(0xffffffffu, mx0 != m0 || mx1 != m1)) {
+        l0 *= c0;
+        l1 *= c1;
+        scale_rows(o, c0, c1);
+    }
     m0 = mx0;
     m1 = mx1;
-    l0 *= c0;
-    l1 *= c1;
-    scale_rows(o, c0, c1);
 #pragma unroll
     for (int n = 0; n < 2; n++) {
         sc[n][0] = ex2_ftz(sc[n][0] - mx0);
@@ -521,7 +560,15 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
         }
     }
     DM_TR_DEP(3, mybad);
+    /* Every id of the chunk in s_bt and a power-of-two block size: a
+     * tile's row addresses from shifts (dm_pow2, the same bytes). */
+    const bool pow2 = dm_pow2(g, tk.attend ? attn_blk(g, k1 - 1) - b0 : 0, DM_BT);
     auto load_tile = [&](int32_t kt, int stage) {
+        if (pow2) {
+            cp_async_kv_tile_pow2<T, DH, DM_BN, DM_THREADS, LD>(ks_all[stage], vs_all[stage], kc, vc, kt, k1, s_bt,
+                                                               b0, g.bs_shift, (int32_t)g.kvrow, (int32_t)(kvh * DH));
+            return;
+        }
         cp_async_kv_tile<T, DH, DM_BN, DM_THREADS, LD>(
             ks_all[stage], vs_all[stage], kc, vc, kt, [&](int32_t j) { return j < k1; },
             [&](int32_t j) {
@@ -840,6 +887,12 @@ __global__ void __launch_bounds__(DM_THREADS, 3)
         const int32_t k0 = s_k0[k], k1 = s_k1[k], b0 = attn_blk(g, k0);
         const int32_t *bt = m.block_tables + (int64_t)s_seq[k] * m.max_blocks;
         const int32_t *sb = s_bt[k];
+        if (dm_pow2(g, attn_blk(g, k1 - 1) - b0, PS_BT)) {
+            cp_async_kv_tile_pow2<T, DH, DM_BN, DM_THREADS, LD>(ks_all[stage], vs_all[stage], kc, vc,
+                                                               k0 + tile * DM_BN, k1, sb, b0, g.bs_shift,
+                                                               (int32_t)g.kvrow, (int32_t)(kvh * DH));
+            return;
+        }
         cp_async_kv_tile<T, DH, DM_BN, DM_THREADS, LD>(
             ks_all[stage], vs_all[stage], kc, vc, k0 + tile * DM_BN, [&](int32_t j) { return j < k1; },
             [&](int32_t j) {

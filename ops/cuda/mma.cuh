@@ -154,6 +154,54 @@ __device__ __forceinline__ void cp_async_kv_tile(T *ks, T *vs, const T *kc, cons
     cp_async_commit();
 }
 
+/* cp_async_kv_tile for a paged cache whose block size is a power of two
+ * (1 << sh) and whose chunk's block ids are all in shared memory (sbt[i]
+ * is the id of block b0 + i): the same bytes into the same shared rows,
+ * one commit group, with the row addresses from shifts instead of a
+ * division and a bounds branch a row. A thread copies its 16-byte part of
+ * NR consecutive rows (r0 x NR ..); where those keys share a cache block
+ * (blocks of NR keys or more, kt a multiple of NR) it reads that block's id
+ * once and steps a row's stride from one row to the next. Row r is key
+ * kt + r of kv head offset hoff; rows at k1 or past are zeros. */
+template <typename T, int DH, int BN, int THREADS, int LD>
+__device__ __forceinline__ void cp_async_kv_tile_pow2(T *ks, T *vs, const T *kc, const T *vc, int32_t kt, int32_t k1,
+                                                      const int32_t *sbt, int32_t b0, int sh, int32_t kvrow,
+                                                      int32_t hoff)
+{
+    constexpr int CPR = DH / 8, RPP = THREADS / CPR, NR = BN / RPP;
+    static_assert(THREADS % CPR == 0 && BN % RPP == 0 && (NR & (NR - 1)) == 0, "whole passes of rows");
+    const int part = threadIdx.x % CPR, r0 = (threadIdx.x / CPR) * NR;
+    const int32_t mask = (1 << sh) - 1, off = hoff + part * 8, j0 = kt + r0;
+    const uint32_t ks0 = (uint32_t)__cvta_generic_to_shared(&ks[r0 * LD + part * 8]);
+    const uint32_t vs0 = (uint32_t)__cvta_generic_to_shared(&vs[r0 * LD + part * 8]);
+    constexpr uint32_t DROW = LD * (uint32_t)sizeof(T);
+    if ((1 << sh) >= NR && (kt & (NR - 1)) == 0) {
+        const int32_t blk = j0 < k1 ? sbt[(j0 >> sh) - b0] : 0;
+        const T *kp = kc + ((int64_t)((blk << sh) | (j0 & mask)) * kvrow + off);
+        const T *vp = vc + (kp - kc);
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            const int bytes = j0 + i < k1 ? 16 : 0;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks0 + i * DROW), "l"(kp), "r"(bytes));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs0 + i * DROW), "l"(vp), "r"(bytes));
+            kp += kvrow;
+            vp += kvrow;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            const int32_t j = j0 + i;
+            const bool live = j < k1;
+            const int32_t blk = live ? sbt[(j >> sh) - b0] : 0;
+            const int64_t at = (int64_t)((blk << sh) | (j & mask)) * kvrow + off;
+            const int bytes = live ? 16 : 0;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks0 + i * DROW), "l"(kc + at), "r"(bytes));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs0 + i * DROW), "l"(vc + at), "r"(bytes));
+        }
+    }
+    cp_async_commit();
+}
+
 /* Waits until at most one committed group is still in flight. */
 __device__ __forceinline__ void cp_async_wait_1()
 {
