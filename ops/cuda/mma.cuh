@@ -121,6 +121,12 @@ __device__ __forceinline__ void cp_async16_sh(uint32_t smem, const void *gmem)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
 }
 
+/* cp_async16_sh with a source size: src_bytes 0 fills zeros and reads nothing. */
+__device__ __forceinline__ void cp_async16_sh_n(uint32_t smem, const void *gmem, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
+}
+
 __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
@@ -182,8 +188,8 @@ __device__ __forceinline__ void cp_async_kv_tile_pow2(T *ks, T *vs, const T *kc,
 #pragma unroll
         for (int i = 0; i < NR; i++) {
             const int bytes = j0 + i < k1 ? 16 : 0;
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks0 + i * DROW), "l"(kp), "r"(bytes));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs0 + i * DROW), "l"(vp), "r"(bytes));
+            cp_async16_sh_n(ks0 + i * DROW, kp, bytes);
+            cp_async16_sh_n(vs0 + i * DROW, vp, bytes);
             kp += kvrow;
             vp += kvrow;
         }
@@ -195,8 +201,8 @@ __device__ __forceinline__ void cp_async_kv_tile_pow2(T *ks, T *vs, const T *kc,
             const int32_t blk = live ? sbt[(j >> sh) - b0] : 0;
             const int64_t at = (int64_t)((blk << sh) | (j & mask)) * kvrow + off;
             const int bytes = live ? 16 : 0;
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks0 + i * DROW), "l"(kc + at), "r"(bytes));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs0 + i * DROW), "l"(vc + at), "r"(bytes));
+            cp_async16_sh_n(ks0 + i * DROW, kc + at, bytes);
+            cp_async16_sh_n(vs0 + i * DROW, vc + at, bytes);
         }
     }
     cp_async_commit();
