@@ -41,6 +41,7 @@ extern "C" {
 #include "ops/op.h"
 }
 #include "bench/bench_cuda.cuh"
+#include "bench/graph_timer.cuh"
 
 #define RK(call)                                                                                          \
     do {                                                                                                  \
@@ -124,13 +125,6 @@ static double now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
-static double median(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* One variant's timings for a chain of n kernels (-1: not measured). */
@@ -377,31 +371,6 @@ static timing run_reel(const rig &r, int n, int reps, bool pdl, bool no_capture)
     return t;
 }
 
-/* GPU time of one replay of a graph captured from body() on s (median). */
-template <typename L> static double graph_gpu_us(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, int reps, L body)
-{
-    cudaGraph_t g;
-    cudaGraphExec_t x;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    body();
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&x, g, 0));
-    std::vector<double> gpu;
-    for (int i = 0; i < 2 + reps; i++) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaGraphLaunch(x, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 2)
-            gpu.push_back(ms * 1e3);
-    }
-    CK(cudaGraphExecDestroy(x));
-    CK(cudaGraphDestroy(g));
-    return median(gpu);
-}
-
 /* One node of reel's own kernels, launched by hand on k's stream. */
 struct node {
     const reel_op_impl *impl;
@@ -483,10 +452,7 @@ static void diag_silu(reel_kernel &k, int reps)
         for (int inplace = 0; inplace < 2; inplace++) {
             upload();
             nd.l.out[0] = inplace ? x : y;
-            us[inplace] = graph_gpu_us(k.r.s, k.r.e0, k.r.e1, reps, [&] {
-                for (int j = 0; j < 20; j++)
-                    RK(nd.impl->launch(k.be, &nd.l));
-            }) / 20;
+            us[inplace] = time_graph(k.r.s, 20, reps, [&](int) { RK(nd.impl->launch(k.be, &nd.l)); });
         }
         printf("| %lld | %.3f | %.3f | %.2f | %s |\n", (long long)t, us[0], us[1], us[1] / us[0],
                same ? "equal" : "DIFFERENT");

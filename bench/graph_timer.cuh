@@ -1,4 +1,4 @@
-/* What bench/gemv.cu and bench/l2_ahead.cu share: a graph of L captured
+/* What bench/gemv.cu, bench/l2_ahead.cu and bench/chain.cu share: a graph of L captured
  * launches replayed `replays` times (the median us per launch, so the
  * gaps between graph nodes are counted as a replayed step pays them), the
  * median, and random bf16 weights. */
@@ -14,7 +14,8 @@
 static inline double median(std::vector<double> v)
 {
     std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Captures body(i) for i < L on s, replays, returns the median us per i. */
