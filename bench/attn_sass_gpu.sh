@@ -4,6 +4,7 @@
 # bench_attention row, from a build bench/variants_ab.sh made.
 #   bench/attn_sass_gpu.sh BUILD-NAME ROW   (CSV under $OUT)
 set -u
+cd "$(dirname "$0")/.."
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
 export PATH=/usr/local/cuda/bin:$PATH
 OUT=${OUT:-/tmp/reel-sass-out}
