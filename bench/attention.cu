@@ -321,6 +321,17 @@ int main(int argc, char **argv)
     /* The second argument picks points: a row number (one point, for
      * profiling), or "prefill" or "decode" (those rows only, for A/B runs). */
     const char *pick = argc > 2 ? argv[2] : "";
+    /* The third, a comma list of decode contexts in place of 128, 2048,
+     * 8192 (the chunking's A/B runs). */
+    std::vector<int> ctxs = {128, 2048, 8192};
+    if (argc > 3) {
+        ctxs.clear();
+        for (const char *c = argv[3]; *c;) {
+            ctxs.push_back(atoi(c));
+            c = strchr(c, ',');
+            c = c ? c + 1 : "";
+        }
+    }
     int only = pick[0] >= '0' && pick[0] <= '9' ? atoi(pick) : -1;
     int kind = strcmp(pick, "prefill") == 0 ? 2 : strcmp(pick, "decode") == 0 ? 1 : 0;
     reel_ctx *ctx;
@@ -346,7 +357,7 @@ int main(int argc, char **argv)
         for (int gq = 1; gq <= 8; gq += 7) {
             int h = hs[di], hkv = h / gq;
             for (int b : {1, 8, 64})
-                for (int c : {128, 2048, 8192})
+                for (int c : ctxs)
                     pts.push_back(point{h, hkv, dhs[di], b, 1, c});
             for (int qn : {512, 2048})
                 for (int c : {2048, 8192})

@@ -62,6 +62,24 @@ static inline int32_t reel_attn_least_chunk(int64_t units, int64_t slots, int64_
     return units * n > slots && waves > base ? waves : base;
 }
 
+/* The most keys a token takes in one chunk whatever the launch's chunk
+ * count (attn_geom.whole_keys): a token of a short context is not split,
+ * since merging its chunks (each partial stored, an arrival, the last
+ * block's reads of all of them: about 3 us at batch 1 on an H200, the
+ * phase trace of docs/benchmarks.md) costs more than its chunk's few more
+ * tiles. A multiple of 64; 0 builds the rule before it (every token cut by
+ * the launch's count), for A/B. */
+#ifndef REEL_ATTN_WHOLE_KEYS
+#define REEL_ATTN_WHOLE_KEYS 256
+#endif
+
+/* The chunk count of a launch whose tokens all have at most whole keys
+ * (max_context <= whole): one, else n. */
+static inline int64_t reel_attn_whole_chunks(int64_t n, int64_t max_context, int32_t whole)
+{
+    return max_context <= whole ? 1 : n;
+}
+
 /* The chunk count n of a launch and its least length (*least), with no
  * chunk that no token can reach: a token has at most max_context keys, so
  * at the least length it uses at most ceil(max_context / least) chunks,

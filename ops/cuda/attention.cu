@@ -274,6 +274,7 @@ attn_geom attn_geom_of(const reel_launch *l)
     g.dcp = reel_attn_dcp(&l->attrs->attn.lay);
     g.lse = l->attrs->attn.lay.lse ? (float *)l->out[2] : nullptr;
     g.min_chunk = 0;
+    g.whole_keys = 0;
     return g;
 }
 

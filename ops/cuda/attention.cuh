@@ -34,6 +34,9 @@ typedef struct attn_geom {
     /* The launch's least decode chunk length (attn_decode_chunks sets it;
      * 0: the head dim's, attn_min_chunk). */
     int32_t min_chunk;
+    /* A token with at most this many keys takes one chunk, however many
+     * the launch has (attn_decode_chunks sets it; 0: none). */
+    int32_t whole_keys;
 } attn_geom;
 
 /* ln 2: the kernels' scores are in base 2, the lse output is natural. */
@@ -128,8 +131,8 @@ __host__ __device__ __forceinline__ bool attn_in_run(const reel_meta_view &m, in
  * len keys (a multiple of ATTN_CHUNK_ALIGN, at least attn_min_chunk(g):
  * the launch's g.min_chunk where attn_decode_chunks set one, else
  * REEL_ATTN_MIN_CHUNK below head dim 128 and REEL_ATTN_MIN_CHUNK_DH128
- * from it, both 64) so that at most nchunks are used; returns how many
- * are. */
+ * from it, both 64) so that at most nchunks are used, or, where n is at
+ * most g.whole_keys, into one chunk; returns how many are used. */
 #ifndef REEL_ATTN_MIN_CHUNK /* multiples of 64: the A/B builds of the chunk length */
 #define REEL_ATTN_MIN_CHUNK 64
 #endif
@@ -138,7 +141,7 @@ __host__ __device__ __forceinline__ bool attn_in_run(const reel_meta_view &m, in
 #endif
 enum { ATTN_MIN_CHUNK = REEL_ATTN_MIN_CHUNK, ATTN_MIN_CHUNK_DH128 = REEL_ATTN_MIN_CHUNK_DH128, ATTN_CHUNK_ALIGN = 64 };
 static_assert(ATTN_MIN_CHUNK % ATTN_CHUNK_ALIGN == 0 && ATTN_MIN_CHUNK_DH128 % ATTN_CHUNK_ALIGN == 0 &&
-                  REEL_ATTN_MIN_CHUNK_WAVES % ATTN_CHUNK_ALIGN == 0,
+                  REEL_ATTN_MIN_CHUNK_WAVES % ATTN_CHUNK_ALIGN == 0 && REEL_ATTN_WHOLE_KEYS % ATTN_CHUNK_ALIGN == 0,
               "a chunk is whole tiles");
 
 /* The head dim's least chunk length, whatever the launch. */
@@ -155,7 +158,7 @@ __host__ __device__ __forceinline__ int32_t attn_min_chunk(const attn_geom &g)
 __host__ __device__ __forceinline__ int attn_chunking(const attn_geom &g, int32_t p, int nchunks, int32_t *len)
 {
     int32_t n = p + 1;
-    int32_t l = (n + nchunks - 1) / nchunks;
+    int32_t l = n <= g.whole_keys ? n : (n + nchunks - 1) / nchunks;
     l = (l + ATTN_CHUNK_ALIGN - 1) / ATTN_CHUNK_ALIGN * ATTN_CHUNK_ALIGN;
     if (l < attn_min_chunk(g))
         l = attn_min_chunk(g);

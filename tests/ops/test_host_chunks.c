@@ -90,6 +90,18 @@ Test(chunks, least_chunk_past_one_wave)
         }
 }
 
+/* A plan whose tokens all fit one chunk (max_context <= whole keys)
+ * launches one chunk a (token, kv head, head group); a longer limit keeps
+ * the launch's count. */
+Test(chunks, whole_chunks)
+{
+    cr_assert_eq(REEL_ATTN_WHOLE_KEYS % 64, 0);
+    for (int64_t n = 1; n <= 33; n++)
+        for (int64_t mc = 1; mc <= 1024; mc++)
+            cr_assert_eq(reel_attn_whole_chunks(n, mc, 256), mc <= 256 ? 1 : n);
+    cr_assert_eq(reel_attn_whole_chunks(4, 240, 0), 4, "0: no rule");
+}
+
 /* One-warpgroup prefill blocks an SM: 3 at head dim 64 (150-156 registers),
  * 2 at 128 (96 KB of stages), on 132 SMs. */
 enum { SMS = 132, P64 = 3 * SMS, P128 = 2 * SMS };

@@ -163,6 +163,34 @@ Test(classify, a_chunk_holds_the_launchs_least_keys)
     }
 }
 
+/* A token of at most whole_keys keys takes one chunk of its keys rounded
+ * up to whole tiles (at least the least length), at any chunk count; a
+ * longer one is cut exactly as without the rule. */
+Test(classify, a_short_token_takes_one_chunk)
+{
+    for (int64_t dh : {64, 128})
+        for (int32_t least : {64, 256}) {
+            attn_geom g0 = geom(16, reel_dcp_view{1, 0, 1}, dh);
+            g0.min_chunk = least;
+            attn_geom g1 = g0;
+            g1.whole_keys = REEL_ATTN_WHOLE_KEYS > 0 ? REEL_ATTN_WHOLE_KEYS : 256;
+            for (int32_t p = 0; p < 3000; p++)
+                for (int n : {1, 2, 3, 4, 8, 33}) {
+                    int32_t l0 = 0, l1 = 0;
+                    const int u0 = attn_chunking(g0, p, n, &l0), u1 = attn_chunking(g1, p, n, &l1);
+                    if (p + 1 > g1.whole_keys) {
+                        cr_assert(u0 == u1 && l0 == l1, "%d keys past the rule: %d x %d against %d x %d", p + 1,
+                                  u0, l0, u1, l1);
+                        continue;
+                    }
+                    int32_t want = (p + 1 + 63) / 64 * 64;
+                    if (want < least)
+                        want = least;
+                    cr_assert(u1 == 1 && l1 == want, "%d keys, %d chunks: %d x %d", p + 1, n, u1, l1);
+                }
+        }
+}
+
 /* reel_attn_fit_chunks drops only chunks no token reaches: for every
  * launch size and limit, each key count up to the limit is cut into the
  * same chunks of the same length at the fitted count as at the wave rule's
