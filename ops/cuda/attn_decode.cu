@@ -375,6 +375,13 @@ bool attn_decode_one_wave(const reel_backend *be, const attn_geom &g, reel_dtype
 #define REEL_ATTN_CHUNK_RULE 1
 #endif
 
+/* -DREEL_ATTN_CHUNK_CAP=N caps a launch's chunk count at N (0: no cap), an
+ * A/B knob: at most REEL_ATTN_INBLOCK_MAX chunks keep a small batch's merge
+ * in the decode kernel, at fewer blocks. */
+#ifndef REEL_ATTN_CHUNK_CAP
+#define REEL_ATTN_CHUNK_CAP 0
+#endif
+
 int attn_decode_chunks(const reel_backend *be, attn_geom *g, reel_dtype dt, int64_t rows, int32_t max_context)
 {
     int64_t sms;
@@ -384,6 +391,8 @@ int attn_decode_chunks(const reel_backend *be, attn_geom *g, reel_dtype dt, int6
     const int64_t cap_ctx = ((int64_t)max_context + base - 1) / base;
     if (cap > cap_ctx)
         cap = cap_ctx;
+    if (REEL_ATTN_CHUNK_CAP > 0 && cap > REEL_ATTN_CHUNK_CAP)
+        cap = REEL_ATTN_CHUNK_CAP;
     if (cap < 1)
         cap = 1;
 #if REEL_ATTN_CHUNK_RULE
