@@ -70,7 +70,9 @@ static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_RED
  * arrival counters (meta.attn_cnt) a plan sizes for that many tokens (or its
  * largest bucket, if fewer), up to REEL_ATTN_CNT_MAX_WORDS a stream (a
  * launch needing more keeps the separate KV-write kernel). */
+#ifndef REEL_ATTN_ONE_KERNEL_ROWS /* at most 64 (the kernel's slot mask); A/B builds */
 #define REEL_ATTN_ONE_KERNEL_ROWS 32
+#endif
 #define REEL_ATTN_CNT_MAX_WORDS 4096
 
 /* Matmul epilogues the fusion pass sets (exec/fuse.c); the builder leaves
