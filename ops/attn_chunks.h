@@ -73,6 +73,19 @@ static inline int32_t reel_attn_least_chunk(int64_t units, int64_t slots, int64_
 #define REEL_ATTN_WHOLE_KEYS 256
 #endif
 
+/* The bound where a block takes 4 query heads or more of one kv head
+ * (GQA 4 and up), whose merge of chunks is that many heads' partials: an
+ * A/B knob (by default the same bound). */
+#ifndef REEL_ATTN_WHOLE_KEYS_GQA
+#define REEL_ATTN_WHOLE_KEYS_GQA REEL_ATTN_WHOLE_KEYS
+#endif
+
+/* A launch's one-chunk bound from its query heads a kv head (group). */
+static inline int32_t reel_attn_whole_keys(int64_t group)
+{
+    return group >= 4 ? REEL_ATTN_WHOLE_KEYS_GQA : REEL_ATTN_WHOLE_KEYS;
+}
+
 /* The chunk count of a launch whose tokens all have at most whole keys
  * (max_context <= whole): one, else n. */
 static inline int64_t reel_attn_whole_chunks(int64_t n, int64_t max_context, int32_t whole)

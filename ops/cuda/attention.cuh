@@ -141,7 +141,8 @@ __host__ __device__ __forceinline__ bool attn_in_run(const reel_meta_view &m, in
 #endif
 enum { ATTN_MIN_CHUNK = REEL_ATTN_MIN_CHUNK, ATTN_MIN_CHUNK_DH128 = REEL_ATTN_MIN_CHUNK_DH128, ATTN_CHUNK_ALIGN = 64 };
 static_assert(ATTN_MIN_CHUNK % ATTN_CHUNK_ALIGN == 0 && ATTN_MIN_CHUNK_DH128 % ATTN_CHUNK_ALIGN == 0 &&
-                  REEL_ATTN_MIN_CHUNK_WAVES % ATTN_CHUNK_ALIGN == 0 && REEL_ATTN_WHOLE_KEYS % ATTN_CHUNK_ALIGN == 0,
+                  REEL_ATTN_MIN_CHUNK_WAVES % ATTN_CHUNK_ALIGN == 0 && REEL_ATTN_WHOLE_KEYS % ATTN_CHUNK_ALIGN == 0 &&
+                  REEL_ATTN_WHOLE_KEYS_GQA % ATTN_CHUNK_ALIGN == 0,
               "a chunk is whole tiles");
 
 /* The head dim's least chunk length, whatever the launch. */

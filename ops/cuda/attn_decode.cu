@@ -412,7 +412,7 @@ int attn_decode_chunks(const reel_backend *be, attn_geom *g, reel_dtype dt, int6
     const int64_t fit = reel_attn_fit_chunks(units, per_sm * sms, n, base, REEL_ATTN_MIN_CHUNK_WAVES, max_context,
                                              &least);
     g->min_chunk = least;
-    g->whole_keys = REEL_ATTN_WHOLE_KEYS;
+    g->whole_keys = reel_attn_whole_keys(g->group);
     return (int)reel_attn_whole_chunks(fit, max_context, g->whole_keys);
 }
 
