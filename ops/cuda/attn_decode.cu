@@ -229,6 +229,13 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
 #define REEL_ATTN_INBLOCK_MAX 8
 #endif
 
+/* -DREEL_ATTN_COMBINE_PREFETCH=1: the combine loads its first partials with
+ * the log-sum-exps (an A/B knob; 0 builds the loop alone). */
+#ifndef REEL_ATTN_COMBINE_PREFETCH
+#define REEL_ATTN_COMBINE_PREFETCH 0
+#endif
+enum { COMBINE_PF = 8 };
+
 /* One block per (token, head): the chunks' weights exp2(lse - max) into
  * shared memory, then each thread sums a dimension over a share of the
  * chunks, and the shares are added in a fixed order. */
@@ -261,6 +268,25 @@ __global__ void __launch_bounds__(DEC_THREADS)
         return;
     const int64_t stride = g.qrow + g.h;
     const float *base = ws + t * nchunks * stride;
+    const float *ob = base + h * g.dh;
+    const bool serial = nact <= REEL_ATTN_INBLOCK_MAX;
+    const int ng = serial || g.dh >= DEC_THREADS ? 1 : DEC_THREADS / (int)g.dh;
+    const int j = (int)(threadIdx.x / (ng > 1 ? g.dh : DEC_THREADS));
+#if REEL_ATTN_COMBINE_PREFETCH
+    /* The first COMBINE_PF partial values this thread multiplies (its
+     * dimension of the first pass), loaded with the log-sum-exps below: one
+     * round trip to L2 before the merge, not two. The sums take them in the
+     * same order, so the bits are those of the loop alone. */
+    float pre[COMBINE_PF];
+    {
+        const int64_t d = threadIdx.x % (DEC_THREADS / ng);
+#pragma unroll
+        for (int i = 0; i < COMBINE_PF; i++) {
+            const int c = j + i * ng;
+            pre[i] = j < ng && d < g.dh && c < nact ? ob[c * stride + d] : 0.0f;
+        }
+    }
+#endif
     if (threadIdx.x == 0)
         s_bad = 0;
     __syncthreads();
@@ -282,7 +308,6 @@ __global__ void __launch_bounds__(DEC_THREADS)
     /* Up to REEL_ATTN_INBLOCK_MAX chunks, the in-block combine's order
      * (dm_arrive_and_combine: L and O summed chunk by chunk from chunk 0),
      * so a token's row has the same bits whichever of the two merges it. */
-    const bool serial = nact <= REEL_ATTN_INBLOCK_MAX;
     float L;
     if (serial) {
         __syncthreads(); /* s_w and s_bad */
@@ -300,15 +325,21 @@ __global__ void __launch_bounds__(DEC_THREADS)
         return;
     }
     attn_put_lse(g, t, h, 1, (M + log2f(L)) * REEL_ATTN_LN2);
-    const float *ob = base + h * g.dh;
-    const int ng = serial || g.dh >= DEC_THREADS ? 1 : DEC_THREADS / (int)g.dh;
-    const int j = (int)(threadIdx.x / (ng > 1 ? g.dh : DEC_THREADS));
     for (int64_t d0 = 0; d0 < g.dh; d0 += DEC_THREADS / ng) {
         int64_t d = d0 + threadIdx.x % (DEC_THREADS / ng);
         float o = 0.0f;
         if (j < ng && d < g.dh) {
+            int c = j;
+#if REEL_ATTN_COMBINE_PREFETCH
+            if (d0 == 0) {
+#pragma unroll
+                for (int i = 0; i < COMBINE_PF; i++, c += ng)
+                    if (c < nact)
+                        o = fmaf(s_w[c], pre[i], o);
+            }
+#endif
 #pragma unroll 4
-            for (int c = j; c < nact; c += ng)
+            for (; c < nact; c += ng)
                 o = fmaf(s_w[c], ob[c * stride + d], o);
         }
         s_part[threadIdx.x] = o;
