@@ -20,3 +20,5 @@ for kv in 4 2; do
     REEL_AB_HIDDEN=1024 REEL_AB_BATCHES=${REEL_AB_BATCHES:-1,8,64} REEL_AB_CONTEXTS=${REEL_AB_CONTEXTS:-300,700} \
         REEL_AB_DECODE_ARGS="--kv-heads $kv" bench/variants_ab.sh "${V[@]}"
 done | tee "$OUT/step-ab-gqa.md"
+echo "=== kv heads 16, context 2048 (the combine kernel at batch 1)"
+REEL_AB_HIDDEN=1024 REEL_AB_BATCHES=1,8 REEL_AB_CONTEXTS=2048 bench/variants_ab.sh "main:" "cpf:" | tee -a "$OUT/step-ab-gqa.md"
