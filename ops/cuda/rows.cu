@@ -1,10 +1,14 @@
 /* CUDA kernels over the last dim of each row: rmsnorm, softmax, argmax. One
- * block per row; the row is reduced (fixed tree, so the same launch gives
+ * block per row (argmax at small batches: a cluster of blocks a row); the row is reduced (fixed tree, so the same launch gives
  * the same bits) before any output of the row is written, and each thread
  * writes only elements it read itself, so rmsnorm and softmax may run in
  * place. All honour programmatic dependent launch. */
+#include <cooperative_groups.h>
+
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/impls.h"
+
+namespace cg = cooperative_groups;
 
 namespace reel_cu {
 
@@ -295,6 +299,119 @@ template <typename T> __global__ void argmax_vec_kernel(const T *x, int32_t *out
     }
 }
 
+/* The multi-block reduction: a cluster of C blocks (grid (C, rows), the
+ * cluster along x) takes one row. Block r scans packs [r * per, (r + 1) *
+ * per) as argmax_vec_kernel scans its row, warp 0 merges the block's warps,
+ * and rank 0's warp 0 merges the C blocks' candidates through distributed
+ * shared memory. "Lowest index of the maximum, NaN never wins" is a total
+ * order on the candidates, so the result is the one-block kernel's whatever
+ * the split (tests/gpu/test_gpu_ops.c: ties across the blocks, NaN, rows of
+ * NaN). A batch-1 step's 32000-wide row is 8 blocks of 512 threads, a pack
+ * a thread, instead of one block of 1024 threads reading 4 packs each. */
+template <typename T> __global__ void argmax_cluster_kernel(const T *x, int32_t *out, int32_t n, bool pdl)
+{
+    typedef pack<T> P;
+    __shared__ float sv[32];
+    __shared__ int32_t si[32];
+    __shared__ float s_bv;
+    __shared__ int32_t s_bi;
+    pdl_start(pdl);
+    const int rank = (int)blockIdx.x, nblk = (int)gridDim.x;
+    const P *xr = (const P *)(x + (int64_t)blockIdx.y * n);
+    const int32_t np = n / P::n, per = (np + nblk - 1) / nblk;
+    const int32_t p0 = rank * per, p1 = min(np, p0 + per);
+    float bv = 0.0f;
+    int32_t bi = -1;
+#pragma unroll 2
+    for (int32_t p = p0 + (int32_t)threadIdx.x; p < p1; p += (int32_t)blockDim.x) {
+        P v = xr[p];
+#pragma unroll
+        for (int e = 0; e < P::n; e++) {
+            float f = to_f(v.v[e]);
+            if (!isnan(f) && (bi < 0 || f > bv)) {
+                bv = f;
+                bi = p * P::n + e;
+            }
+        }
+    }
+    warp_argbest(bv, bi);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        sv[warp] = bv;
+        si[warp] = bi;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const int nw = (int)(blockDim.x >> 5);
+        bv = lane < nw ? sv[lane] : 0.0f;
+        bi = lane < nw ? si[lane] : -1;
+        warp_argbest(bv, bi);
+        if (lane == 0) {
+            s_bv = bv;
+            s_bi = bi;
+        }
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync(); /* every block's candidate is in its s_bv, s_bi */
+    if (rank == 0 && warp == 0) {
+        bv = lane < nblk ? *cl.map_shared_rank(&s_bv, lane) : 0.0f;
+        bi = lane < nblk ? *cl.map_shared_rank(&s_bi, lane) : -1;
+        warp_argbest(bv, bi);
+        if (lane == 0)
+            out[blockIdx.y] = bi < 0 ? 0 : bi;
+    }
+    cl.sync(); /* no block leaves while rank 0 may still read its shared memory */
+#endif
+}
+
+#ifndef REEL_ARGMAX_CLUSTER
+#define REEL_ARGMAX_CLUSTER 8 /* blocks a row at most; 1 builds the one-block kernel only */
+#endif
+
+/* How many blocks take one row of np packs: the most (a power of two up to
+ * REEL_ARGMAX_CLUSTER) whose rows x blocks still fit one block an SM, with
+ * at least 256 packs a block; 1 (the one-block kernel) on a device without
+ * clusters. It depends on the shape and the device only, so replay ==
+ * eager, and the PDL rule sees the same grid (rows_grid). */
+__host__ static int argmax_split(int64_t nrows, int64_t np, const reel_device_caps *caps)
+{
+    if (REEL_ARGMAX_CLUSTER < 2 || caps->max_active_clusters <= 0 || caps->cc_major < 9)
+        return 1;
+    int c = REEL_ARGMAX_CLUSTER;
+    while (c > 1 && (nrows * c > (int64_t)caps->sm_count || np < (int64_t)c * 256))
+        c >>= 1;
+    return c;
+}
+
+/* The 16-byte path: aligned rows, a whole number of packs, under 2^31. */
+static bool argmax_vec_ok(const reel_launch *l, int64_t n)
+{
+    const int64_t vn = 16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype);
+    return aligned16(l->in[0]) && n % vn == 0 && n < 0x7fffffffLL;
+}
+
+template <typename T>
+static cudaError_t argmax_cluster_run(const T *x, int32_t *out, int32_t n, int64_t nrows, int c, cudaStream_t st,
+                                      bool pdl)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)c;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    const int64_t np = n / (int64_t)pack<T>::n;
+    cfg.gridDim = dim3((unsigned)c, (unsigned)nrows, 1);
+    cfg.blockDim = dim3((unsigned)row_threads((np + c - 1) / c, 1024), 1, 1);
+    cfg.stream = st;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 2u : 1u;
+    return cudaLaunchKernelEx(&cfg, argmax_cluster_kernel<T>, x, out, n, pdl);
+}
+
 static reel_status argmax_launch(reel_backend *be, const reel_launch *l)
 {
     int64_t n = last_dim(&l->in_shape[0]), nrows = nrows_of(l, n);
@@ -303,7 +420,13 @@ static reel_status argmax_launch(reel_backend *be, const reel_launch *l)
     cudaStream_t st = reel_cuda_stream_handle(l->stream);
     cudaError_t e = cudaSuccess;
     const int64_t vn = 16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype);
-    if (aligned16(l->in[0]) && n % vn == 0 && n < 0x7fffffffLL) {
+    if (argmax_vec_ok(l, n)) {
+        const int c = argmax_split(nrows, n / vn, &be->caps);
+        if (c > 1 && nrows <= 65535) {
+            REEL_CU_DISPATCH(l->in_shape[0].dtype, e = argmax_cluster_run<T>((const T *)l->in[0], (int32_t *)l->out[0],
+                                                                             (int32_t)n, nrows, c, st, l->pdl));
+            return REEL_CU_LAUNCHED_E(be, "cuda.argmax", e);
+        }
         int threads = row_threads(n / vn, 1024);
         REEL_CU_DISPATCH(l->in_shape[0].dtype,
                          e = launch(argmax_vec_kernel<T>, (unsigned)nrows, threads, 0, st, l->pdl,
@@ -412,6 +535,16 @@ static int64_t rows_grid(const reel_launch *l, const reel_device_caps *caps)
     return nrows_of(l, last_dim(&l->in_shape[0]));
 }
 
+/* argmax's blocks: a cluster a row where argmax_launch takes one. */
+static int64_t argmax_grid(const reel_launch *l, const reel_device_caps *caps)
+{
+    const int64_t n = last_dim(&l->in_shape[0]), nrows = nrows_of(l, n);
+    if (!argmax_vec_ok(l, n))
+        return nrows;
+    const int c = argmax_split(nrows, n / (16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype)), caps);
+    return c > 1 && nrows <= 65535 ? nrows * c : nrows;
+}
+
 static bool use_add_rmsnorm(REEL_CU_USE_ARGS)
 {
     return nin >= 3 && same_float_dtype(in, 3, out, 2) && use_rows(in[0].dims[0]);
@@ -449,7 +582,12 @@ static reel_op_impl with_grid(reel_op_impl i)
     i.grid_blocks = reel_cu::rows_grid;
     return i;
 }
-extern "C" const reel_op_impl reel_cu_argmax_impl = with_grid(reel_cu::make_impl(
+static reel_op_impl with_argmax_grid(reel_op_impl i)
+{
+    i.grid_blocks = reel_cu::argmax_grid;
+    return i;
+}
+extern "C" const reel_op_impl reel_cu_argmax_impl = with_argmax_grid(reel_cu::make_impl(
     "cuda.argmax", REEL_OP_ARGMAX, 10, true, false, reel_cu::use_argmax, reel_cu::argmax_launch));
 extern "C" const reel_op_impl reel_cu_add_rmsnorm_impl = with_grid(reel_cu::make_impl(
     "cuda.add_rmsnorm", REEL_OP_ADD_RMSNORM, 10, true, true, reel_cu::use_add_rmsnorm, reel_cu::add_rmsnorm_launch));

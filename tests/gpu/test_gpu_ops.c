@@ -203,11 +203,20 @@ static void check_argmax(reel_dtype dt, int64_t t, int64_t n)
     for (int64_t r = 0; r < t; r++)
         for (int64_t j = 0; j < n; j += 7)
             gt_set(op.data[0], dt, r * n + j, NAN);
-    gt_set(op.data[0], dt, 5, 100.0);              /* row 0: a tie at 5 and 600, 5 wins */
+    gt_set(op.data[0], dt, 5, 100.0);              /* row 0: a tie at 5, 600 and the last pack, 5 wins */
     gt_set(op.data[0], dt, 600, 100.0);
-    gt_set(op.data[0], dt, n + 9, NAN);            /* row 1: NaN next to the max never wins */
-    gt_set(op.data[0], dt, n + 10, 50.0);
-    for (int64_t j = 0; j < n; j++)                /* row 2: all NaN gives 0 */
+    gt_set(op.data[0], dt, n - 3, 100.0);
+    if (t > 3) {                                    /* row 3: the max in the last pack, a tie across blocks */
+        gt_set(op.data[0], dt, 3 * n + n - 2, 90.0);
+        gt_set(op.data[0], dt, 3 * n + n - 1, 90.0);
+        gt_set(op.data[0], dt, 3 * n + n / 2 + 1, 90.0); /* in a later block than n / 2 - 1 ... */
+        gt_set(op.data[0], dt, 3 * n + n / 2 - 1, 90.0); /* ... which wins */
+    }
+    if (t > 1) {
+        gt_set(op.data[0], dt, n + 9, NAN);        /* row 1: NaN next to the max never wins */
+        gt_set(op.data[0], dt, n + 10, 50.0);
+    }
+    for (int64_t j = 0; t > 2 && j < n; j++)       /* row 2: all NaN gives 0 */
         gt_set(op.data[0], dt, 2 * n + j, NAN);
     check(&op, "argmax");
 }
@@ -217,6 +226,14 @@ Test(gpu_ops, argmax_matches_host_with_ties_and_nan, .init = setup, .fini = tear
     for (int i = 0; i < 3; i++) {
         check_argmax(dts[i], 4, 1000);
         check_argmax(dts[i], 4, 32000); /* a vocabulary's row: 32 warps merged, the tie across them */
+        /* a cluster of blocks a row (8, 4 and 2 blocks; one block past the
+         * SMs): the ties above cross the blocks; odd widths take the scalar
+         * kernel */
+        check_argmax(dts[i], 1, 32000);
+        check_argmax(dts[i], 20, 128256);
+        check_argmax(dts[i], 60, 151936);
+        check_argmax(dts[i], 200, 32000);
+        check_argmax(dts[i], 1, 32001);
     }
 }
 
