@@ -3,8 +3,13 @@
  * A Llama-style model (default: 8 layers, hidden 1024, 16 heads, 16 kv
  * heads, SwiGLU ffn 4 x hidden, vocab 32000, bf16, rmsnorm eps 1e-5, rope
  * theta 10000, untied embeddings, paged KV cache in blocks of 16) is declared
- * through the public API only, with weights drawn from a fixed seed
- * (make_weights: the hook for a checkpoint). For each context C:
+ * through the public API only. Its weights come from a Hugging Face Llama
+ * checkpoint (config.json and model.safetensors, the names transformers
+ * writes) read by reel's loader (reel_safetensors_open): by default one
+ * bench_decode writes first from a fixed seed (DIR/model), with --model an
+ * existing one; every parameter is bound from the checkpoint's mapped bytes
+ * (the fused q/k/v and gate/up from its tensors one after another). For
+ * each context C:
  *   1. three plans share one KV cache (reel_plan_bind_state): "replay"
  *      (buckets = the batch list, one graph each), "eager" (no graphs, every
  *      op dispatched) and "logits" (eager, also outputs the logits); their
@@ -26,26 +31,30 @@
  *      before it reads them, so runs sharing the cache see the same keys.
  *
  * Files written into --dir (default /tmp/reel-decode):
- *   weights.bin      the model; format below
- *   reel_decode.txt  "config" (the model, steps, backend), one "plan" line
- *                    per context (compile, capture, memory), one "case" line
- *                    per (B, C) (medians of wall and device time, floor),
- *                    and one "tokens" line per decode step with the B next
- *                    ids (argmax) of the replay plan
+ *   model/           the seeded checkpoint (not with --model): config.json
+ *                    (model_type llama, bf16, untied, no biases) and
+ *                    model.safetensors, tensors in PyTorch's nn.Linear layout
+ *                    ([out, in], used by reel through matmul's w_transposed):
+ *                      model.embed_tokens.weight [vocab, hidden]
+ *                      model.layers.<i>.input_layernorm.weight [hidden]
+ *                      model.layers.<i>.self_attn.q_proj.weight [heads*hd, hidden]
+ *                        k_proj, v_proj [kv*hd, hidden], o_proj [hidden, heads*hd]
+ *                      model.layers.<i>.post_attention_layernorm.weight [hidden]
+ *                      model.layers.<i>.mlp.gate_proj.weight [ffn, hidden],
+ *                        up_proj [ffn, hidden] (silu(x G^T) * (x U^T)),
+ *                        down_proj [hidden, ffn]
+ *                      model.norm.weight [hidden], lm_head.weight [vocab, hidden]
+ *   reel_decode.txt  "config" (the model, steps, backend; last, model=<the
+ *                    checkpoint's absolute path>), one "plan" line per
+ *                    context (compile, capture, memory), one "case" line per
+ *                    (B, C) (medians of wall and device time, floor), and one
+ *                    "tokens" line per decode step with the B next ids
+ *                    (argmax) of the replay plan
  *   logits_b<B>_c<C>.f32  [B, vocab] float32 logits of the first decode step
  *
- * weights.bin, little endian: the 8 bytes "REELW001"; int32 layers, hidden,
- * heads, kv_heads, head_dim, ffn, vocab, block_size; float32 rms_eps,
- * rope_theta; uint64 seed; int32 tensor count; then per tensor: int32 name
- * length, the name (no NUL), int32 ndim, int64 dims[ndim], then the bf16 data,
- * row major. Tensors, in this order, with PyTorch's nn.Linear layout
- * ([out, in], used by reel through matmul's w_transposed):
- *   embed [vocab, hidden]
- *   per layer i: l<i>.attn_norm [hidden], l<i>.wq [heads*hd, hidden],
- *     l<i>.wk [kv*hd, hidden], l<i>.wv [kv*hd, hidden], l<i>.wo [hidden, heads*hd],
- *     l<i>.ffn_norm [hidden], l<i>.w_gate_up [2*ffn, hidden] (gate rows first:
- *     silu(x W[:ffn]^T) * (x W[ffn:]^T)), l<i>.w_down [hidden, ffn]
- *   final_norm [hidden], lm_head [vocab, hidden]
+ * The seeded weights: each tensor uniform in [center - scale, center + scale]
+ * from a stream of the seed and a name of its own (make_weights), so the same
+ * seed gives the same checkpoint.
  *
  * bench_token(seed, s, p) = splitmix64_mix(seed ^ (s << 32) ^ p) % vocab with
  * splitmix64_mix(x): z = x + 0x9E3779B97F4A7C15; z = (z ^ z >> 30) *
@@ -61,11 +70,16 @@
  *   bench_decode [--layers N --hidden N --heads N --kv-heads N --ffn N
  *                 --vocab N --batches 1,8,64 --contexts 128,2048 --steps 50
  *                 --warmup 10 --prefill-tokens 4096 --seed 1 --dir DIR
- *                 --no-eager --no-logits --matmul-tuning --max-context N]
+ *                 --no-eager --no-logits --matmul-tuning --max-context N
+ *                 --model CHECKPOINT_DIR]
  * (--ffn 0: 4 x hidden. --max-context: the plans' limit and the blocks a
  * sequence's table holds, at least N; by default what the context and the
  * steps reach. A larger one is what a server sized for its longest request
- * runs short contexts at.) Exits 1 when replay and eager disagree on an id
+ * runs short contexts at. --model: an existing checkpoint of the layout
+ * above, bf16, untied, without biases or rope scaling; the model's sizes, eps
+ * and rope theta come from its config.json, a size flag given beside it must
+ * agree, every tensor's dtype and shape are checked, and --seed then only
+ * picks the prompt tokens.) Exits 1 when replay and eager disagree on an id
  * or a timed step did not replay.
  */
 #include <errno.h>
@@ -79,6 +93,7 @@
 #include <time.h>
 
 #include "reel/reel.h"
+#include "reel/safetensors.h"
 
 #ifdef BENCH_CUDA
 #include <cuda_runtime_api.h>
@@ -96,6 +111,7 @@ typedef struct cfg {
     int steps, warmup, prefill_tokens, max_context;
     bool eager, logits, tuning;
     const char *dir;
+    const char *model;  /* --model: an existing checkpoint; NULL: the seeded one */
 } cfg;
 
 static int head_dim(const cfg *c) { return c->hidden / c->heads; }
@@ -176,7 +192,7 @@ static float bf16_to_f32(uint16_t h)
     return f;
 }
 
-/* ---- weights -------------------------------------------------------------- */
+/* ---- the seeded checkpoint ------------------------------------------------ */
 
 typedef struct wtensor {
     char name[48];
@@ -189,7 +205,6 @@ typedef struct wtensor {
 typedef struct weights {
     wtensor *t;
     int n, cap;
-    uint16_t **qkv;  /* [layers] the fused q/k/v weight of each layer (param_qkv) */
 } weights;
 
 /* Uniform in [center - scale, center + scale], from a stream that depends on
@@ -224,11 +239,10 @@ static void add_tensor(weights *w, const cfg *c, const char *name, int ndim, int
     }
 }
 
-/* The model's weights, seeded: the one place they are made. torch_model.py
- * reads them from weights.bin, so both sides run the same numbers. To run
- * a checkpoint instead (safetensors, Hugging Face names), fill `w` from it
- * here, under the names listed at the top, and keep write_weights: the
- * PyTorch side then follows without a change. */
+/* The seeded weights, under the names that pick their streams (unchanged,
+ * so a seed gives the numbers it always gave): embed, l<i>.{attn_norm, wq,
+ * wk, wv, wo, ffn_norm, w_gate_up (gate rows first), w_down}, final_norm,
+ * lm_head. save_seeded writes them under the Hugging Face names. */
 static void make_weights(weights *w, const cfg *c)
 {
     const int64_t D = c->hidden, Q = (int64_t)c->heads * head_dim(c), KV = (int64_t)c->kv_heads * head_dim(c);
@@ -254,8 +268,6 @@ static void make_weights(weights *w, const cfg *c)
     }
     add_tensor(w, c, "final_norm", 1, D, 0, 1.0f, 0.1f);
     add_tensor(w, c, "lm_head", 2, V, D, 0.0f, sD);
-    w->qkv = xmalloc((size_t)c->layers * sizeof *w->qkv);
-    memset(w->qkv, 0, (size_t)c->layers * sizeof *w->qkv);
 }
 
 static const wtensor *find_w(const weights *w, const char *name)
@@ -266,37 +278,399 @@ static const wtensor *find_w(const weights *w, const char *name)
     exit(1);
 }
 
-static void write_weights(const weights *w, const cfg *c, const char *path)
+/* The shortest decimal that reads back as v (a JSON number for a finite v). */
+static void fmt_float(char *s, size_t n, float v)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        fprintf(stderr, "bench_decode: %s: %s\n", path, strerror(errno));
-        exit(1);
+    for (int p = 6; p <= 9; p++) {
+        snprintf(s, n, "%.*g", p, (double)v);
+        if (strtof(s, NULL) == v) return;
     }
-    int32_t hdr[8] = {c->layers, c->hidden, c->heads, c->kv_heads, head_dim(c), c->ffn, c->vocab, c->block_size};
-    float fl[2] = {c->eps, c->theta};
-    int32_t count = w->n;
-    bool ok = fwrite("REELW001", 1, 8, f) == 8 && fwrite(hdr, sizeof hdr, 1, f) == 1 &&
-              fwrite(fl, sizeof fl, 1, f) == 1 && fwrite(&c->seed, 8, 1, f) == 1 && fwrite(&count, 4, 1, f) == 1;
-    for (int i = 0; ok && i < w->n; i++) {
-        const wtensor *t = &w->t[i];
-        int32_t len = (int32_t)strlen(t->name), nd = t->ndim;
-        ok = fwrite(&len, 4, 1, f) == 1 && fwrite(t->name, 1, (size_t)len, f) == (size_t)len &&
-             fwrite(&nd, 4, 1, f) == 1 && fwrite(t->dims, 8, (size_t)nd, f) == (size_t)nd &&
-             fwrite(t->data, 2, t->n, f) == t->n;
-    }
-    if (fclose(f) != 0 || !ok) {
-        fprintf(stderr, "bench_decode: writing %s failed\n", path);
+}
+
+static void write_config(const cfg *c, const char *dir)
+{
+    char path[4096], tmp[4200], eps[32], theta[32];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    fmt_float(eps, sizeof eps, c->eps);
+    fmt_float(theta, sizeof theta, c->theta);
+    long long maxpos = 65536, need = (long long)c->contexts[c->ncontexts - 1] + c->warmup + c->steps + 1;
+    if (need < c->max_context) need = c->max_context;
+    while (maxpos < need) maxpos *= 2;
+    FILE *f = fopen(tmp, "w");
+    bool ok = f && fprintf(f,
+                           "{\n"
+                           "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+                           "  \"model_type\": \"llama\",\n"
+                           "  \"hidden_size\": %d,\n"
+                           "  \"intermediate_size\": %d,\n"
+                           "  \"num_hidden_layers\": %d,\n"
+                           "  \"num_attention_heads\": %d,\n"
+                           "  \"num_key_value_heads\": %d,\n"
+                           "  \"head_dim\": %d,\n"
+                           "  \"vocab_size\": %d,\n"
+                           "  \"rms_norm_eps\": %s,\n"
+                           "  \"rope_theta\": %s,\n"
+                           "  \"rope_scaling\": null,\n"
+                           "  \"max_position_embeddings\": %lld,\n"
+                           "  \"hidden_act\": \"silu\",\n"
+                           "  \"attention_bias\": false,\n"
+                           "  \"mlp_bias\": false,\n"
+                           "  \"tie_word_embeddings\": false,\n"
+                           "  \"torch_dtype\": \"bfloat16\"\n"
+                           "}\n",
+                           c->hidden, c->ffn, c->layers, c->heads, c->kv_heads, head_dim(c), c->vocab, eps, theta,
+                           maxpos) > 0;
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "bench_decode: writing %s failed: %s\n", path, strerror(errno));
+        remove(tmp);
         exit(1);
     }
 }
 
-/* Bytes a decode step of B sequences must read at context C (see the top). */
-static double floor_us(const cfg *c, const weights *w, int B, int C)
+/* The seeded model as a Hugging Face Llama checkpoint in dir: config.json and
+ * model.safetensors (reel_safetensors_save), the names at the top. */
+static void save_seeded(const cfg *c, const char *dir)
 {
-    double bytes = 0;
-    for (int i = 0; i < w->n; i++)
-        if (strcmp(w->t[i].name, "embed") != 0) bytes += 2.0 * (double)w->t[i].n;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bench_decode: mkdir %s: %s\n", dir, strerror(errno));
+        exit(1);
+    }
+    weights w;
+    make_weights(&w, c);
+    const int n = w.n + c->layers; /* w_gate_up is two tensors in the file */
+    reel_st_entry *e = xmalloc((size_t)n * sizeof *e);
+    char(*names)[64] = xmalloc((size_t)n * sizeof *names);
+    int64_t(*dims)[2] = xmalloc((size_t)n * sizeof *dims);
+    int k = 0;
+    /* Rows [r0, r0 + rows) of seeded tensor `from`, as file tensor `name`. */
+#define PUT(from, r0, rows, ...)                                                          \
+    do {                                                                                  \
+        const wtensor *t_ = find_w(&w, (from));                                           \
+        snprintf(names[k], sizeof names[k], __VA_ARGS__);                                 \
+        dims[k][0] = (rows);                                                              \
+        dims[k][1] = t_->dims[1];                                                         \
+        e[k] = (reel_st_entry){.name = names[k], .dtype = REEL_BF16, .ndim = t_->ndim,    \
+                               .dims = dims[k], .data = t_->data + (r0) * t_->dims[1]};   \
+        k++;                                                                              \
+    } while (0)
+    char s[48];
+    PUT("embed", 0, c->vocab, "model.embed_tokens.weight");
+    for (int i = 0; i < c->layers; i++) {
+#define L(suffix) (snprintf(s, sizeof s, "l%d." suffix, i), s)
+        PUT(L("attn_norm"), 0, c->hidden, "model.layers.%d.input_layernorm.weight", i);
+        PUT(L("wq"), 0, (int64_t)c->heads * head_dim(c), "model.layers.%d.self_attn.q_proj.weight", i);
+        PUT(L("wk"), 0, (int64_t)c->kv_heads * head_dim(c), "model.layers.%d.self_attn.k_proj.weight", i);
+        PUT(L("wv"), 0, (int64_t)c->kv_heads * head_dim(c), "model.layers.%d.self_attn.v_proj.weight", i);
+        PUT(L("wo"), 0, c->hidden, "model.layers.%d.self_attn.o_proj.weight", i);
+        PUT(L("ffn_norm"), 0, c->hidden, "model.layers.%d.post_attention_layernorm.weight", i);
+        PUT(L("w_gate_up"), 0, c->ffn, "model.layers.%d.mlp.gate_proj.weight", i);
+        PUT(L("w_gate_up"), c->ffn, c->ffn, "model.layers.%d.mlp.up_proj.weight", i);
+        PUT(L("w_down"), 0, c->hidden, "model.layers.%d.mlp.down_proj.weight", i);
+#undef L
+    }
+    PUT("final_norm", 0, c->hidden, "model.norm.weight");
+    PUT("lm_head", 0, c->vocab, "lm_head.weight");
+#undef PUT
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    remove(path); /* a stale index would be opened instead of the file below */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    RK("saving the seeded checkpoint", reel_safetensors_save(g_ctx, path, e, k));
+    write_config(c, dir);
+    for (int i = 0; i < w.n; i++) free(w.t[i].data);
+    free(w.t);
+    free(e);
+    free(names);
+    free(dims);
+}
+
+/* ---- an existing checkpoint's config.json --------------------------------- */
+
+/* The value of key `key` of the top-level JSON object in js: a pointer to its
+ * first character, NULL if absent. Strings and nested values are skipped
+ * whole, so only top-level keys match. */
+static const char *json_top(const char *js, const char *key)
+{
+    size_t klen = strlen(key);
+    int depth = 0;
+    for (const char *p = js; *p; p++) {
+        if (*p == '{' || *p == '[') {
+            depth++;
+        } else if (*p == '}' || *p == ']') {
+            depth--;
+        } else if (*p == '"') {
+            const char *s = ++p;
+            while (*p && *p != '"') p += p[0] == '\\' && p[1] ? 2 : 1;
+            if (!*p) return NULL;
+            if (depth == 1 && (size_t)(p - s) == klen && memcmp(s, key, klen) == 0) {
+                const char *q = p + 1;
+                while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+                if (*q != ':') continue;
+                for (q++; *q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'; q++) {}
+                return q;
+            }
+        }
+    }
+    return NULL;
+}
+
+static bool json_is(const char *v, const char *word)
+{
+    size_t n = strlen(word);
+    return v && strncmp(v, word, n) == 0 && !(v[n] >= 'a' && v[n] <= 'z');
+}
+
+static void bad_config(const char *path, const char *key, const char *what)
+{
+    fprintf(stderr, "bench_decode: %s: \"%s\" %s\n", path, key, what);
+    exit(1);
+}
+
+/* An integer field of config.json into *out: absent, `def` (-1: required);
+ * a flag given (*out != 0) must agree with it. */
+static void config_int(const char *js, const char *path, const char *key, const char *flag, int def, int *out)
+{
+    const char *v = json_top(js, key);
+    long x = def;
+    if (v && !json_is(v, "null")) {
+        char *end;
+        errno = 0;
+        x = strtol(v, &end, 10);
+        while (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r') end++;
+        if (end == v || errno || (*end != ',' && *end != '}') || x < 1 || x > 1 << 24)
+            bad_config(path, key, "wants a whole number from 1 to 2^24");
+    } else if (def < 0) {
+        bad_config(path, key, "is missing");
+    }
+    if (*out != 0 && *out != (int)x) {
+        fprintf(stderr, "bench_decode: %s %d, but %s has \"%s\": %ld (leave the flag out with --model)\n", flag,
+                *out, path, key, x);
+        exit(1);
+    }
+    *out = (int)x;
+}
+
+static float config_float(const char *js, const char *path, const char *key, double def)
+{
+    const char *v = json_top(js, key);
+    if (!v || json_is(v, "null")) return (float)def;
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || !(x > 0) || !isfinite((float)x)) bad_config(path, key, "wants a positive number");
+    return (float)x;
+}
+
+/* Reads the model's sizes, eps and rope theta from dir/config.json, refusing
+ * what this model does not compute (other layers, biases, tied embeddings,
+ * rope scaling); flags given beside --model must agree. */
+static void read_config(cfg *c, const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "bench_decode: --model %s: %s: %s\n", dir, path, strerror(errno));
+        exit(1);
+    }
+    char *js = NULL;
+    size_t n = 0;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long len = ftell(f);
+        if (len > 0 && len < (1L << 24) && fseek(f, 0, SEEK_SET) == 0) {
+            js = xmalloc((size_t)len + 1);
+            n = fread(js, 1, (size_t)len, f);
+            js[n] = 0;
+        }
+    }
+    fclose(f);
+    const char *p = js;
+    while (p && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    if (!p || *p != '{') {
+        fprintf(stderr, "bench_decode: %s: not a JSON object\n", path);
+        exit(1);
+    }
+    const char *v = json_top(js, "model_type");
+    if (v && !json_is(v, "null") && strncmp(v, "\"llama\"", 7) != 0)
+        bad_config(path, "model_type", "must be \"llama\" (this bench builds the Llama decoder only)");
+    v = json_top(js, "hidden_act");
+    if (v && !json_is(v, "null") && strncmp(v, "\"silu\"", 6) != 0) bad_config(path, "hidden_act", "must be \"silu\"");
+    v = json_top(js, "rope_scaling");
+    if (v && !json_is(v, "null")) bad_config(path, "rope_scaling", "must be null (plain rotary embeddings only)");
+    v = json_top(js, "partial_rotary_factor");
+    if (v && !json_is(v, "null") && strtod(v, NULL) != 1.0)
+        bad_config(path, "partial_rotary_factor", "other than 1 is not supported");
+    static const char *const flags_false[] = {"tie_word_embeddings", "attention_bias", "mlp_bias"};
+    for (int i = 0; i < 3; i++) {
+        v = json_top(js, flags_false[i]);
+        if (v && !json_is(v, "null") && !json_is(v, "false"))
+            bad_config(path, flags_false[i], "must be false (untied embeddings, no biases)");
+    }
+    config_int(js, path, "hidden_size", "--hidden", -1, &c->hidden);
+    config_int(js, path, "num_hidden_layers", "--layers", -1, &c->layers);
+    config_int(js, path, "num_attention_heads", "--heads", -1, &c->heads);
+    config_int(js, path, "num_key_value_heads", "--kv-heads", c->heads, &c->kv_heads);
+    config_int(js, path, "intermediate_size", "--ffn", -1, &c->ffn);
+    config_int(js, path, "vocab_size", "--vocab", -1, &c->vocab);
+    int hd = 0;
+    config_int(js, path, "head_dim", "", c->hidden / c->heads, &hd);
+    if (c->hidden % c->heads != 0 || hd != c->hidden / c->heads)
+        bad_config(path, "head_dim", "must be hidden_size / num_attention_heads");
+    c->eps = config_float(js, path, "rms_norm_eps", 1e-6); /* LlamaConfig's defaults */
+    c->theta = config_float(js, path, "rope_theta", 10000.0);
+    free(js);
+}
+
+/* ---- the checkpoint, opened --------------------------------------------------- */
+
+typedef struct model {
+    reel_safetensors *ck;  /* open until every plan is compiled */
+    char dir[4096];        /* its absolute path */
+    uint16_t **qkv;        /* [layers] q, k, v rows one after another (param "l<i>.wqkv") */
+    uint16_t **gate_up;    /* [layers] gate rows, then up rows (param "l<i>.w_gate_up") */
+} model;
+
+/* The shape the model wants of checkpoint tensor `name` (the layout at the
+ * top): its ndim, dims into d. */
+static int want_shape(const cfg *c, const char *name, int64_t *d)
+{
+    const int64_t D = c->hidden, Q = (int64_t)c->heads * head_dim(c), KV = (int64_t)c->kv_heads * head_dim(c);
+    const int64_t F = c->ffn, V = c->vocab;
+    static const char *const sfx[] = {"embed_tokens.weight", "lm_head.weight", "layernorm.weight", "model.norm.weight",
+                                      "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
+                                      "gate_proj.weight", "up_proj.weight", "down_proj.weight"};
+    const int64_t shape[][2] = {{V, D}, {V, D}, {D, 0}, {D, 0}, {Q, D}, {KV, D}, {KV, D}, {D, Q},
+                                {F, D}, {F, D}, {D, F}};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
+        size_t m = strlen(sfx[i]);
+        if (n >= m && strcmp(name + n - m, sfx[i]) == 0) {
+            d[0] = shape[i][0];
+            d[1] = shape[i][1];
+            return shape[i][1] ? 2 : 1;
+        }
+    }
+    fprintf(stderr, "bench_decode: no shape for %s\n", name);
+    exit(1);
+}
+
+/* Checkpoint tensor `name`, its dtype (bf16) and shape checked against the
+ * model's; exits naming the tensor otherwise. */
+static reel_st_tensor ck_tensor(const cfg *c, const model *m, const char *name)
+{
+    reel_st_tensor t;
+    reel_status st = reel_safetensors_find(m->ck, name, &t);
+    if (st != REEL_OK) {
+        fprintf(stderr, "bench_decode: checkpoint %s: %s: %s\n", m->dir, reel_status_str(st),
+                reel_ctx_last_error(g_ctx));
+        exit(1);
+    }
+    int64_t d[2];
+    int nd = want_shape(c, name, d);
+    if (t.dtype != REEL_BF16 || t.ndim != nd || t.dims[0] != d[0] || (nd == 2 && t.dims[1] != d[1])) {
+        char got[160] = "", want[64];
+        for (int i = 0, k = 0; i < t.ndim; i++)
+            k += snprintf(got + k, sizeof got - (size_t)k, "%s%" PRId64, i ? ", " : "", t.dims[i]);
+        if (nd == 2) snprintf(want, sizeof want, "%" PRId64 ", %" PRId64, d[0], d[1]);
+        else snprintf(want, sizeof want, "%" PRId64, d[0]);
+        fprintf(stderr,
+                "bench_decode: checkpoint tensor %s (%s) is %s [%s]; the model (%d layers, hidden %d, %d heads, "
+                "%d kv heads, ffn %d, vocab %d) wants BF16 [%s]\n",
+                name, t.file, t.dtype_name, got, c->layers, c->hidden, c->heads, c->kv_heads, c->ffn, c->vocab, want);
+        exit(1);
+    }
+    return t;
+}
+
+/* Checkpoint tensors of a layer (by suffix) and of the model, in file order. */
+static const char *const layer_tensors[] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+    "mlp.down_proj.weight"};
+#define N_LAYER_TENSORS ((int)(sizeof layer_tensors / sizeof *layer_tensors))
+
+/* Rows of checkpoint tensors one after another, in one host buffer. */
+static uint16_t *concat_rows(const cfg *c, const model *m, int n, const char *const *names)
+{
+    reel_st_tensor t[3];
+    size_t bytes = 0;
+    for (int j = 0; j < n; j++) {
+        t[j] = ck_tensor(c, m, names[j]);
+        bytes += t[j].bytes;
+    }
+    uint16_t *data = xmalloc(bytes);
+    size_t at = 0;
+    for (int j = 0; j < n; j++) {
+        memcpy((char *)data + at, t[j].data, t[j].bytes);
+        at += t[j].bytes;
+    }
+    return data;
+}
+
+/* Opens the checkpoint at m->dir and checks it before anything runs: every
+ * tensor the model reads is there in bf16 at its shape, there are no biases
+ * and no layers past the config's. Builds the fused q/k/v and gate/up. */
+static void open_model(const cfg *c, model *m)
+{
+    RK("opening the checkpoint", reel_safetensors_open(g_ctx, m->dir, &m->ck));
+    char n[128];
+    for (int i = 0, k = reel_safetensors_count(m->ck); i < k; i++) {
+        reel_st_tensor t;
+        RK("listing the checkpoint", reel_safetensors_tensor(m->ck, i, &t));
+        size_t len = strlen(t.name);
+        if (len >= 5 && strcmp(t.name + len - 5, ".bias") == 0) {
+            fprintf(stderr, "bench_decode: checkpoint tensor %s (%s): biases are not supported\n", t.name, t.file);
+            exit(1);
+        }
+        if (strncmp(t.name, "model.layers.", 13) == 0 && atol(t.name + 13) >= c->layers) {
+            fprintf(stderr, "bench_decode: checkpoint tensor %s (%s) is past the model's %d layers\n", t.name, t.file,
+                    c->layers);
+            exit(1);
+        }
+    }
+    ck_tensor(c, m, "model.embed_tokens.weight");
+    for (int i = 0; i < c->layers; i++)
+        for (int j = 0; j < N_LAYER_TENSORS; j++) {
+            snprintf(n, sizeof n, "model.layers.%d.%s", i, layer_tensors[j]);
+            ck_tensor(c, m, n);
+        }
+    ck_tensor(c, m, "model.norm.weight");
+    ck_tensor(c, m, "lm_head.weight");
+    m->qkv = xmalloc((size_t)c->layers * sizeof *m->qkv);
+    m->gate_up = xmalloc((size_t)c->layers * sizeof *m->gate_up);
+    for (int i = 0; i < c->layers; i++) {
+        char a[3][128];
+        const char *const parts[3] = {a[0], a[1], a[2]};
+        snprintf(a[0], sizeof a[0], "model.layers.%d.self_attn.q_proj.weight", i);
+        snprintf(a[1], sizeof a[1], "model.layers.%d.self_attn.k_proj.weight", i);
+        snprintf(a[2], sizeof a[2], "model.layers.%d.self_attn.v_proj.weight", i);
+        m->qkv[i] = concat_rows(c, m, 3, parts);
+        snprintf(a[0], sizeof a[0], "model.layers.%d.mlp.gate_proj.weight", i);
+        snprintf(a[1], sizeof a[1], "model.layers.%d.mlp.up_proj.weight", i);
+        m->gate_up[i] = concat_rows(c, m, 2, parts);
+    }
+}
+
+static void close_model(const cfg *c, model *m)
+{
+    for (int i = 0; i < c->layers; i++) {
+        free(m->qkv[i]);
+        free(m->gate_up[i]);
+    }
+    free(m->qkv);
+    free(m->gate_up);
+    reel_safetensors_close(m->ck);
+    m->ck = NULL;
+}
+
+/* Bytes a decode step of B sequences must read at context C (see the top). */
+static double floor_us(const cfg *c, int B, int C)
+{
+    const double D = c->hidden, Q = (double)c->heads * head_dim(c), KV = (double)c->kv_heads * head_dim(c);
+    const double F = c->ffn, V = c->vocab;
+    double elems = c->layers * (2 * D + (Q + 2 * KV) * D + D * Q + 3 * F * D) + D + V * D; /* but the embedding */
+    double bytes = 2.0 * elems;
     bytes += 2.0 * B * c->hidden;
     bytes += (double)c->layers * 2 * B * (C + 1) * c->kv_heads * head_dim(c) * 2.0;
     return bytes / (FLOOR_TBPS * 1e12) * 1e6;
@@ -304,69 +678,52 @@ static double floor_us(const cfg *c, const weights *w, int B, int C)
 
 /* ---- graph ---------------------------------------------------------------- */
 
-/* Layer i's q, k and v projections as one [Q + 2 KV, D] weight (rows of the
- * three checkpoint tensors one after another), bound to param "l<i>.wqkv";
- * made once per layer and kept in w->qkv (every plan's graph borrows it). */
-static reel_tensor param_qkv(reel_graph *g, weights *w, int i)
+/* Parameter `pname` bound to a [rows, cols] host buffer (borrowed: reel
+ * copies it at each compile). */
+static reel_tensor param_data(reel_graph *g, const char *pname, int ndim, int64_t rows, int64_t cols,
+                              const void *data)
 {
-    char n[48];
-    const wtensor *t[3];
-    static const char *const part[3] = {"wq", "wk", "wv"};
-    int64_t rows = 0;
-    for (int j = 0; j < 3; j++) {
-        snprintf(n, sizeof n, "l%d.%s", i, part[j]);
-        t[j] = find_w(w, n);
-        rows += t[j]->dims[0];
-    }
-    if (!w->qkv[i]) {
-        uint16_t *data = xmalloc((size_t)(t[0]->n + t[1]->n + t[2]->n) * 2);
-        size_t at = 0;
-        for (int j = 0; j < 3; j++) {
-            memcpy(data + at, t[j]->data, t[j]->n * 2);
-            at += t[j]->n;
-        }
-        w->qkv[i] = data;
-    }
-    int64_t dims[2] = {rows, t[0]->dims[1]};
-    snprintf(n, sizeof n, "l%d.wqkv", i);
-    reel_tensor p = reel_param(g, n, REEL_BF16, 2, dims);
-    if (p.id != 0) reel_param_bind(g, p, w->qkv[i]);
+    int64_t dims[2] = {rows, cols};
+    reel_tensor p = reel_param(g, pname, REEL_BF16, ndim, dims);
+    if (p.id != 0) reel_param_bind(g, p, data);
     return p;
 }
 
-static reel_tensor param(reel_graph *g, const weights *w, const char *name)
+/* Parameter `pname` bound to checkpoint tensor `tname`'s mapped bytes. */
+static reel_tensor param(reel_graph *g, const cfg *c, const model *m, const char *pname, const char *tname)
 {
-    const wtensor *t = find_w(w, name);
-    reel_tensor p = reel_param(g, name, REEL_BF16, t->ndim, t->dims);
-    if (p.id != 0) reel_param_bind(g, p, t->data);
-    return p;
+    reel_st_tensor t = ck_tensor(c, m, tname);
+    return param_data(g, pname, t.ndim, t.dims[0], t.ndim > 1 ? t.dims[1] : 1, t.data);
 }
 
 /* One transformer layer on the residual h: the model's code, one place. */
-static reel_tensor layer(reel_graph *g, const cfg *c, weights *w, int i, reel_tensor h, reel_tensor pos,
+static reel_tensor layer(reel_graph *g, const cfg *c, const model *m, int i, reel_tensor h, reel_tensor pos,
                          int num_blocks)
 {
     const int Dh = head_dim(c);
-    char n[48];
+    const int64_t D = c->hidden, Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
+    char n[48], t[128];
     int64_t cache_dims[4] = {num_blocks, c->block_size, c->kv_heads, Dh};
     reel_attn_params ap = {c->heads, c->kv_heads, Dh, c->block_size, 0.0f};
-#define P(suffix) (snprintf(n, sizeof n, "l%d." suffix, i), param(g, w, n))
-    reel_tensor x = reel_rmsnorm(g, h, P("attn_norm"), c->eps);
+    /* Param l<i>.<pname> from checkpoint tensor model.layers.<i>.<tname>. */
+#define P(pname, tname) \
+    (snprintf(n, sizeof n, "l%d." pname, i), snprintf(t, sizeof t, "model.layers.%d." tname, i), param(g, c, m, n, t))
+#define PN(pname) (snprintf(n, sizeof n, "l%d." pname, i), n)
+    reel_tensor x = reel_rmsnorm(g, h, P("attn_norm", "input_layernorm.weight"), c->eps);
     /* One q/k/v projection split by views, as the Hugging Face models run
      * (tools/model.c): the checkpoint's three weights one after another
-     * (param_qkv), one kernel on the GPU. REEL_BENCH_QKV=0: three separate
+     * (m->qkv), one kernel on the GPU. REEL_BENCH_QKV=0: three separate
      * projections, to measure what the fusion gives. */
     reel_tensor q, k, v;
     if (!getenv("REEL_BENCH_QKV") || atoi(getenv("REEL_BENCH_QKV")) != 0) {
-        const int64_t Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
-        reel_tensor qkv = reel_matmul(g, x, param_qkv(g, w, i), true);
+        reel_tensor qkv = reel_matmul(g, x, param_data(g, PN("wqkv"), 2, Q + 2 * KV, D, m->qkv[i]), true);
         q = reel_view_cols(g, qkv, 0, Q);
         k = reel_view_cols(g, qkv, Q, KV);
         v = reel_view_cols(g, qkv, Q + KV, KV);
     } else {
-        q = reel_matmul(g, x, P("wq"), true);
-        k = reel_matmul(g, x, P("wk"), true);
-        v = reel_matmul(g, x, P("wv"), true);
+        q = reel_matmul(g, x, P("wq", "self_attn.q_proj.weight"), true);
+        k = reel_matmul(g, x, P("wk", "self_attn.k_proj.weight"), true);
+        v = reel_matmul(g, x, P("wv", "self_attn.v_proj.weight"), true);
     }
     q = reel_rope(g, q, pos, Dh, Dh, c->theta);
     k = reel_rope(g, k, pos, Dh, Dh, c->theta);
@@ -375,25 +732,28 @@ static reel_tensor layer(reel_graph *g, const cfg *c, weights *w, int i, reel_te
     snprintf(n, sizeof n, "l%d.v_cache", i);
     reel_tensor vc = reel_state(g, n, REEL_BF16, 4, cache_dims);
     reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
-    h = reel_add(g, h, reel_matmul(g, a, P("wo"), true));
-    x = reel_rmsnorm(g, h, P("ffn_norm"), c->eps);
-    reel_tensor f = reel_silu_and_mul(g, reel_matmul(g, x, P("w_gate_up"), true));
-    h = reel_add(g, h, reel_matmul(g, f, P("w_down"), true));
+    h = reel_add(g, h, reel_matmul(g, a, P("wo", "self_attn.o_proj.weight"), true));
+    x = reel_rmsnorm(g, h, P("ffn_norm", "post_attention_layernorm.weight"), c->eps);
+    /* gate and up as one [2F, D] weight, gate rows first (m->gate_up). */
+    reel_tensor gu = param_data(g, PN("w_gate_up"), 2, 2 * (int64_t)c->ffn, D, m->gate_up[i]);
+    reel_tensor f = reel_silu_and_mul(g, reel_matmul(g, x, gu, true));
+    h = reel_add(g, h, reel_matmul(g, f, P("w_down", "mlp.down_proj.weight"), true));
+#undef PN
 #undef P
     return h;
 }
 
-static reel_graph *build(const cfg *c, weights *w, int num_blocks, bool with_logits)
+static reel_graph *build(const cfg *c, const model *m, int num_blocks, bool with_logits)
 {
     reel_graph *g;
     RK("creating the graph", reel_graph_create(g_ctx, &g));
     int64_t tok_dims[1] = {REEL_DIM_TOKENS};
     reel_tensor ids = reel_input(g, "tokens", REEL_I32, 1, tok_dims);
     reel_tensor pos = reel_positions(g);
-    reel_tensor h = reel_embedding(g, param(g, w, "embed"), ids);
-    for (int i = 0; i < c->layers; i++) h = layer(g, c, w, i, h, pos, num_blocks);
-    h = reel_rmsnorm(g, h, param(g, w, "final_norm"), c->eps);
-    reel_tensor logits = reel_matmul(g, h, param(g, w, "lm_head"), true);
+    reel_tensor h = reel_embedding(g, param(g, c, m, "embed", "model.embed_tokens.weight"), ids);
+    for (int i = 0; i < c->layers; i++) h = layer(g, c, m, i, h, pos, num_blocks);
+    h = reel_rmsnorm(g, h, param(g, c, m, "final_norm", "model.norm.weight"), c->eps);
+    reel_tensor logits = reel_matmul(g, h, param(g, c, m, "lm_head", "lm_head.weight"), true);
     reel_set_name(g, logits, "logits");
     reel_output(g, "next_token", reel_argmax(g, logits));
     if (with_logits) reel_output(g, "logits", logits);
@@ -581,13 +941,17 @@ static void usage(void)
             "usage: bench_decode [--layers N] [--hidden N] [--heads N] [--kv-heads N] [--ffn N (0: 4 x hidden)]\n"
             "                    [--vocab N] [--batches 1,8,64] [--contexts 128,2048] [--steps 50] [--warmup 10]\n"
             "                    [--prefill-tokens 4096] [--seed 1] [--dir /tmp/reel-decode] [--no-eager] [--no-logits]\n"
-            "                    [--matmul-tuning] [--max-context N]\n");
+            "                    [--matmul-tuning] [--max-context N] [--model CHECKPOINT_DIR]\n"
+            "--model: a Hugging Face Llama checkpoint (config.json, model.safetensors; bf16, untied, no biases)\n"
+            "instead of the seeded one written into --dir/model; the sizes come from its config.json (size flags\n"
+            "given beside it must agree) and every tensor's dtype and shape are checked.\n");
     exit(2);
 }
 
 static void parse(int argc, char **argv, cfg *c)
 {
-    *c = (cfg){.layers = 8, .hidden = 1024, .heads = 16, .kv_heads = 0, .ffn = 0, .vocab = 32000,
+    /* Sizes 0: not given (the defaults below, or the checkpoint's with --model). */
+    *c = (cfg){.layers = 0, .hidden = 0, .heads = 0, .kv_heads = 0, .ffn = 0, .vocab = 0,
                .block_size = 16, .eps = 1e-5f, .theta = 10000.0f, .seed = 1,
                .batches = {1, 8, 64}, .nbatches = 3, .contexts = {128, 2048}, .ncontexts = 2,
                .steps = 50, .warmup = 10, .prefill_tokens = 4096, .eager = true, .logits = true,
@@ -597,7 +961,7 @@ static void parse(int argc, char **argv, cfg *c)
         {"ffn", 1, 0, 'F'}, {"vocab", 1, 0, 'V'}, {"batches", 1, 0, 'b'}, {"contexts", 1, 0, 'c'},
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"prefill-tokens", 1, 0, 'p'}, {"seed", 1, 0, 'S'},
         {"dir", 1, 0, 'd'}, {"no-eager", 0, 0, 'e'}, {"no-logits", 0, 0, 'l'}, {"help", 0, 0, 'h'},
-        {"matmul-tuning", 0, 0, 'T'}, {"max-context", 1, 0, 'M'},
+        {"matmul-tuning", 0, 0, 'T'}, {"max-context", 1, 0, 'M'}, {"model", 1, 0, 'm'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -619,10 +983,19 @@ static void parse(int argc, char **argv, cfg *c)
         case 'l': c->logits = false; break;
         case 'T': c->tuning = true; break;
         case 'M': c->max_context = atoi(optarg); break;
+        case 'm': c->model = optarg; break;
         default: usage();
         }
     }
     if (optind != argc) usage();
+    if (c->model) {
+        read_config(c, c->model);
+    } else {
+        if (c->layers == 0) c->layers = 8;
+        if (c->hidden == 0) c->hidden = 1024;
+        if (c->heads == 0) c->heads = 16;
+        if (c->vocab == 0) c->vocab = 32000;
+    }
     if (c->kv_heads == 0) c->kv_heads = c->heads;
     if (c->ffn == 0) c->ffn = 4 * c->hidden;
     if (c->layers < 1 || c->heads < 1 || c->hidden < 1 || c->hidden % c->heads || head_dim(c) % 2 ||
@@ -721,10 +1094,10 @@ static long long process_once_bytes(void)
     return f0 && f1 ? (long long)f0 - (long long)f1 : -1;
 }
 
-static reel_plan *compile(const cfg *c, weights *w, int num_blocks, int max_context, bool no_capture,
+static reel_plan *compile(const cfg *c, const model *m, int num_blocks, int max_context, bool no_capture,
                           bool with_logits, double *ms)
 {
-    reel_graph *g = build(c, w, num_blocks, with_logits);
+    reel_graph *g = build(c, m, num_blocks, with_logits);
     reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
     o.num_buckets = c->nbatches;
     for (int i = 0; i < c->nbatches; i++) o.buckets[i] = c->batches[i];
@@ -772,7 +1145,7 @@ static void fmt_us(char *s, size_t n, double v) { v >= 0 ? snprintf(s, n, "%.1f"
 
 /* One context: the three plans over one cache, the prefill, every batch.
  * Returns false when replay and eager disagree or a step did not replay. */
-static bool run_context(const cfg *c, weights *w, int C, FILE *res)
+static bool run_context(const cfg *c, const model *m, int C, FILE *res)
 {
     const int N = c->warmup + c->steps, maxB = c->batches[c->nbatches - 1];
     const int bps_asked = (c->max_context + c->block_size - 1) / c->block_size;
@@ -786,7 +1159,7 @@ static bool run_context(const cfg *c, weights *w, int C, FILE *res)
 
     double ms_r, ms_e = 0, ms_c = 0, t0;
     size_t free0 = dev_free_bytes();
-    reel_plan *rp = compile(c, w, num_blocks, max_context, false, false, &ms_r);
+    reel_plan *rp = compile(c, m, num_blocks, max_context, false, false, &ms_r);
     size_t free1 = dev_free_bytes();
     long long gm_used, gm_res;
     graph_mem_attrs(&gm_used, &gm_res);
@@ -802,7 +1175,7 @@ static bool run_context(const cfg *c, weights *w, int C, FILE *res)
     long long eager_delta = -1;
     if (c->eager) {
         size_t fe0 = dev_free_bytes();
-        ep = compile(c, w, num_blocks, max_context, true, false, &ms_e);
+        ep = compile(c, m, num_blocks, max_context, true, false, &ms_e);
         size_t fe1 = dev_free_bytes();
         reel_plan_memory me = REEL_PLAN_MEMORY_INIT;
         RK("plan memory", reel_plan_memory_get(ep, &me));
@@ -813,7 +1186,7 @@ static bool run_context(const cfg *c, weights *w, int C, FILE *res)
     /* The prefill runs on a plan without graphs (any of them would run it
      * eagerly): the logits plan when there is one. */
     if (c->logits || !ep) {
-        lp = compile(c, w, num_blocks, max_context, true, c->logits, &ms_c);
+        lp = compile(c, m, num_blocks, max_context, true, c->logits, &ms_c);
         bind_caches(c, lp, caches, cache_bytes);
     }
     /* Device bytes the replay plan took at compile beside its params and its
@@ -866,7 +1239,7 @@ static bool run_context(const cfg *c, weights *w, int C, FILE *res)
                     rr.replays, c->steps, reel_fallback_str(reel_plan_last_fallback(rp)));
             ok = false;
         }
-        double fl = floor_us(c, w, B, C);
+        double fl = floor_us(c, B, C);
         char s1[32], s2[32], s3[32], s4[32];
         fmt_us(s1, sizeof s1, rr.wall_us);
         fmt_us(s2, sizeof s2, rr.gpu_us);
@@ -909,13 +1282,22 @@ int main(int argc, char **argv)
     reel_ctx_opts co = REEL_CTX_OPTS_INIT;
     co.matmul_tuning = c.tuning ? 1 : 0;
     RK("creating the context", reel_ctx_create(&co, &g_ctx));
-    weights w;
+    model m = {0};
+    char path[4096];
     double t0 = now_s();
-    make_weights(&w, &c);
-    char path[512];
-    snprintf(path, sizeof path, "%s/weights.bin", c.dir);
-    write_weights(&w, &c, path);
-    fprintf(stderr, "bench_decode: weights generated and written to %s in %.1f s\n", path, now_s() - t0);
+    if (!c.model) {
+        snprintf(path, sizeof path, "%s/model", c.dir);
+        save_seeded(&c, path);
+        fprintf(stderr, "bench_decode: seeded checkpoint written to %s in %.1f s\n", path, now_s() - t0);
+        t0 = now_s();
+    }
+    if (!realpath(c.model ? c.model : path, m.dir)) {
+        fprintf(stderr, "bench_decode: %s: %s\n", c.model ? c.model : path, strerror(errno));
+        return 1;
+    }
+    open_model(&c, &m);
+    fprintf(stderr, "bench_decode: checkpoint %s: %d tensors, opened and checked in %.1f s\n", m.dir,
+            reel_safetensors_count(m.ck), now_s() - t0);
 
     snprintf(path, sizeof path, "%s/reel_decode.txt", c.dir);
     FILE *res = fopen(path, "w");
@@ -929,9 +1311,10 @@ int main(int argc, char **argv)
     for (int i = 0, n = 0; i < c.ncontexts; i++)
         n += snprintf(clist + n, sizeof clist - (size_t)n, "%s%d", i ? "," : "", c.contexts[i]);
     fprintf(res, "config layers=%d hidden=%d heads=%d kv_heads=%d head_dim=%d ffn=%d vocab=%d block_size=%d "
-                 "seed=%" PRIu64 " steps=%d warmup=%d backend=%s batches=%s contexts=%s eager=%d version=%d\n",
+                 "seed=%" PRIu64 " steps=%d warmup=%d backend=%s batches=%s contexts=%s eager=%d version=%d model=%s\n",
             c.layers, c.hidden, c.heads, c.kv_heads, head_dim(&c), c.ffn, c.vocab, c.block_size, c.seed, c.steps,
-            c.warmup, reel_backend_name(reel_ctx_backend(g_ctx)), blist, clist, c.eager ? 1 : 0, reel_version());
+            c.warmup, reel_backend_name(reel_ctx_backend(g_ctx)), blist, clist, c.eager ? 1 : 0, reel_version(),
+            m.dir);
 
     printf("reel decode step: %d layers, hidden %d, %d heads of %d (%d kv), ffn %d, vocab %d, bf16, "
            "KV blocks of %d; backend %s; buckets %s\n",
@@ -947,14 +1330,11 @@ int main(int argc, char **argv)
 
     bool ok = true;
     fprintf(res, "process once_dev_bytes=%lld\n", process_once_bytes());
-    for (int ci = 0; ci < c.ncontexts; ci++) ok = run_context(&c, &w, c.contexts[ci], res) && ok;
+    for (int ci = 0; ci < c.ncontexts; ci++) ok = run_context(&c, &m, c.contexts[ci], res) && ok;
     fclose(res);
     printf("\nfloor: (weights but the embedding table + K/V of C+1 positions) / %.2f TB/s.\n", FLOOR_TBPS);
     printf("results for bench/torch_model.py: %s/reel_decode.txt\n", c.dir);
-    for (int i = 0; i < w.n; i++) free(w.t[i].data);
-    for (int i = 0; i < c.layers; i++) free(w.qkv[i]);
-    free(w.qkv);
-    free(w.t);
+    close_model(&c, &m); /* every plan compiled (and destroyed) */
     reel_ctx_destroy(g_ctx);
     if (!ok) {
         fprintf(stderr, "bench_decode: replay and eager (or the logits plan) disagree, or steps did not replay\n");

@@ -1,11 +1,13 @@
 """PyTorch's half of the decode-step benchmark (bench/decode.c is reel's).
 
-Reads the model bench_decode wrote (DIR/weights.bin: format in decode.c's
-header comment) and its results (DIR/reel_decode.txt, DIR/logits_*.f32), runs
-the same model with the same weights, the same prompt tokens and the same
-decode steps, checks that both sides agree, and writes one CSV row per
-(batch, context) with both sides' figures (bench/decode_matrix.sh gathers them
-into bench/results/decode_matrix.csv):
+Reads bench_decode's results (DIR/reel_decode.txt, DIR/logits_*.f32) and the
+checkpoint it ran, a Hugging Face Llama directory (config.json and
+model.safetensors: the seeded DIR/model, or the one its --model named; the
+config line's model= field says which), runs the same model loaded from the
+same checkpoint, the same prompt tokens and the same decode steps, checks
+that both sides agree, and writes one CSV row per (batch, context) with both
+sides' figures (bench/decode_matrix.sh gathers them into
+bench/results/decode_matrix.csv):
 
     bench_decode --dir DIR && python3 bench/torch_model.py --dir DIR
 
@@ -56,6 +58,7 @@ import argparse
 import contextlib
 import csv
 import datetime
+import json
 import os
 import statistics
 import struct
@@ -88,41 +91,97 @@ def bench_token(seed, s, p, vocab):
 
 # ---- files written by bench_decode ------------------------------------------
 
-def load_weights(path, device):
+def f32(x):
+    """x rounded to float32, as bench_decode holds rms_norm_eps and rope_theta."""
+    return struct.unpack("<f", struct.pack("<f", float(x)))[0]
+
+
+def read_safetensors(path):
+    """One .safetensors file: {name: tensor} on the CPU. safetensors' own
+    reader when it is installed, else the header read here (8-byte little
+    endian length, JSON, the data) and torch.frombuffer."""
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        load_file = None
+    if load_file is not None:
+        return load_file(path)
     with open(path, "rb") as f:
-        data = f.read()
-    if data[:8] != b"REELW001":
-        sys.exit(f"{path}: not a bench_decode weights file")
-    off = 8
-    layers, hidden, heads, kv_heads, head_dim, ffn, vocab, block_size = struct.unpack_from("<8i", data, off)
-    off += 32
-    eps, theta = struct.unpack_from("<2f", data, off)
-    off += 8
-    (seed,) = struct.unpack_from("<Q", data, off)
-    off += 8
-    (count,) = struct.unpack_from("<i", data, off)
-    off += 4
-    cfg = dict(layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, ffn=ffn,
-               vocab=vocab, block_size=block_size, eps=eps, theta=theta, seed=seed)
-    raw = bytearray(data)  # torch.frombuffer wants a writable buffer
-    w = {}
-    for _ in range(count):
-        (n,) = struct.unpack_from("<i", data, off)
-        off += 4
-        name = data[off:off + n].decode()
-        off += n
-        (nd,) = struct.unpack_from("<i", data, off)
-        off += 4
-        dims = struct.unpack_from(f"<{nd}q", data, off)
-        off += 8 * nd
+        raw = bytearray(f.read())  # torch.frombuffer wants a writable buffer
+    (n,) = struct.unpack_from("<Q", raw, 0)
+    header = json.loads(bytes(raw[8:8 + n]))
+    header.pop("__metadata__", None)
+    kinds = {"BF16": (torch.int16, torch.bfloat16, 2), "F16": (torch.float16, None, 2),
+             "F32": (torch.float32, None, 4)}
+    out = {}
+    for name, h in header.items():
+        if h["dtype"] not in kinds:
+            sys.exit(f"{path}: {name} is {h['dtype']}: the model is bf16")
+        rd, view, size = kinds[h["dtype"]]
+        begin, end = h["data_offsets"]
         numel = 1
-        for d in dims:
+        for d in h["shape"]:
             numel *= d
-        t = torch.frombuffer(raw, dtype=torch.int16, count=numel, offset=off).view(torch.bfloat16)
-        w[name] = t.reshape(dims).to(device)
-        off += 2 * numel
-    if off != len(data):
-        sys.exit(f"{path}: {len(data) - off} bytes left after the last tensor")
+        if end - begin != numel * size or 8 + n + end > len(raw):
+            sys.exit(f"{path}: {name}: its data_offsets do not hold {h['dtype']} {h['shape']}")
+        t = torch.frombuffer(raw, dtype=rd, count=numel, offset=8 + n + begin) if numel else torch.empty(0, dtype=rd)
+        out[name] = (t.view(view) if view else t).reshape(h["shape"])
+    return out
+
+
+def load_checkpoint(mdir, rcfg, device):
+    """The Hugging Face Llama checkpoint in mdir (config.json; model.safetensors
+    or an index and its shards) as (cfg, w) under this script's names.
+    block_size and the seed of the prompt tokens are bench_decode's
+    (reel_decode.txt's config line, rcfg), the model's sizes must be the ones
+    it ran."""
+    with open(os.path.join(mdir, "config.json")) as f:
+        hc = json.load(f)
+    get = lambda k, d=None: d if hc.get(k) is None else hc[k]
+    if get("tie_word_embeddings", False) or get("rope_scaling") is not None:
+        sys.exit(f"{mdir}/config.json: tied embeddings or rope scaling: not the model bench_decode runs")
+    heads = hc["num_attention_heads"]
+    cfg = dict(layers=hc["num_hidden_layers"], hidden=hc["hidden_size"], heads=heads,
+               kv_heads=get("num_key_value_heads", heads), head_dim=get("head_dim", hc["hidden_size"] // heads),
+               ffn=hc["intermediate_size"], vocab=hc["vocab_size"], block_size=int(rcfg["block_size"]),
+               eps=f32(get("rms_norm_eps", 1e-6)), theta=f32(get("rope_theta", 10000.0)), seed=int(rcfg["seed"]))
+    for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab"):
+        if str(cfg[k]) != rcfg.get(k):
+            sys.exit(f"{mdir}/config.json: {k} {cfg[k]}, but bench_decode ran {k}={rcfg.get(k)}")
+    index = os.path.join(mdir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    t = {}
+    for name in files:
+        t.update(read_safetensors(os.path.join(mdir, name)))
+
+    def tensor(name, shape):
+        if name not in t:
+            sys.exit(f"{mdir}: no tensor {name}")
+        x = t.pop(name)
+        if x.dtype != torch.bfloat16 or list(x.shape) != shape:
+            sys.exit(f"{mdir}: {name} is {x.dtype} {list(x.shape)}, the model wants torch.bfloat16 {shape}")
+        return x.to(device)
+
+    D, V, Fd = cfg["hidden"], cfg["vocab"], cfg["ffn"]
+    Q, KV = cfg["heads"] * cfg["head_dim"], cfg["kv_heads"] * cfg["head_dim"]
+    w = {"embed": tensor("model.embed_tokens.weight", [V, D]), "final_norm": tensor("model.norm.weight", [D]),
+         "lm_head": tensor("lm_head.weight", [V, D])}
+    for i in range(cfg["layers"]):
+        p, q = f"model.layers.{i}.", f"l{i}."
+        w[q + "attn_norm"] = tensor(p + "input_layernorm.weight", [D])
+        w[q + "wq"] = tensor(p + "self_attn.q_proj.weight", [Q, D])
+        w[q + "wk"] = tensor(p + "self_attn.k_proj.weight", [KV, D])
+        w[q + "wv"] = tensor(p + "self_attn.v_proj.weight", [KV, D])
+        w[q + "wo"] = tensor(p + "self_attn.o_proj.weight", [D, Q])
+        w[q + "ffn_norm"] = tensor(p + "post_attention_layernorm.weight", [D])
+        # one [2F, D] weight, gate rows first: silu(x W[:F]^T) * (x W[F:]^T)
+        w[q + "w_gate_up"] = torch.cat([tensor(p + "mlp.gate_proj.weight", [Fd, D]),
+                                        tensor(p + "mlp.up_proj.weight", [Fd, D])], 0).contiguous()
+        w[q + "w_down"] = tensor(p + "mlp.down_proj.weight", [D, Fd])
     return cfg, w
 
 
@@ -140,14 +199,18 @@ def load_reel(path):
     cfg, plans, cases, tokens = {}, {}, {}, {}
     with open(path) as f:
         for line in f:
+            if line.startswith("config "):  # model=<path> last: a path may hold spaces
+                head, _, model = line.rstrip("\n").partition(" model=")
+                cfg = parse_kv(head.split()[1:])
+                if model:
+                    cfg["model"] = model
+                continue
             head, _, rest = line.partition(" : ")
             fields = head.split()
             if not fields:
                 continue
             kv = parse_kv(fields[1:])
-            if fields[0] == "config":
-                cfg = kv
-            elif fields[0] == "plan":
+            if fields[0] == "plan":
                 plans[int(kv["context"])] = kv
             elif fields[0] == "process":
                 cfg["process_once_dev_bytes"] = kv.get("once_dev_bytes")
@@ -538,12 +601,14 @@ def main():
 
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
-    wpath, rpath = os.path.join(a.dir, "weights.bin"), os.path.join(a.dir, "reel_decode.txt")
-    for p in (wpath, rpath):
-        if not os.path.exists(p):
-            sys.exit(f"torch_model.py: {p} is missing: run bench_decode --dir {a.dir} first")
+    rpath = os.path.join(a.dir, "reel_decode.txt")
+    if not os.path.exists(rpath):
+        sys.exit(f"torch_model.py: {rpath} is missing: run bench_decode --dir {a.dir} first")
     rcfg, rplans, rcases, rtokens = load_reel(rpath)
-    cfg, w = load_weights(wpath, dev)
+    mdir = rcfg.get("model") or os.path.join(a.dir, "model")
+    if not os.path.exists(os.path.join(mdir, "config.json")):
+        sys.exit(f"torch_model.py: the checkpoint {mdir} (config.json) is missing: run bench_decode --dir {a.dir} first")
+    cfg, w = load_checkpoint(mdir, rcfg, dev)
     steps, warmup = int(rcfg["steps"]), int(rcfg["warmup"])
     N = steps + warmup
     variants = a.variants.split(",") if cuda else ["eager"]
@@ -565,7 +630,8 @@ def main():
     print(f"decode step, reel beside PyTorch {info['torch']} on {info['machine']} (driver {info['driver']}, "
           f"CUDA {info['cuda']}; reel backend {rcfg.get('backend')}), {date}")
     print(f"model: {cfg['layers']} layers, hidden {cfg['hidden']}, {cfg['heads']} heads of {cfg['head_dim']} "
-          f"({cfg['kv_heads']} kv), ffn {cfg['ffn']}, vocab {cfg['vocab']}, bf16; same weights (seed {cfg['seed']})")
+          f"({cfg['kv_heads']} kv), ffn {cfg['ffn']}, vocab {cfg['vocab']}, bf16; same checkpoint ({mdir}), "
+          f"prompt seed {cfg['seed']}")
     print(f"per step: host wall (ids up, step, next ids back) and gpu (events around it), medians of {steps} "
           f"after {warmup} warm-up; torch.compile mode {a.compile_mode}\n", flush=True)
 
