@@ -59,7 +59,7 @@ for h in $hidden; do
         tail -4 "$OUT/decode_matrix_torch_h$h.log"
         [ $r = 0 ] || { echo "torch_model.py hidden $h: exit $r"; rc=1; }
     fi
-    rm -f "$dir/weights.bin" "$dir"/logits_*.f32
+    rm -rf "$dir/model" "$dir"/logits_*.f32
 done
 if [ -s "$csv" ]; then
     $py bench/decode_table.py "$csv" >"$OUT/decode_matrix_table.md" && cat "$OUT/decode_matrix_table.md"
