@@ -1,10 +1,11 @@
 #!/bin/bash
-# On the GPU machine, one call: main verified (bench/gpu.sh without the
-# sanitizer phases, whose kernels this does not touch), then the argmax's
-# cluster split against the one-block kernel (-DREEL_ARGMAX_CLUSTER=1):
-# compute-sanitizer over the argmax test, the kernel timelines of the decode
-# step at batches 1 and 8 (bench/trace.sh) and the replayed step's GPU time
-# (bench/variants_ab.sh), both builds in the call.
+# On the GPU machine, one call: the argmax's cluster split (ops/cuda/rows.cu)
+# against one block a row (-DREEL_ARGMAX_CLUSTER=1). Builds main with the
+# tests, runs the gpu suite, compute-sanitizer memcheck and racecheck over the
+# argmax test, the decode step beside PyTorch (bench_decode, which loads its
+# seeded checkpoint through the safetensors loader, and bench/torch_model.py
+# on the same checkpoint), then both builds' kernel timelines of the replayed
+# decode step (bench/trace.sh) and their step times (bench/variants_ab.sh).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
@@ -12,16 +13,27 @@ export PATH=/usr/local/cuda/bin:$PATH
 OUT=${OUT:-/tmp/reel-argmax-out}
 mkdir -p "$OUT"
 export OUT
-date -u
-REEL_GPU_TORCH_CHAIN=0 REEL_GPU_SANITIZE=0 REEL_GPU_OTHER=0 timeout 400 bash bench/gpu.sh >"$OUT/gpu.txt" 2>&1
-echo "bench/gpu.sh: exit $?"
-grep -vE "^\| (decode|prefill) " "$OUT/gpu.txt" | tail -70
 B=/tmp/reel-gpu-build
+date -u
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+rm -rf "$B"
+timeout 240 bash -c "meson setup '$B' -Dcuda=enabled -Dbuildtype=release && ninja -C '$B' -j$(nproc)" \
+    >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
+echo "built $(date -u +%T)"
+timeout 150 meson test -C "$B" --no-rebuild --suite gpu --num-processes 4 --print-errorlogs >"$OUT/test-gpu.log" 2>&1
+echo "meson test --suite gpu: exit $?"
+grep -E "^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped|Timeout):|\[FAIL\]" "$OUT/test-gpu.log" | head -40
 for tool in memcheck racecheck; do
     timeout 60 compute-sanitizer --tool $tool --target-processes all "$B/tests/gpu/test_gpu_ops" --filter='*argmax*' 2>&1 |
         grep -E "SUMMARY|Synthesis|FAIL"
 done
-REEL_AB_BATCHES=1,8,64 REEL_AB_CONTEXTS=128 timeout 240 bench/variants_ab.sh "main:" "am1:-DREEL_ARGMAX_CLUSTER=1" |
+timeout 120 "$B/bench/bench_decode" --batches 1,8,64 --contexts 128,2048 --dir /tmp/reel-decode >"$OUT/bench-decode.md" 2>&1
+echo "bench_decode: exit $?"
+PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_model.py --dir /tmp/reel-decode >>"$OUT/bench-decode.md" 2>&1
+echo "torch_model.py: exit $?"
+tail -25 "$OUT/bench-decode.md"
+echo "=== A/B $(date -u +%T)"
+REEL_AB_BATCHES=1,8,64 REEL_AB_CONTEXTS=128 timeout 200 bench/variants_ab.sh "main:" "am1:-DREEL_ARGMAX_CLUSTER=1" |
     tee "$OUT/step-ab-argmax.md"
 for v in main am1; do
     timeout 60 bash bench/trace.sh "$OUT/trace-$v.md" "/tmp/reel-var-$v/bench/bench_decode" --hidden 1024 --ffn 4096 \
