@@ -254,75 +254,20 @@ template <typename T> __global__ void argmax_kernel(const T *x, int32_t *out, in
 
 /* The same result for rows whose elements can be read 16 bytes at a time
  * (aligned, a whole number of packs, fewer than 2^31 elements): each thread
- * scans packs i, i + threads, ... and the elements of a pack in index order,
- * so its candidate is the lowest index of its maximum, as above; the merge
- * across threads is the same. A 32000-wide row is 4 packs a thread at 1024
- * threads instead of 63 dependent scalar loads at 512. */
-template <typename T> __global__ void argmax_vec_kernel(const T *x, int32_t *out, int32_t n, bool pdl)
+ * scans packs p0 + i, p0 + i + threads, ... below p1 and the elements of a
+ * pack in index order, so its candidate is the lowest index of its maximum,
+ * as above; the merge across threads is the same, the warps' candidates
+ * merged by the first warp's butterfly, not one thread's walk over them.
+ * The block's candidate is in warp 0's lanes. */
+template <typename T>
+__device__ __forceinline__ void argmax_packs(const pack<T> *xr, int32_t p0, int32_t p1, float &bv, int32_t &bi)
 {
     typedef pack<T> P;
     __shared__ float sv[32];
     __shared__ int32_t si[32];
-    pdl_start(pdl);
-    const P *xr = (const P *)(x + (int64_t)blockIdx.x * n);
-    const int32_t np = n / P::n;
-    float bv = 0.0f;
-    int32_t bi = -1;
+    bv = 0.0f;
+    bi = -1;
 #pragma unroll 4
-    for (int32_t p = threadIdx.x; p < np; p += blockDim.x) {
-        P v = xr[p];
-#pragma unroll
-        for (int e = 0; e < P::n; e++) {
-            float f = to_f(v.v[e]);
-            if (!isnan(f) && (bi < 0 || f > bv)) {
-                bv = f;
-                bi = p * P::n + e;
-            }
-        }
-    }
-    warp_argbest(bv, bi);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) {
-        sv[warp] = bv;
-        si[warp] = bi;
-    }
-    __syncthreads();
-    /* The warps' candidates merged by the first warp's butterfly, not one
-     * thread's walk over them. */
-    if (warp == 0) {
-        const int nw = (int)(blockDim.x >> 5);
-        bv = lane < nw ? sv[lane] : 0.0f;
-        bi = lane < nw ? si[lane] : -1;
-        warp_argbest(bv, bi);
-        if (lane == 0)
-            out[blockIdx.x] = bi < 0 ? 0 : bi;
-    }
-}
-
-/* The multi-block reduction: a cluster of C blocks (grid (C, rows), the
- * cluster along x) takes one row. Block r scans packs [r * per, (r + 1) *
- * per) as argmax_vec_kernel scans its row, warp 0 merges the block's warps,
- * and rank 0's warp 0 merges the C blocks' candidates through distributed
- * shared memory. "Lowest index of the maximum, NaN never wins" is a total
- * order on the candidates, so the result is the one-block kernel's whatever
- * the split (tests/gpu/test_gpu_ops.c: ties across the blocks, NaN, rows of
- * NaN). A batch-1 step's 32000-wide row is 8 blocks of 512 threads, a pack
- * a thread, instead of one block of 1024 threads reading 4 packs each. */
-template <typename T> __global__ void argmax_cluster_kernel(const T *x, int32_t *out, int32_t n, bool pdl)
-{
-    typedef pack<T> P;
-    __shared__ float sv[32];
-    __shared__ int32_t si[32];
-    __shared__ float s_bv;
-    __shared__ int32_t s_bi;
-    pdl_start(pdl);
-    const int rank = (int)blockIdx.x, nblk = (int)gridDim.x;
-    const P *xr = (const P *)(x + (int64_t)blockIdx.y * n);
-    const int32_t np = n / P::n, per = (np + nblk - 1) / nblk;
-    const int32_t p0 = rank * per, p1 = min(np, p0 + per);
-    float bv = 0.0f;
-    int32_t bi = -1;
-#pragma unroll 2
     for (int32_t p = p0 + (int32_t)threadIdx.x; p < p1; p += (int32_t)blockDim.x) {
         P v = xr[p];
 #pragma unroll
@@ -346,15 +291,49 @@ template <typename T> __global__ void argmax_cluster_kernel(const T *x, int32_t 
         bv = lane < nw ? sv[lane] : 0.0f;
         bi = lane < nw ? si[lane] : -1;
         warp_argbest(bv, bi);
-        if (lane == 0) {
-            s_bv = bv;
-            s_bi = bi;
-        }
+    }
+}
+
+/* One block a row: a 32000-wide row is 4 packs a thread at 1024 threads
+ * instead of 63 dependent scalar loads at 512. */
+template <typename T> __global__ void argmax_vec_kernel(const T *x, int32_t *out, int32_t n, bool pdl)
+{
+    pdl_start(pdl);
+    float bv;
+    int32_t bi;
+    argmax_packs<T>((const pack<T> *)(x + (int64_t)blockIdx.x * n), 0, n / pack<T>::n, bv, bi);
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = bi < 0 ? 0 : bi;
+}
+
+/* The multi-block reduction: a cluster of C blocks (grid (C, rows), the
+ * cluster along x) takes one row. Block r scans packs [r * per, (r + 1) *
+ * per) as argmax_vec_kernel scans its row, and rank 0's warp 0 merges the C
+ * blocks' candidates through distributed shared memory. "Lowest index of
+ * the maximum, NaN never wins" is a total order on the candidates, so the
+ * result is the one-block kernel's whatever the split
+ * (tests/gpu/test_gpu_ops.c: ties across the blocks, NaN, rows of NaN). A
+ * batch-1 step's 32000-wide row is 8 blocks of 512 threads, a pack a
+ * thread. Launched only on devices with clusters (argmax_split). */
+template <typename T> __global__ void argmax_cluster_kernel(const T *x, int32_t *out, int32_t n, bool pdl)
+{
+    __shared__ float s_bv;
+    __shared__ int32_t s_bi;
+    pdl_start(pdl);
+    const int rank = (int)blockIdx.x, nblk = (int)gridDim.x;
+    const int32_t np = n / pack<T>::n, per = (np + nblk - 1) / nblk;
+    float bv;
+    int32_t bi;
+    argmax_packs<T>((const pack<T> *)(x + (int64_t)blockIdx.y * n), rank * per, min(np, rank * per + per), bv, bi);
+    if (threadIdx.x == 0) {
+        s_bv = bv;
+        s_bi = bi;
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cg::cluster_group cl = cg::this_cluster();
     cl.sync(); /* every block's candidate is in its s_bv, s_bi */
-    if (rank == 0 && warp == 0) {
+    const int lane = threadIdx.x & 31;
+    if (rank == 0 && threadIdx.x < 32) {
         bv = lane < nblk ? *cl.map_shared_rank(&s_bv, lane) : 0.0f;
         bi = lane < nblk ? *cl.map_shared_rank(&s_bi, lane) : -1;
         warp_argbest(bv, bi);
