@@ -3,10 +3,10 @@
 # against one block a row (-DREEL_ARGMAX_CLUSTER=1), most important first, so
 # a call cut short still brings back the first phases: the argmax test and
 # compute-sanitizer over it; both builds' kernel timelines of the replayed
-# decode step (bench/trace.sh); the decode step beside PyTorch (bench_decode
-# loads its seeded checkpoint through the safetensors loader,
-# bench/torch_model.py the same checkpoint); the whole gpu suite; both builds'
-# step times (bench/variants_ab.sh).
+# decode step (bench/trace.sh); the whole gpu suite; the decode step beside
+# PyTorch (bench_decode loads its seeded checkpoint through the safetensors
+# loader, bench/torch_model.py the same checkpoint); both builds' step times
+# (bench/variants_ab.sh).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
@@ -37,16 +37,16 @@ for v in "main:$B" "am1:$A"; do
     echo "--- ${v%%:*}: argmax in the timeline"
     grep -iE "^## graph|argmax" "$OUT/trace-${v%%:*}.md" | head -6
 done
-timeout 120 "$B/bench/bench_decode" --batches 1,8,64 --contexts 128,2048 --dir /tmp/reel-decode >"$OUT/bench-decode.md" 2>&1
-echo "bench_decode: exit $?"
-PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_model.py --dir /tmp/reel-decode >>"$OUT/bench-decode.md" 2>&1
-echo "torch_model.py: exit $?"
-tail -22 "$OUT/bench-decode.md"
 echo "=== the gpu suite $(date -u +%T)"
 timeout 200 ninja -C "$B" >>"$OUT/build.log" 2>&1 &&
     timeout 150 meson test -C "$B" --no-rebuild --suite gpu --num-processes 4 --print-errorlogs >"$OUT/test-gpu.log" 2>&1
 echo "meson test --suite gpu: exit $?"
 grep -E "^(Ok|Fail|Skipped|Timeout):|\[FAIL\]" "$OUT/test-gpu.log" | head -20
+timeout 120 "$B/bench/bench_decode" --batches 1,8,64 --contexts 128,2048 --dir /tmp/reel-decode >"$OUT/bench-decode.md" 2>&1
+echo "bench_decode: exit $?"
+PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_model.py --dir /tmp/reel-decode >>"$OUT/bench-decode.md" 2>&1
+echo "torch_model.py: exit $?"
+tail -22 "$OUT/bench-decode.md"
 ln -sfn "$B" /tmp/reel-var-main
 REEL_AB_BATCHES=1,8,64 REEL_AB_CONTEXTS=128 timeout 120 bench/variants_ab.sh "main:" "am1:" | tee "$OUT/step-ab-argmax.md"
 date -u
