@@ -1,5 +1,6 @@
 /* CUDA kernels over the last dim of each row: rmsnorm, softmax, argmax. One
- * block per row (argmax at small batches: a cluster of blocks a row); the row is reduced (fixed tree, so the same launch gives
+ * block per row (argmax, built with -DREEL_ARGMAX_CLUSTER=8: a cluster of blocks
+ * a row at small batches); the row is reduced (fixed tree, so the same launch gives
  * the same bits) before any output of the row is written, and each thread
  * writes only elements it read itself, so rmsnorm and softmax may run in
  * place. All honour programmatic dependent launch. */
@@ -344,8 +345,13 @@ template <typename T> __global__ void argmax_cluster_kernel(const T *x, int32_t 
 #endif
 }
 
+/* The most blocks a row: 1 (the default) builds the one-block kernel only.
+ * The cluster kernel is built and tested (tests/gpu/test_gpu_ops.c) but has
+ * not run on a GPU yet: it stays off until bench/argmax_ab_gpu.sh has run
+ * its tests and measured it against one block a row
+ * (-DREEL_ARGMAX_CLUSTER=8, docs/decisions.md). */
 #ifndef REEL_ARGMAX_CLUSTER
-#define REEL_ARGMAX_CLUSTER 8 /* blocks a row at most; 1 builds the one-block kernel only */
+#define REEL_ARGMAX_CLUSTER 1
 #endif
 
 /* How many blocks take one row of np packs: the most (a power of two up to

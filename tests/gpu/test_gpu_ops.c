@@ -226,7 +226,8 @@ Test(gpu_ops, argmax_matches_host_with_ties_and_nan, .init = setup, .fini = tear
     for (int i = 0; i < 3; i++) {
         check_argmax(dts[i], 4, 1000);
         check_argmax(dts[i], 4, 32000); /* a vocabulary's row: 32 warps merged, the tie across them */
-        /* a cluster of blocks a row (8, 4 and 2 blocks; one block past the
+        /* built with -DREEL_ARGMAX_CLUSTER=8 (bench/argmax_ab_gpu.sh), a
+         * cluster of blocks a row (8, 4 and 2 blocks; one block past the
          * SMs): the ties above cross the blocks; odd widths take the scalar
          * kernel */
         check_argmax(dts[i], 1, 32000);
