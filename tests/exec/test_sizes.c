@@ -169,3 +169,57 @@ Test(sizes, a_host_state_past_rlimit_data_is_refused_at_compile_naming_the_limit
     reel_graph_destroy(g);
 #endif
 }
+
+/* The split-KV workspace (ops/op.h) is an activation of the plan: every
+ * bucket's layout places it, [REEL_ATTN_SPLIT_SLOTS, H*Dh + H] float32
+ * whatever the bucket's tokens, and a step under the hazard checker (which
+ * sees each node's outputs as its writes) is clean. */
+Test(sizes, the_attention_workspace_is_a_planned_activation_of_every_bucket, .init = setup, .fini = teardown)
+{
+    enum { H = 2, HKV = 1, DH = 4, BS = 4 };
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    int64_t qd[] = {REEL_DIM_TOKENS, H * DH}, kd[] = {REEL_DIM_TOKENS, HKV * DH}, cd[] = {8, BS, HKV, DH};
+    reel_attn_params ap = {.num_heads = H, .num_kv_heads = HKV, .head_dim = DH, .block_size = BS};
+    reel_tensor k = reel_input(g, "k", REEL_F32, 2, kd);
+    reel_tensor o = reel_paged_attention(g, reel_input(g, "q", REEL_F32, 2, qd), k, k,
+                                         reel_state(g, "kc", REEL_F32, 4, cd), reel_state(g, "vc", REEL_F32, 4, cd), &ap);
+    cr_assert_eq(reel_output(g, "o", o), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_compile_opts co = REEL_COMPILE_OPTS_INIT;
+    co.num_buckets = 2;
+    co.buckets[0] = 1, co.buckets[1] = 8;
+    co.max_context = 16;
+    co.max_seqs = 2;
+    co.check_hazards = 1;
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(g, &co, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    const size_t ws = (size_t)REEL_ATTN_SPLIT_SLOTS * (H * DH + H) * sizeof(float);
+    for (int b = 0; b < 2; b++) {
+        int found = 0;
+        reel_placement pl;
+        for (int i = 0; reel_plan_placement(p, b, i, &pl) == REEL_OK; i++)
+            if (pl.bytes == ws) {
+                found++;
+                /* no node reads it: it lives exactly while its op runs */
+                cr_assert_eq(pl.first, pl.last, "bucket %d: the workspace lives at its op (%d .. %d)", b,
+                             pl.first, pl.last);
+                cr_assert_eq(pl.stream, 0);
+            }
+        cr_assert_eq(found, 1, "bucket %d: one placement of %zu bytes (the workspace)", b, ws);
+    }
+    /* Two sequences' decode tokens at contexts 5 and 9 (bucket 8), checked. */
+    float q[2 * H * DH], kv[2 * HKV * DH];
+    for (int i = 0; i < 2 * H * DH; i++)
+        q[i] = (float)(i % 7) * 0.25f - 0.5f;
+    for (int i = 0; i < 2 * HKV * DH; i++)
+        kv[i] = (float)(i % 5) * 0.5f - 1.0f;
+    cr_assert_eq(reel_plan_set_input(p, "q", q, 2), REEL_OK);
+    cr_assert_eq(reel_plan_set_input(p, "k", kv, 2), REEL_OK);
+    int32_t qs[] = {0, 1, 2}, pos[] = {4, 8}, slots[] = {1 * BS, 6 * BS}, ctxl[] = {5, 9};
+    int32_t tables[] = {0, 1, 2, 3, 4, 5, 6, 7};
+    reel_step_info s = {.num_tokens = 2, .num_seqs = 2, .query_start = qs, .positions = pos, .slot_mapping = slots,
+                        .context_lens = ctxl, .block_tables = tables, .block_table_stride = 4};
+    cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_plan_destroy(p);
+    reel_graph_destroy(g);
+}
