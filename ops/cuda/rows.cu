@@ -6,6 +6,7 @@
  * place. All honour programmatic dependent launch. */
 #include <cooperative_groups.h>
 
+#include "ops/argmax_split.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/impls.h"
 
@@ -354,19 +355,12 @@ template <typename T> __global__ void argmax_cluster_kernel(const T *x, int32_t 
 #define REEL_ARGMAX_CLUSTER 1
 #endif
 
-/* How many blocks take one row of np packs: the most (a power of two up to
- * REEL_ARGMAX_CLUSTER) whose rows x blocks still fit one block an SM, with
- * at least 256 packs a block; 1 (the one-block kernel) on a device without
- * clusters. It depends on the shape and the device only, so replay ==
- * eager, and the PDL rule sees the same grid (rows_grid). */
+/* How many blocks take one row of np packs: ops/argmax_split.h's rule on
+ * this device; 1 (the one-block kernel) on a device without clusters. */
 __host__ static int argmax_split(int64_t nrows, int64_t np, const reel_device_caps *caps)
 {
-    if (REEL_ARGMAX_CLUSTER < 2 || caps->max_active_clusters <= 0 || caps->cc_major < 9)
-        return 1;
-    int c = REEL_ARGMAX_CLUSTER;
-    while (c > 1 && (nrows * c > (int64_t)caps->sm_count || np < (int64_t)c * 256))
-        c >>= 1;
-    return c;
+    return reel_argmax_split(nrows, np, caps->sm_count, caps->max_active_clusters > 0 && caps->cc_major >= 9,
+                             REEL_ARGMAX_CLUSTER);
 }
 
 /* The 16-byte path: aligned rows, a whole number of packs, under 2^31. */
