@@ -87,7 +87,9 @@ Test(sizes, a_plan_with_paged_attention_still_gets_its_block_tables, .init = set
 /* The one-kernel decode's arrival counters (ops/op.h): a word per (token,
  * kv head, head group of 16) for min(REEL_ATTN_ONE_KERNEL_ROWS, the largest
  * bucket) tokens, at most REEL_ATTN_CNT_MAX_WORDS; a stream's set. */
-static int32_t counter_words(int heads, int kv_heads, int32_t largest_bucket)
+/* One paged attention op of heads over kv_heads heads of 4 (blocks of 4,
+ * a cache of 8 blocks), f32, its output "o"; k is also v. */
+static reel_graph *attn_graph(int heads, int kv_heads)
 {
     reel_graph *g;
     cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
@@ -97,6 +99,12 @@ static int32_t counter_words(int heads, int kv_heads, int32_t largest_bucket)
     reel_tensor o = reel_paged_attention(g, reel_input(g, "q", REEL_F32, 2, qd), k, k,
                                          reel_state(g, "kc", REEL_F32, 4, cd), reel_state(g, "vc", REEL_F32, 4, cd), &ap);
     cr_assert_eq(reel_output(g, "o", o), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    return g;
+}
+
+static int32_t counter_words(int heads, int kv_heads, int32_t largest_bucket)
+{
+    reel_graph *g = attn_graph(heads, kv_heads);
     reel_compile_opts co = REEL_COMPILE_OPTS_INIT;
     co.num_buckets = 2;
     co.buckets[0] = 1, co.buckets[1] = largest_bucket;
@@ -176,15 +184,8 @@ Test(sizes, a_host_state_past_rlimit_data_is_refused_at_compile_naming_the_limit
  * sees each node's outputs as its writes) is clean. */
 Test(sizes, the_attention_workspace_is_a_planned_activation_of_every_bucket, .init = setup, .fini = teardown)
 {
-    enum { H = 2, HKV = 1, DH = 4, BS = 4 };
-    reel_graph *g;
-    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
-    int64_t qd[] = {REEL_DIM_TOKENS, H * DH}, kd[] = {REEL_DIM_TOKENS, HKV * DH}, cd[] = {8, BS, HKV, DH};
-    reel_attn_params ap = {.num_heads = H, .num_kv_heads = HKV, .head_dim = DH, .block_size = BS};
-    reel_tensor k = reel_input(g, "k", REEL_F32, 2, kd);
-    reel_tensor o = reel_paged_attention(g, reel_input(g, "q", REEL_F32, 2, qd), k, k,
-                                         reel_state(g, "kc", REEL_F32, 4, cd), reel_state(g, "vc", REEL_F32, 4, cd), &ap);
-    cr_assert_eq(reel_output(g, "o", o), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    enum { H = 2, HKV = 1, DH = 4, BS = 4 }; /* attn_graph's head dim and block size */
+    reel_graph *g = attn_graph(H, HKV);
     reel_compile_opts co = REEL_COMPILE_OPTS_INIT;
     co.num_buckets = 2;
     co.buckets[0] = 1, co.buckets[1] = 8;
