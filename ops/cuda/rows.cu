@@ -316,7 +316,7 @@ template <typename T> __global__ void argmax_vec_kernel(const T *x, int32_t *out
  * result is the one-block kernel's whatever the split
  * (tests/gpu/test_gpu_ops.c: ties across the blocks, NaN, rows of NaN). A
  * batch-1 step's 32000-wide row is 8 blocks of 512 threads, a pack a
- * thread. Launched only on devices with clusters (argmax_split). */
+ * thread. Launched only on devices with clusters (argmax_row_blocks). */
 template <typename T> __global__ void argmax_cluster_kernel(const T *x, int32_t *out, int32_t n, bool pdl)
 {
     __shared__ float s_bv;
@@ -355,19 +355,23 @@ template <typename T> __global__ void argmax_cluster_kernel(const T *x, int32_t 
 #define REEL_ARGMAX_CLUSTER 1
 #endif
 
-/* How many blocks take one row of np packs: ops/argmax_split.h's rule on
- * this device; 1 (the one-block kernel) on a device without clusters. */
-__host__ static int argmax_split(int64_t nrows, int64_t np, const reel_device_caps *caps)
-{
-    return reel_argmax_split(nrows, np, caps->sm_count, caps->max_active_clusters > 0 && caps->cc_major >= 9,
-                             REEL_ARGMAX_CLUSTER);
-}
-
 /* The 16-byte path: aligned rows, a whole number of packs, under 2^31. */
 static bool argmax_vec_ok(const reel_launch *l, int64_t n)
 {
     const int64_t vn = 16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype);
     return aligned16(l->in[0]) && n % vn == 0 && n < 0x7fffffffLL;
+}
+
+/* Blocks a row of the 16-byte path takes: ops/argmax_split.h's rule on this
+ * device (a grid's y holds at most 65535 rows); 1, the one-block kernel, on
+ * a device without clusters. The launch and the PDL rule both ask here. */
+__host__ static int argmax_row_blocks(const reel_launch *l, int64_t n, int64_t nrows, const reel_device_caps *caps)
+{
+    if (nrows > 65535)
+        return 1;
+    const int64_t np = n / (16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype));
+    return reel_argmax_split(nrows, np, caps->sm_count, caps->max_active_clusters > 0 && caps->cc_major >= 9,
+                             REEL_ARGMAX_CLUSTER);
 }
 
 template <typename T>
@@ -400,8 +404,8 @@ static reel_status argmax_launch(reel_backend *be, const reel_launch *l)
     cudaError_t e = cudaSuccess;
     const int64_t vn = 16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype);
     if (argmax_vec_ok(l, n)) {
-        const int c = argmax_split(nrows, n / vn, &be->caps);
-        if (c > 1 && nrows <= 65535) {
+        const int c = argmax_row_blocks(l, n, nrows, &be->caps);
+        if (c > 1) {
             REEL_CU_DISPATCH(l->in_shape[0].dtype, e = argmax_cluster_run<T>((const T *)l->in[0], (int32_t *)l->out[0],
                                                                              (int32_t)n, nrows, c, st, l->pdl));
             return REEL_CU_LAUNCHED_E(be, "cuda.argmax", e);
@@ -518,10 +522,7 @@ static int64_t rows_grid(const reel_launch *l, const reel_device_caps *caps)
 static int64_t argmax_grid(const reel_launch *l, const reel_device_caps *caps)
 {
     const int64_t n = last_dim(&l->in_shape[0]), nrows = nrows_of(l, n);
-    if (!argmax_vec_ok(l, n))
-        return nrows;
-    const int c = argmax_split(nrows, n / (16 / (int64_t)reel_dtype_size(l->in_shape[0].dtype)), caps);
-    return c > 1 && nrows <= 65535 ? nrows * c : nrows;
+    return argmax_vec_ok(l, n) ? nrows * argmax_row_blocks(l, n, nrows, caps) : nrows;
 }
 
 static bool use_add_rmsnorm(REEL_CU_USE_ARGS)
