@@ -92,6 +92,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <jansson.h>
+
 #include "reel/reel.h"
 #include "reel/safetensors.h"
 
@@ -278,6 +280,16 @@ static const wtensor *find_w(const weights *w, const char *name)
     exit(1);
 }
 
+/* dir/file into out (n bytes); exits when the path does not fit. */
+static void path_in(char *out, size_t n, const char *dir, const char *file)
+{
+    int k = snprintf(out, n, "%s/%s", dir, file);
+    if (k < 0 || (size_t)k >= n) {
+        fprintf(stderr, "bench_decode: the path %s/%s is too long\n", dir, file);
+        exit(1);
+    }
+}
+
 /* The shortest decimal that reads back as v (a JSON number for a finite v). */
 static void fmt_float(char *s, size_t n, float v)
 {
@@ -290,7 +302,7 @@ static void fmt_float(char *s, size_t n, float v)
 static void write_config(const cfg *c, const char *dir)
 {
     char path[4096], tmp[4200], eps[32], theta[32];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    path_in(path, sizeof path, dir, "config.json");
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     fmt_float(eps, sizeof eps, c->eps);
     fmt_float(theta, sizeof theta, c->theta);
@@ -374,9 +386,9 @@ static void save_seeded(const cfg *c, const char *dir)
     PUT("lm_head", 0, c->vocab, "lm_head.weight");
 #undef PUT
     char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    path_in(path, sizeof path, dir, "model.safetensors.index.json");
     remove(path); /* a stale index would be opened instead of the file below */
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    path_in(path, sizeof path, dir, "model.safetensors");
     RK("saving the seeded checkpoint", reel_safetensors_save(g_ctx, path, e, k));
     write_config(c, dir);
     for (int i = 0; i < w.n; i++) free(w.t[i].data);
@@ -388,138 +400,94 @@ static void save_seeded(const cfg *c, const char *dir)
 
 /* ---- an existing checkpoint's config.json --------------------------------- */
 
-/* The value of key `key` of the top-level JSON object in js: a pointer to its
- * first character, NULL if absent. Strings and nested values are skipped
- * whole, so only top-level keys match. */
-static const char *json_top(const char *js, const char *key)
-{
-    size_t klen = strlen(key);
-    int depth = 0;
-    for (const char *p = js; *p; p++) {
-        if (*p == '{' || *p == '[') {
-            depth++;
-        } else if (*p == '}' || *p == ']') {
-            depth--;
-        } else if (*p == '"') {
-            const char *s = ++p;
-            while (*p && *p != '"') p += p[0] == '\\' && p[1] ? 2 : 1;
-            if (!*p) return NULL;
-            if (depth == 1 && (size_t)(p - s) == klen && memcmp(s, key, klen) == 0) {
-                const char *q = p + 1;
-                while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
-                if (*q != ':') continue;
-                for (q++; *q == ' ' || *q == '\t' || *q == '\n' || *q == '\r'; q++) {}
-                return q;
-            }
-        }
-    }
-    return NULL;
-}
-
-static bool json_is(const char *v, const char *word)
-{
-    size_t n = strlen(word);
-    return v && strncmp(v, word, n) == 0 && !(v[n] >= 'a' && v[n] <= 'z');
-}
-
 static void bad_config(const char *path, const char *key, const char *what)
 {
     fprintf(stderr, "bench_decode: %s: \"%s\" %s\n", path, key, what);
     exit(1);
 }
 
+/* Key `key` of config.json's object, NULL when absent or null. */
+static const json_t *config_get(const json_t *root, const char *key)
+{
+    const json_t *v = json_object_get(root, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
 /* An integer field of config.json into *out: absent, `def` (-1: required);
  * a flag given (*out != 0) must agree with it. */
-static void config_int(const char *js, const char *path, const char *key, const char *flag, int def, int *out)
+static void config_int(const json_t *root, const char *path, const char *key, const char *flag, int def, int *out)
 {
-    const char *v = json_top(js, key);
-    long x = def;
-    if (v && !json_is(v, "null")) {
-        char *end;
-        errno = 0;
-        x = strtol(v, &end, 10);
-        while (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r') end++;
-        if (end == v || errno || (*end != ',' && *end != '}') || x < 1 || x > 1 << 24)
+    const json_t *v = config_get(root, key);
+    json_int_t x = def;
+    if (v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 24)
             bad_config(path, key, "wants a whole number from 1 to 2^24");
+        x = json_integer_value(v);
     } else if (def < 0) {
         bad_config(path, key, "is missing");
     }
     if (*out != 0 && *out != (int)x) {
-        fprintf(stderr, "bench_decode: %s %d, but %s has \"%s\": %ld (leave the flag out with --model)\n", flag,
-                *out, path, key, x);
+        fprintf(stderr, "bench_decode: %s %d, but %s has \"%s\": %lld (leave the flag out with --model)\n", flag,
+                *out, path, key, (long long)x);
         exit(1);
     }
     *out = (int)x;
 }
 
-static float config_float(const char *js, const char *path, const char *key, double def)
+static float config_float(const json_t *root, const char *path, const char *key, double def)
 {
-    const char *v = json_top(js, key);
-    if (!v || json_is(v, "null")) return (float)def;
-    char *end;
-    double x = strtod(v, &end);
-    if (end == v || !(x > 0) || !isfinite((float)x)) bad_config(path, key, "wants a positive number");
+    const json_t *v = config_get(root, key);
+    if (!v) return (float)def;
+    double x = json_is_number(v) ? json_number_value(v) : -1.0;
+    if (!(x > 0) || !isfinite((float)x)) bad_config(path, key, "wants a positive number");
     return (float)x;
 }
 
-/* Reads the model's sizes, eps and rope theta from dir/config.json, refusing
- * what this model does not compute (other layers, biases, tied embeddings,
- * rope scaling); flags given beside --model must agree. */
+/* A string field, when present, must be `want`. */
+static void config_str(const json_t *root, const char *path, const char *key, const char *want, const char *what)
+{
+    const json_t *v = config_get(root, key);
+    if (v && (!json_is_string(v) || strcmp(json_string_value(v), want) != 0)) bad_config(path, key, what);
+}
+
+/* Reads the model's sizes, eps and rope theta from dir/config.json (jansson,
+ * as reel's loader reads headers), refusing what this model does not compute
+ * (other layers, biases, tied embeddings, rope scaling); flags given beside
+ * --model must agree. */
 static void read_config(cfg *c, const char *dir)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "bench_decode: --model %s: %s: %s\n", dir, path, strerror(errno));
+    path_in(path, sizeof path, dir, "config.json");
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root || !json_is_object(root)) {
+        fprintf(stderr, "bench_decode: --model %s: %s: %s\n", dir, path, root ? "not a JSON object" : je.text);
         exit(1);
     }
-    char *js = NULL;
-    size_t n = 0;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long len = ftell(f);
-        if (len > 0 && len < (1L << 24) && fseek(f, 0, SEEK_SET) == 0) {
-            js = xmalloc((size_t)len + 1);
-            n = fread(js, 1, (size_t)len, f);
-            js[n] = 0;
-        }
-    }
-    fclose(f);
-    const char *p = js;
-    while (p && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
-    if (!p || *p != '{') {
-        fprintf(stderr, "bench_decode: %s: not a JSON object\n", path);
-        exit(1);
-    }
-    const char *v = json_top(js, "model_type");
-    if (v && !json_is(v, "null") && strncmp(v, "\"llama\"", 7) != 0)
-        bad_config(path, "model_type", "must be \"llama\" (this bench builds the Llama decoder only)");
-    v = json_top(js, "hidden_act");
-    if (v && !json_is(v, "null") && strncmp(v, "\"silu\"", 6) != 0) bad_config(path, "hidden_act", "must be \"silu\"");
-    v = json_top(js, "rope_scaling");
-    if (v && !json_is(v, "null")) bad_config(path, "rope_scaling", "must be null (plain rotary embeddings only)");
-    v = json_top(js, "partial_rotary_factor");
-    if (v && !json_is(v, "null") && strtod(v, NULL) != 1.0)
+    config_str(root, path, "model_type", "llama", "must be \"llama\" (this bench builds the Llama decoder only)");
+    config_str(root, path, "hidden_act", "silu", "must be \"silu\"");
+    if (config_get(root, "rope_scaling")) bad_config(path, "rope_scaling", "must be null (plain rotary embeddings only)");
+    const json_t *v = config_get(root, "partial_rotary_factor");
+    if (v && (!json_is_number(v) || json_number_value(v) != 1.0))
         bad_config(path, "partial_rotary_factor", "other than 1 is not supported");
     static const char *const flags_false[] = {"tie_word_embeddings", "attention_bias", "mlp_bias"};
     for (int i = 0; i < 3; i++) {
-        v = json_top(js, flags_false[i]);
-        if (v && !json_is(v, "null") && !json_is(v, "false"))
-            bad_config(path, flags_false[i], "must be false (untied embeddings, no biases)");
+        v = config_get(root, flags_false[i]);
+        if (v && !json_is_false(v)) bad_config(path, flags_false[i], "must be false (untied embeddings, no biases)");
     }
-    config_int(js, path, "hidden_size", "--hidden", -1, &c->hidden);
-    config_int(js, path, "num_hidden_layers", "--layers", -1, &c->layers);
-    config_int(js, path, "num_attention_heads", "--heads", -1, &c->heads);
-    config_int(js, path, "num_key_value_heads", "--kv-heads", c->heads, &c->kv_heads);
-    config_int(js, path, "intermediate_size", "--ffn", -1, &c->ffn);
-    config_int(js, path, "vocab_size", "--vocab", -1, &c->vocab);
+    config_int(root, path, "hidden_size", "--hidden", -1, &c->hidden);
+    config_int(root, path, "num_hidden_layers", "--layers", -1, &c->layers);
+    config_int(root, path, "num_attention_heads", "--heads", -1, &c->heads);
+    config_int(root, path, "num_key_value_heads", "--kv-heads", c->heads, &c->kv_heads);
+    config_int(root, path, "intermediate_size", "--ffn", -1, &c->ffn);
+    config_int(root, path, "vocab_size", "--vocab", -1, &c->vocab);
     int hd = 0;
-    config_int(js, path, "head_dim", "", c->hidden / c->heads, &hd);
+    config_int(root, path, "head_dim", "", c->hidden / c->heads, &hd);
     if (c->hidden % c->heads != 0 || hd != c->hidden / c->heads)
         bad_config(path, "head_dim", "must be hidden_size / num_attention_heads");
-    c->eps = config_float(js, path, "rms_norm_eps", 1e-6); /* LlamaConfig's defaults */
-    c->theta = config_float(js, path, "rope_theta", 10000.0);
-    free(js);
+    c->eps = config_float(root, path, "rms_norm_eps", 1e-6); /* LlamaConfig's defaults */
+    c->theta = config_float(root, path, "rope_theta", 10000.0);
+    json_decref(root);
 }
 
 /* ---- the checkpoint, opened --------------------------------------------------- */
