@@ -2,7 +2,8 @@
 # On the GPU machine, one call: the argmax's cluster split (ops/cuda/rows.cu,
 # -DREEL_ARGMAX_CLUSTER=8) against one block a row (main), most important first, so
 # a call cut short still brings back the first phases: the argmax test and
-# compute-sanitizer over it; both builds' kernel timelines of the replayed
+# compute-sanitizer over it; the op alone from both builds (bench_argmax)
+# beside torch.argmax on the same shapes (bench/torch_argmax.py); both builds' kernel timelines of the replayed
 # decode step (bench/trace.sh); the whole gpu suite; the decode step beside
 # PyTorch (bench_decode loads its seeded checkpoint through the safetensors
 # loader, bench/torch_model.py the same checkpoint); both builds' step times
@@ -23,7 +24,7 @@ meson setup "$B" -Dcuda=enabled -Dbuildtype=release \
     -Dcuda_args=-DREEL_ARGMAX_CLUSTER=8 -Dc_args=-DREEL_ARGMAX_CLUSTER=8 >"$OUT/setup.log" 2>&1 &&
     meson setup "$A" -Dcuda=enabled -Dbuildtype=release -Dtests=false >>"$OUT/setup.log" 2>&1 ||
     { tail -20 "$OUT/setup.log"; exit 1; }
-timeout 200 ninja -C "$B" tests/gpu/test_gpu_ops bench/bench_decode >"$OUT/build.log" 2>&1 ||
+timeout 200 ninja -C "$B" tests/gpu/test_gpu_ops bench/bench_decode bench/bench_argmax >"$OUT/build.log" 2>&1 ||
     { tail -30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 echo "built $(date -u +%T)"
 timeout 60 "$B/tests/gpu/test_gpu_ops" 2>&1 | tail -3
@@ -31,7 +32,12 @@ for tool in memcheck racecheck; do
     timeout 60 compute-sanitizer --tool $tool --target-processes all "$B/tests/gpu/test_gpu_ops" --filter='*argmax*' 2>&1 |
         grep -E "SUMMARY|Synthesis|FAIL"
 done
-timeout 200 ninja -C "$A" bench/bench_decode >"$OUT/build-main.log" 2>&1 || { tail -20 "$OUT/build-main.log"; exit 1; }
+timeout 200 ninja -C "$A" bench/bench_decode bench/bench_argmax >"$OUT/build-main.log" 2>&1 || { tail -20 "$OUT/build-main.log"; exit 1; }
+echo "=== the op alone $(date -u +%T)"
+for v in "cl8:$B" "main:$A"; do
+    timeout 60 "${v#*:}/bench/bench_argmax" 50 | tee "$OUT/argmax-${v%%:*}.md"
+done
+timeout 90 python3 bench/torch_argmax.py 50 | tee "$OUT/argmax-torch.md"
 for v in "cl8:$B" "main:$A"; do
     timeout 60 bash bench/trace.sh "$OUT/trace-${v%%:*}.md" "${v#*:}/bench/bench_decode" --hidden 1024 --ffn 4096 \
         --batches 1,8 --contexts 128 --steps 100 --no-eager --no-logits --dir /tmp/reel-tr >/dev/null 2>&1
