@@ -3,7 +3,8 @@
  * captured graph of L launches, beside its floor (the row bytes over the
  * measured read bandwidth). bench/torch_argmax.py times torch.argmax on the
  * same shapes the same way; bench/argmax_ab_gpu.sh runs both, and this
- * program from two builds (one block a row, and -DREEL_ARGMAX_CLUSTER=8).
+ * program from two builds (the cluster split, and -DREEL_ARGMAX_CLUSTER=1:
+ * one block a row).
  *
  *   hot:  the same logits every launch (as in a step, where the lm_head has
  *         just written them: they sit in L2)
@@ -32,7 +33,7 @@ extern "C" {
 #include "bench/read_probe.cuh"
 
 #ifndef REEL_ARGMAX_CLUSTER
-#define REEL_ARGMAX_CLUSTER 1 /* as ops/cuda/rows.cu: the build's flag, for the title */
+#define REEL_ARGMAX_CLUSTER 8 /* as ops/cuda/rows.cu: the build's flag, for the title */
 #endif
 
 #define RK(call)                                                                                          \

@@ -1,6 +1,6 @@
 /* CUDA kernels over the last dim of each row: rmsnorm, softmax, argmax. One
- * block per row (argmax, built with -DREEL_ARGMAX_CLUSTER=8: a cluster of blocks
- * a row at small batches); the row is reduced (fixed tree, so the same launch gives
+ * block per row (argmax: a cluster of blocks a row where the row is long and
+ * the rows few, ops/argmax_split.h); the row is reduced (fixed tree, so the same launch gives
  * the same bits) before any output of the row is written, and each thread
  * writes only elements it read itself, so rmsnorm and softmax may run in
  * place. All honour programmatic dependent launch. */
@@ -315,7 +315,7 @@ template <typename T> __global__ void argmax_vec_kernel(const T *x, int32_t *out
  * the maximum, NaN never wins" is a total order on the candidates, so the
  * result is the one-block kernel's whatever the split
  * (tests/gpu/test_gpu_ops.c: ties across the blocks, NaN, rows of NaN). A
- * batch-1 step's 32000-wide row is 8 blocks of 512 threads, a pack a
+ * batch-1 step's 128256-wide row is 8 blocks of 1024 threads, 2 packs a
  * thread. Launched only on devices with clusters (argmax_row_blocks). */
 template <typename T> __global__ void argmax_cluster_kernel(const T *x, int32_t *out, int32_t n, bool pdl)
 {
@@ -346,13 +346,11 @@ template <typename T> __global__ void argmax_cluster_kernel(const T *x, int32_t 
 #endif
 }
 
-/* The most blocks a row: 1 (the default) builds the one-block kernel only.
- * The cluster kernel is built and tested (tests/gpu/test_gpu_ops.c) but has
- * not run on a GPU yet: it stays off until bench/argmax_ab_gpu.sh has run
- * its tests and measured it against one block a row
- * (-DREEL_ARGMAX_CLUSTER=8, docs/decisions.md). */
+/* The most blocks a row (the portable cluster size); -DREEL_ARGMAX_CLUSTER=1
+ * builds the one-block kernel only (bench/argmax_ab_gpu.sh compares the two;
+ * docs/decisions.md). */
 #ifndef REEL_ARGMAX_CLUSTER
-#define REEL_ARGMAX_CLUSTER 1
+#define REEL_ARGMAX_CLUSTER 8
 #endif
 
 /* The 16-byte path: aligned rows, a whole number of packs, under 2^31. */

@@ -226,14 +226,16 @@ Test(gpu_ops, argmax_matches_host_with_ties_and_nan, .init = setup, .fini = tear
     for (int i = 0; i < 3; i++) {
         check_argmax(dts[i], 4, 1000);
         check_argmax(dts[i], 4, 32000); /* a vocabulary's row: 32 warps merged, the tie across them */
-        /* built with -DREEL_ARGMAX_CLUSTER=8 (bench/argmax_ab_gpu.sh), a
-         * cluster of blocks a row (8, 4 and 2 blocks; one block past the
-         * SMs): the ties above cross the blocks; odd widths take the scalar
-         * kernel */
+        /* a cluster of blocks a row where the row is long and the rows few
+         * (ops/argmax_split.h; in bf16, 8, 4 and 2 blocks; one block past the
+         * SMs or under 8192 packs): the ties above cross the blocks; odd
+         * widths take the scalar kernel */
         check_argmax(dts[i], 1, 32000);
+        check_argmax(dts[i], 1, 128256);
+        check_argmax(dts[i], 4, 151936);
         check_argmax(dts[i], 20, 128256);
         check_argmax(dts[i], 60, 151936);
-        check_argmax(dts[i], 200, 32000);
+        check_argmax(dts[i], 200, 128256);
         check_argmax(dts[i], 1, 32001);
     }
 }

@@ -137,22 +137,24 @@ Test(chunks, prefill_split_bounds)
     cr_assert_eq(reel_attn_prefill_splits(16, SMS, P64, 0), 1);
 }
 
-/* The argmax's cluster split (ops/argmax_split.h): a 32000-wide bf16 row is
- * 4000 packs; 132 SMs. */
-Test(chunks, argmax_split_fills_one_block_an_sm_with_at_least_256_packs_a_block)
+/* The argmax's cluster split (ops/argmax_split.h): a 128256-wide bf16 row
+ * is 16032 packs, a 32000-wide one 4000; 132 SMs. */
+Test(chunks, argmax_split_fills_one_block_an_sm_with_at_least_1024_packs_a_block)
 {
-    cr_assert_eq(reel_argmax_split(1, 4000, 132, true, 8), 8, "batch 1: 8 blocks of 500 packs");
-    cr_assert_eq(reel_argmax_split(16, 4000, 132, true, 8), 8, "128 blocks fit the 132 SMs");
-    cr_assert_eq(reel_argmax_split(17, 4000, 132, true, 8), 4);
-    cr_assert_eq(reel_argmax_split(33, 4000, 132, true, 8), 4, "132 blocks");
-    cr_assert_eq(reel_argmax_split(34, 4000, 132, true, 8), 2);
-    cr_assert_eq(reel_argmax_split(66, 4000, 132, true, 8), 2);
-    cr_assert_eq(reel_argmax_split(67, 4000, 132, true, 8), 1, "past one block an SM: one block a row");
-    cr_assert_eq(reel_argmax_split(1, 125, 132, true, 8), 1, "a 1000-wide row has too few packs");
-    cr_assert_eq(reel_argmax_split(1, 1024, 132, true, 8), 4, "256 packs a block at least");
-    cr_assert_eq(reel_argmax_split(1, 4000, 132, false, 8), 1, "no clusters");
-    cr_assert_eq(reel_argmax_split(1, 4000, 132, true, 1), 1, "the one-block build");
+    cr_assert_eq(reel_argmax_split(1, 16032, 132, true, 8), 8, "batch 1: 8 blocks of 2004 packs");
+    cr_assert_eq(reel_argmax_split(16, 16032, 132, true, 8), 8, "128 blocks fit the 132 SMs");
+    cr_assert_eq(reel_argmax_split(17, 16032, 132, true, 8), 4);
+    cr_assert_eq(reel_argmax_split(33, 16032, 132, true, 8), 4, "132 blocks");
+    cr_assert_eq(reel_argmax_split(34, 16032, 132, true, 8), 2);
+    cr_assert_eq(reel_argmax_split(66, 16032, 132, true, 8), 2);
+    cr_assert_eq(reel_argmax_split(67, 16032, 132, true, 8), 1, "past one block an SM: one block a row");
+    cr_assert_eq(reel_argmax_split(1, 4000, 132, true, 8), 1, "a 32000-wide row measured no faster split");
+    cr_assert_eq(reel_argmax_split(1, 8191, 132, true, 8), 1, "under 8 packs a thread of one block");
+    cr_assert_eq(reel_argmax_split(1, 8192, 132, true, 8), 8, "1024 packs a block");
+    cr_assert_eq(reel_argmax_split(1, 12000, 132, true, 8), 8);
+    cr_assert_eq(reel_argmax_split(1, 16032, 132, false, 8), 1, "no clusters");
+    cr_assert_eq(reel_argmax_split(1, 16032, 132, true, 1), 1, "the one-block build");
     cr_assert_eq(reel_argmax_split(1, 1 << 20, 132, true, 6), 4, "a power of two under the cap");
     cr_assert_eq(reel_argmax_split(1, 1 << 20, 132, true, 64), 8, "at most the portable cluster size");
-    cr_assert_eq(reel_argmax_split(0, 4000, 132, true, 8), 1);
+    cr_assert_eq(reel_argmax_split(0, 16032, 132, true, 8), 1);
 }
