@@ -61,9 +61,11 @@
  * 0xBF58476D1CE4E5B9; z = (z ^ z >> 27) * 0x94D049BB133111EB; z ^ z >> 31
  * (all mod 2^64); seed is --seed + 1.
  *
- * The floor of each point: (weights read + K/V read) / 4.25 TB/s (the H200's
- * measured copy bandwidth), weights read = every parameter but the embedding
- * table, plus B of its rows; K/V read = layers * 2 * B * (C + 1) * kv_heads *
+ * The floor of each point: (weights read + K/V read) / the copy bandwidth
+ * measured at the start of the run (a 512 MiB device-to-device cudaMemcpy,
+ * read + written bytes over its median time; 4.25 TB/s, the H200's figure,
+ * on the host backend, where the floor means nothing), weights read = every
+ * parameter but the embedding table, plus B of its rows; K/V read = layers * 2 * B * (C + 1) * kv_heads *
  * head_dim * 2 bytes.
  *
  * Runs on any backend (REEL_BACKEND=host at small sizes for debugging):
@@ -101,7 +103,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-#define FLOOR_TBPS 4.25
+#define FLOOR_TBPS_UNMEASURED 4.25
 #define MAX_LIST 12
 
 typedef struct cfg {
@@ -119,6 +121,8 @@ typedef struct cfg {
 static int head_dim(const cfg *c) { return c->hidden / c->heads; }
 
 static reel_ctx *g_ctx;
+static double g_floor_tbps = FLOOR_TBPS_UNMEASURED;
+static bool g_floor_measured;
 
 
 static void die(const char *what, reel_status st)
@@ -641,7 +645,7 @@ static double floor_us(const cfg *c, int B, int C)
     double bytes = 2.0 * elems;
     bytes += 2.0 * B * c->hidden;
     bytes += (double)c->layers * 2 * B * (C + 1) * c->kv_heads * head_dim(c) * 2.0;
-    return bytes / (FLOOR_TBPS * 1e12) * 1e6;
+    return bytes / (g_floor_tbps * 1e12) * 1e6;
 }
 
 /* ---- graph ---------------------------------------------------------------- */
@@ -1031,6 +1035,45 @@ static void cache_free(void *p)
     free(p);
 }
 
+/* ---- the floor's bandwidth ------------------------------------------------- */
+
+/* The device's copy bandwidth (read + written bytes of a 512 MiB
+ * device-to-device cudaMemcpy, median of 9 after 3 warm-up) into
+ * g_floor_tbps; the unmeasured figure stays where there is no CUDA device
+ * or a call fails (said on stderr). */
+static void measure_floor_bandwidth(void)
+{
+#ifdef BENCH_CUDA
+    if (reel_ctx_backend(g_ctx) != REEL_BACKEND_CUDA) return;
+    const size_t bytes = (size_t)512 << 20;
+    void *src = NULL, *dst = NULL;
+    cudaEvent_t a = NULL, b = NULL;
+    double t[9];
+    bool ok = cudaMalloc(&src, bytes) == cudaSuccess && cudaMalloc(&dst, bytes) == cudaSuccess &&
+              cudaMemset(src, 1, bytes) == cudaSuccess && cudaEventCreate(&a) == cudaSuccess &&
+              cudaEventCreate(&b) == cudaSuccess;
+    for (int i = 0; ok && i < 12; i++) {
+        float ms = 0;
+        ok = cudaEventRecord(a, 0) == cudaSuccess &&
+             cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0) == cudaSuccess &&
+             cudaEventRecord(b, 0) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess &&
+             cudaEventElapsedTime(&ms, a, b) == cudaSuccess && ms > 0;
+        if (i >= 3) t[i - 3] = ms * 1e-3;
+    }
+    if (ok) {
+        g_floor_tbps = 2.0 * (double)bytes / median(t, 9) / 1e12;
+        g_floor_measured = true;
+    } else {
+        fprintf(stderr, "bench_decode: the copy bandwidth could not be measured (%s): the floor uses %.2f TB/s\n",
+                cudaGetErrorString(cudaGetLastError()), FLOOR_TBPS_UNMEASURED);
+    }
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    cudaFree(src);
+    cudaFree(dst);
+#endif
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 /* What a process pays once, before any plan of the benchmark: a plan of an
@@ -1250,6 +1293,7 @@ int main(int argc, char **argv)
     reel_ctx_opts co = REEL_CTX_OPTS_INIT;
     co.matmul_tuning = c.tuning ? 1 : 0;
     RK("creating the context", reel_ctx_create(&co, &g_ctx));
+    measure_floor_bandwidth();
     model m = {0};
     char path[4096];
     double t0 = now_s();
@@ -1279,10 +1323,11 @@ int main(int argc, char **argv)
     for (int i = 0, n = 0; i < c.ncontexts; i++)
         n += snprintf(clist + n, sizeof clist - (size_t)n, "%s%d", i ? "," : "", c.contexts[i]);
     fprintf(res, "config layers=%d hidden=%d heads=%d kv_heads=%d head_dim=%d ffn=%d vocab=%d block_size=%d "
-                 "seed=%" PRIu64 " steps=%d warmup=%d backend=%s batches=%s contexts=%s eager=%d version=%d model=%s\n",
+                 "seed=%" PRIu64 " steps=%d warmup=%d backend=%s batches=%s contexts=%s eager=%d version=%d "
+                 "floor_tbps=%.3f floor_measured=%d model=%s\n",
             c.layers, c.hidden, c.heads, c.kv_heads, head_dim(&c), c.ffn, c.vocab, c.block_size, c.seed, c.steps,
             c.warmup, reel_backend_name(reel_ctx_backend(g_ctx)), blist, clist, c.eager ? 1 : 0, reel_version(),
-            m.dir);
+            g_floor_tbps, g_floor_measured ? 1 : 0, m.dir);
 
     printf("reel decode step: %d layers, hidden %d, %d heads of %d (%d kv), ffn %d, vocab %d, bf16, "
            "KV blocks of %d; backend %s; buckets %s\n",
@@ -1300,7 +1345,8 @@ int main(int argc, char **argv)
     fprintf(res, "process once_dev_bytes=%lld\n", process_once_bytes());
     for (int ci = 0; ci < c.ncontexts; ci++) ok = run_context(&c, &m, c.contexts[ci], res) && ok;
     fclose(res);
-    printf("\nfloor: (weights but the embedding table + K/V of C+1 positions) / %.2f TB/s.\n", FLOOR_TBPS);
+    printf("\nfloor: (weights but the embedding table + K/V of C+1 positions) / %.2f TB/s (%s).\n", g_floor_tbps,
+           g_floor_measured ? "this device's copy bandwidth, measured at the start" : "not measured: no CUDA device");
     printf("results for bench/torch_model.py: %s/reel_decode.txt\n", c.dir);
     close_model(&c, &m); /* every plan compiled (and destroyed) */
     reel_ctx_destroy(g_ctx);

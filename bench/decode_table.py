@@ -43,7 +43,9 @@ def tables(rows):
     out.append(f"{r0['machine']} (driver {r0['driver']}, CUDA {r0['cuda']}), PyTorch {r0['torch']}, {r0['date']}; "
                f"{r0['layers']} layers, 16 heads, ffn 4 x hidden, vocab {r0['vocab']}, bf16; medians of "
                f"{r0['steps']} steps. wall: host time of a serving-loop step (ids up, step, next ids back); "
-               f"gpu: CUDA events around it. floor: (weights + K/V read) / 4.25 TB/s.")
+               f"gpu: CUDA events around it. floor: (weights + K/V read) / " +
+               (f"{float(r0['floor_tbps']):.2f} TB/s (the device's copy bandwidth, measured by bench_decode)."
+                if r0.get("floor_tbps") else "4.25 TB/s (the H200's copy bandwidth)."))
     out.append("")
     out.append("| hidden | batch | context | reel replay wall / gpu us | reel eager wall / gpu us | "
                "torch eager wall / gpu us | torch graph wall / gpu us | torch.compile + graph wall / gpu us | "
