@@ -36,16 +36,6 @@ extern "C" {
 #define REEL_ARGMAX_CLUSTER 8 /* as ops/cuda/rows.cu: the build's flag, for the title */
 #endif
 
-#define RK(call)                                                                                          \
-    do {                                                                                                  \
-        reel_status s_ = (call);                                                                          \
-        if (s_ != REEL_OK) {                                                                              \
-            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, reel_status_str(s_),        \
-                    reel_ctx_last_error(g_ctx));                                                          \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
-
 static reel_ctx *g_ctx;
 static unsigned *g_sink;
 

@@ -1,5 +1,7 @@
-/* What every CUDA benchmark program in bench/ shares: the check that ends
- * the program on a failed CUDA call (a benchmark, not library code), and
+/* What every CUDA benchmark program in bench/ shares: the checks that end
+ * the program on a failed CUDA call or reel call (a benchmark, not library
+ * code; RK, for programs that include reel/reel.h, names their context,
+ * g_ctx, for its message), and
  * the read-once 16-byte load of the read probes (no L1, as weights and K/V
  * stream). */
 #pragma once
@@ -14,6 +16,16 @@
         cudaError_t e_ = (call);                                                                          \
         if (e_ != cudaSuccess) {                                                                          \
             fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));        \
+            exit(1);                                                                                      \
+        }                                                                                                 \
+    } while (0)
+
+#define RK(call)                                                                                          \
+    do {                                                                                                  \
+        reel_status s_ = (call);                                                                          \
+        if (s_ != REEL_OK) {                                                                              \
+            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, reel_status_str(s_),        \
+                    reel_ctx_last_error(g_ctx));                                                          \
             exit(1);                                                                                      \
         }                                                                                                 \
     } while (0)

@@ -43,16 +43,6 @@ extern "C" {
 #include "bench/bench_cuda.cuh"
 #include "bench/graph_timer.cuh"
 
-#define RK(call)                                                                                          \
-    do {                                                                                                  \
-        reel_status s_ = (call);                                                                          \
-        if (s_ != REEL_OK) {                                                                              \
-            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, reel_status_str(s_),        \
-                    reel_ctx_last_error(g_ctx));                                                          \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
-
 enum { ELEMS = 4096, THREADS = 256 };
 
 static reel_ctx *g_ctx;

@@ -40,16 +40,6 @@ extern "C" {
 #include "bench/graph_timer.cuh"
 #include "bench/read_probe.cuh"
 
-#define RK(call)                                                                                          \
-    do {                                                                                                  \
-        reel_status s_ = (call);                                                                          \
-        if (s_ != REEL_OK) {                                                                              \
-            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, reel_status_str(s_),        \
-                    reel_ctx_last_error(g_ctx));                                                          \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
-
 static reel_ctx *g_ctx;
 static int g_replays = 30;
 
