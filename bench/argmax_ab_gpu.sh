@@ -3,8 +3,9 @@
 # the default) against one block a row (-DREEL_ARGMAX_CLUSTER=1), most important first, so
 # a call cut short still brings back the first phases: the argmax test and
 # compute-sanitizer over it; the op alone from both builds (bench_argmax)
-# beside torch.argmax on the same shapes (bench/torch_argmax.py); both builds' kernel timelines of the replayed
-# decode step (bench/trace.sh); the whole gpu suite; the decode step beside
+# beside torch.argmax on the same shapes (bench/torch_argmax.py); both
+# builds' kernel timelines of the replayed decode step at vocab 128256
+# (bench/trace.sh); the whole gpu suite; the decode step beside
 # PyTorch (bench_decode loads its seeded checkpoint through the safetensors
 # loader, bench/torch_model.py the same checkpoint); both builds' step times
 # (bench/variants_ab.sh).

@@ -65,8 +65,8 @@
  * measured at the start of the run (a 512 MiB device-to-device cudaMemcpy,
  * read + written bytes over its median time; 4.25 TB/s, the H200's figure,
  * on the host backend, where the floor means nothing), weights read = every
- * parameter but the embedding table, plus B of its rows; K/V read = layers * 2 * B * (C + 1) * kv_heads *
- * head_dim * 2 bytes.
+ * parameter but the embedding table, plus B of its rows; K/V read = layers *
+ * 2 * B * (C + 1) * kv_heads * head_dim * 2 bytes.
  *
  * Runs on any backend (REEL_BACKEND=host at small sizes for debugging):
  *   bench_decode [--layers N --hidden N --heads N --kv-heads N --ffn N
