@@ -565,8 +565,8 @@ COLUMNS = ["machine", "driver", "cuda", "torch", "date", "layers", "hidden", "he
            "torch_compile_us", "torch_compile_gpu_us", "floor_us", "floor_tbps", "replay_over_compile",
            "replay_over_floor", "eager_over_torch_eager", "ids_agree", "ids_near_agree", "max_logit_diff",
            "torch_graph_near_agree", "torch_compile_near_agree", "reel_compile_ms", "reel_capture_ms",
-           "reel_arena_bytes", "reel_static_bytes", "reel_graph_bytes", "reel_dev_other_bytes", "reel_graph_mem_reserved",
-           "reel_process_once_bytes",
+           "reel_arena_bytes", "reel_static_bytes", "reel_graph_bytes", "reel_dev_other_bytes",
+           "reel_graph_mem_reserved", "reel_process_once_bytes",
            "torch_graph_capture_s", "torch_graph_capture_only_s", "torch_graph_pool_bytes",
            "torch_compile_capture_s", "torch_compile_capture_only_s", "torch_compile_pool_bytes",
            "eager_attention", "ok"]
