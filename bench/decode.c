@@ -2,7 +2,8 @@
  * half, and the reel columns of the decode matrix (bench/decode_matrix.sh).
  * A Llama-style model (default: 8 layers, hidden 1024, 16 heads, 16 kv
  * heads, SwiGLU ffn 4 x hidden, vocab 32000, bf16, rmsnorm eps 1e-5, rope
- * theta 10000, untied embeddings, paged KV cache in blocks of 16) is declared
+ * theta 10000, untied embeddings, no biases, paged KV cache in blocks of
+ * 16; --qkv-bias: q/k/v biases, as Qwen2 has; --tied: tied embeddings) is declared
  * through the public API only. Its weights come from a Hugging Face Llama
  * checkpoint (config.json and model.safetensors, the names transformers
  * writes) read by reel's loader (reel_safetensors_open): by default one
@@ -32,7 +33,7 @@
  *
  * Files written into --dir (default /tmp/reel-decode):
  *   model/           the seeded checkpoint (not with --model): config.json
- *                    (model_type llama, bf16, untied, no biases) and
+ *                    (model_type llama, or qwen2 with --qkv-bias; bf16) and
  *                    model.safetensors, tensors in PyTorch's nn.Linear layout
  *                    ([out, in], used by reel through matmul's w_transposed):
  *                      model.embed_tokens.weight [vocab, hidden]
@@ -43,7 +44,10 @@
  *                      model.layers.<i>.mlp.gate_proj.weight [ffn, hidden],
  *                        up_proj [ffn, hidden] (silu(x G^T) * (x U^T)),
  *                        down_proj [hidden, ffn]
+ *                      with --qkv-bias q_proj.bias [heads*hd], k_proj.bias,
+ *                        v_proj.bias [kv*hd]
  *                      model.norm.weight [hidden], lm_head.weight [vocab, hidden]
+ *                        (none with --tied: the lm head is the embedding table)
  *   reel_decode.txt  "config" (the model, steps, backend; last, model=<the
  *                    checkpoint's absolute path>), one "plan" line per
  *                    context (compile, capture, memory), one "case" line per
@@ -73,15 +77,16 @@
  *                 --vocab N --batches 1,8,64 --contexts 128,2048 --steps 50
  *                 --warmup 10 --prefill-tokens 4096 --seed 1 --dir DIR
  *                 --no-eager --no-logits --matmul-tuning --max-context N
- *                 --model CHECKPOINT_DIR]
+ *                 --qkv-bias --tied --model CHECKPOINT_DIR]
  * (--ffn 0: 4 x hidden. --max-context: the plans' limit and the blocks a
  * sequence's table holds, at least N; by default what the context and the
  * steps reach. A larger one is what a server sized for its longest request
- * runs short contexts at. --model: an existing checkpoint of the layout
- * above, bf16, untied, without biases or rope scaling; the model's sizes, eps
- * and rope theta come from its config.json, a size flag given beside it must
- * agree, every tensor's dtype and shape are checked, and --seed then only
- * picks the prompt tokens.) Exits 1 when replay and eager disagree on an id
+ * runs short contexts at. --model: an existing Llama or Qwen2 checkpoint of
+ * the layout above, bf16, without MLP biases, sliding windows or rope
+ * scaling; the model's sizes, eps, rope theta, biases (Qwen2's on q/k/v,
+ * Llama's attention_bias on q/k/v and o) and tied embeddings come from its
+ * config.json, a size flag given beside it must agree, every tensor's dtype
+ * and shape are checked, and --seed then only picks the prompt tokens.) Exits 1 when replay and eager disagree on an id
  * or a timed step did not replay.
  */
 #include <errno.h>
@@ -114,6 +119,7 @@ typedef struct cfg {
     int contexts[MAX_LIST], ncontexts;
     int steps, warmup, prefill_tokens, max_context;
     bool eager, logits, tuning;
+    bool qkv_bias, o_bias, tied; /* the checkpoint's biases and tied embeddings */
     const char *dir;
     const char *model;  /* --model: an existing checkpoint; NULL: the seeded one */
 } cfg;
@@ -248,7 +254,9 @@ static void add_tensor(weights *w, const cfg *c, const char *name, int ndim, int
 /* The seeded weights, under the names that pick their streams (unchanged,
  * so a seed gives the numbers it always gave): embed, l<i>.{attn_norm, wq,
  * wk, wv, wo, ffn_norm, w_gate_up (gate rows first), w_down}, final_norm,
- * lm_head. save_seeded writes them under the Hugging Face names. */
+ * lm_head; with --qkv-bias l<i>.bqkv (q, k and v biases one after another),
+ * with --tied no lm_head (the embedding table, scaled as the lm head).
+ * save_seeded writes them under the Hugging Face names. */
 static void make_weights(weights *w, const cfg *c)
 {
     const int64_t D = c->hidden, Q = (int64_t)c->heads * head_dim(c), KV = (int64_t)c->kv_heads * head_dim(c);
@@ -257,7 +265,8 @@ static void make_weights(weights *w, const cfg *c)
     memset(w, 0, sizeof *w);
     /* sqrt(3 / fan_in): unit variance of a matmul's outputs. */
     float sD = sqrtf(3.0f / (float)D), sQ = sqrtf(3.0f / (float)Q), sF = sqrtf(3.0f / (float)F);
-    add_tensor(w, c, "embed", 2, V, D, 0.0f, 1.0f);
+    /* Tied, the table is also the lm head: scaled as the lm head is. */
+    add_tensor(w, c, "embed", 2, V, D, 0.0f, c->tied ? sD : 1.0f);
     for (int i = 0; i < c->layers; i++) {
 #define T2(suffix, a, b, s) (snprintf(n, sizeof n, "l%d." suffix, i), add_tensor(w, c, n, 2, (a), (b), 0.0f, (s)))
 #define T1(suffix, a) (snprintf(n, sizeof n, "l%d." suffix, i), add_tensor(w, c, n, 1, (a), 0, 1.0f, 0.1f))
@@ -265,7 +274,9 @@ static void make_weights(weights *w, const cfg *c)
         T2("wq", Q, D, sD);
         T2("wk", KV, D, sD);
         T2("wv", KV, D, sD);
+        if (c->qkv_bias) (snprintf(n, sizeof n, "l%d.bqkv", i), add_tensor(w, c, n, 1, Q + 2 * KV, 0, 0.0f, 0.5f));
         T2("wo", D, Q, sQ);
+        if (c->o_bias) (snprintf(n, sizeof n, "l%d.bo", i), add_tensor(w, c, n, 1, D, 0, 0.0f, 0.5f));
         T1("ffn_norm", D);
         T2("w_gate_up", 2 * F, D, sD);
         T2("w_down", D, F, sF);
@@ -273,7 +284,7 @@ static void make_weights(weights *w, const cfg *c)
 #undef T2
     }
     add_tensor(w, c, "final_norm", 1, D, 0, 1.0f, 0.1f);
-    add_tensor(w, c, "lm_head", 2, V, D, 0.0f, sD);
+    if (!c->tied) add_tensor(w, c, "lm_head", 2, V, D, 0.0f, sD);
 }
 
 static const wtensor *find_w(const weights *w, const char *name)
@@ -313,11 +324,14 @@ static void write_config(const cfg *c, const char *dir)
     long long maxpos = 65536, need = (long long)c->contexts[c->ncontexts - 1] + c->warmup + c->steps + 1;
     if (need < c->max_context) need = c->max_context;
     while (maxpos < need) maxpos *= 2;
+    /* q/k/v biases without an o bias: Qwen2's layout (Llama's attention_bias
+     * puts a bias on all four). */
+    const bool qwen2 = c->qkv_bias && !c->o_bias;
     FILE *f = fopen(tmp, "w");
     bool ok = f && fprintf(f,
                            "{\n"
-                           "  \"architectures\": [\"LlamaForCausalLM\"],\n"
-                           "  \"model_type\": \"llama\",\n"
+                           "  \"architectures\": [\"%s\"],\n"
+                           "  \"model_type\": \"%s\",\n"
                            "  \"hidden_size\": %d,\n"
                            "  \"intermediate_size\": %d,\n"
                            "  \"num_hidden_layers\": %d,\n"
@@ -330,13 +344,15 @@ static void write_config(const cfg *c, const char *dir)
                            "  \"rope_scaling\": null,\n"
                            "  \"max_position_embeddings\": %lld,\n"
                            "  \"hidden_act\": \"silu\",\n"
-                           "  \"attention_bias\": false,\n"
+                           "  \"attention_bias\": %s,\n"
                            "  \"mlp_bias\": false,\n"
-                           "  \"tie_word_embeddings\": false,\n"
+                           "%s"
+                           "  \"tie_word_embeddings\": %s,\n"
                            "  \"torch_dtype\": \"bfloat16\"\n"
                            "}\n",
-                           c->hidden, c->ffn, c->layers, c->heads, c->kv_heads, head_dim(c), c->vocab, eps, theta,
-                           maxpos) > 0;
+                           qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen2 ? "qwen2" : "llama", c->hidden,
+                           c->ffn, c->layers, c->heads, c->kv_heads, head_dim(c), c->vocab, eps, theta, maxpos, c->o_bias ? "true" : "false", qwen2 ? "  \"use_sliding_window\": false,\n" : "",
+                           c->tied ? "true" : "false") > 0;
     if (f && fclose(f) != 0) ok = false;
     if (!ok || rename(tmp, path) != 0) {
         fprintf(stderr, "bench_decode: writing %s failed: %s\n", path, strerror(errno));
@@ -345,8 +361,9 @@ static void write_config(const cfg *c, const char *dir)
     }
 }
 
-/* The seeded model as a Hugging Face Llama checkpoint in dir: config.json and
- * model.safetensors (reel_safetensors_save), the names at the top. */
+/* The seeded model as a Hugging Face Llama (Qwen2 with --qkv-bias) checkpoint
+ * in dir: config.json and model.safetensors (reel_safetensors_save), the
+ * names at the top. */
 static void save_seeded(const cfg *c, const char *dir)
 {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -355,7 +372,8 @@ static void save_seeded(const cfg *c, const char *dir)
     }
     weights w;
     make_weights(&w, c);
-    const int n = w.n + c->layers; /* w_gate_up is two tensors in the file */
+    /* w_gate_up is two tensors in the file, bqkv three */
+    const int n = w.n + c->layers * (c->qkv_bias ? 3 : 1);
     reel_st_entry *e = xmalloc((size_t)n * sizeof *e);
     char(*names)[64] = xmalloc((size_t)n * sizeof *names);
     int64_t(*dims)[2] = xmalloc((size_t)n * sizeof *dims);
@@ -366,7 +384,7 @@ static void save_seeded(const cfg *c, const char *dir)
         const wtensor *t_ = find_w(&w, (from));                                           \
         snprintf(names[k], sizeof names[k], __VA_ARGS__);                                 \
         dims[k][0] = (rows);                                                              \
-        dims[k][1] = t_->dims[1];                                                         \
+        dims[k][1] = t_->ndim > 1 ? t_->dims[1] : 0;                                      \
         e[k] = (reel_st_entry){.name = names[k], .dtype = REEL_BF16, .ndim = t_->ndim,    \
                                .dims = dims[k], .data = t_->data + (r0) * t_->dims[1]};   \
         k++;                                                                              \
@@ -379,7 +397,14 @@ static void save_seeded(const cfg *c, const char *dir)
         PUT(L("wq"), 0, (int64_t)c->heads * head_dim(c), "model.layers.%d.self_attn.q_proj.weight", i);
         PUT(L("wk"), 0, (int64_t)c->kv_heads * head_dim(c), "model.layers.%d.self_attn.k_proj.weight", i);
         PUT(L("wv"), 0, (int64_t)c->kv_heads * head_dim(c), "model.layers.%d.self_attn.v_proj.weight", i);
+        if (c->qkv_bias) {
+            const int64_t Q = (int64_t)c->heads * head_dim(c), KV = (int64_t)c->kv_heads * head_dim(c);
+            PUT(L("bqkv"), 0, Q, "model.layers.%d.self_attn.q_proj.bias", i);
+            PUT(L("bqkv"), Q, KV, "model.layers.%d.self_attn.k_proj.bias", i);
+            PUT(L("bqkv"), Q + KV, KV, "model.layers.%d.self_attn.v_proj.bias", i);
+        }
         PUT(L("wo"), 0, c->hidden, "model.layers.%d.self_attn.o_proj.weight", i);
+        if (c->o_bias) PUT(L("bo"), 0, c->hidden, "model.layers.%d.self_attn.o_proj.bias", i);
         PUT(L("ffn_norm"), 0, c->hidden, "model.layers.%d.post_attention_layernorm.weight", i);
         PUT(L("w_gate_up"), 0, c->ffn, "model.layers.%d.mlp.gate_proj.weight", i);
         PUT(L("w_gate_up"), c->ffn, c->ffn, "model.layers.%d.mlp.up_proj.weight", i);
@@ -387,7 +412,7 @@ static void save_seeded(const cfg *c, const char *dir)
 #undef L
     }
     PUT("final_norm", 0, c->hidden, "model.norm.weight");
-    PUT("lm_head", 0, c->vocab, "lm_head.weight");
+    if (!c->tied) PUT("lm_head", 0, c->vocab, "lm_head.weight");
 #undef PUT
     char path[4096];
     path_in(path, sizeof path, dir, "model.safetensors.index.json");
@@ -454,10 +479,20 @@ static void config_str(const json_t *root, const char *path, const char *key, co
     if (v && (!json_is_string(v) || strcmp(json_string_value(v), want) != 0)) bad_config(path, key, what);
 }
 
-/* Reads the model's sizes, eps and rope theta from dir/config.json (jansson,
- * as reel's loader reads headers), refusing what this model does not compute
- * (other layers, biases, tied embeddings, rope scaling); flags given beside
- * --model must agree. */
+/* A boolean field: absent or null is false. */
+static bool config_flag(const json_t *root, const char *path, const char *key)
+{
+    const json_t *v = config_get(root, key);
+    if (v && !json_is_boolean(v)) bad_config(path, key, "wants true or false");
+    return v && json_is_true(v);
+}
+
+/* Reads the model's sizes, eps, rope theta, biases and tied embeddings from
+ * dir/config.json (jansson, as reel's loader reads headers), as the demo's
+ * loader reads them (tools/hf.c): model_type llama or qwen2; Qwen2 has q/k/v
+ * biases, Llama's attention_bias puts one on q, k, v and o. What this model
+ * does not compute (MLP biases, sliding windows, rope scaling, other
+ * activations) is refused; size flags given beside --model must agree. */
 static void read_config(cfg *c, const char *dir)
 {
     char path[4096];
@@ -468,17 +503,23 @@ static void read_config(cfg *c, const char *dir)
         fprintf(stderr, "bench_decode: --model %s: %s: %s\n", dir, path, root ? "not a JSON object" : je.text);
         exit(1);
     }
-    config_str(root, path, "model_type", "llama", "must be \"llama\" (this bench builds the Llama decoder only)");
+    const json_t *mt = config_get(root, "model_type");
+    const char *type = mt && json_is_string(mt) ? json_string_value(mt) : "";
+    const bool qwen2 = strcmp(type, "qwen2") == 0;
+    if (!qwen2 && strcmp(type, "llama") != 0)
+        bad_config(path, "model_type", "must be \"llama\" or \"qwen2\" (this bench builds their decoder only)");
     config_str(root, path, "hidden_act", "silu", "must be \"silu\"");
     if (config_get(root, "rope_scaling")) bad_config(path, "rope_scaling", "must be null (plain rotary embeddings only)");
     const json_t *v = config_get(root, "partial_rotary_factor");
     if (v && (!json_is_number(v) || json_number_value(v) != 1.0))
         bad_config(path, "partial_rotary_factor", "other than 1 is not supported");
-    static const char *const flags_false[] = {"tie_word_embeddings", "attention_bias", "mlp_bias"};
-    for (int i = 0; i < 3; i++) {
-        v = config_get(root, flags_false[i]);
-        if (v && !json_is_false(v)) bad_config(path, flags_false[i], "must be false (untied embeddings, no biases)");
-    }
+    v = config_get(root, "mlp_bias");
+    if (v && !json_is_false(v)) bad_config(path, "mlp_bias", "must be false (no MLP biases)");
+    v = config_get(root, "use_sliding_window");
+    if (qwen2 && v && !json_is_false(v)) bad_config(path, "use_sliding_window", "must be false (full attention)");
+    c->o_bias = config_flag(root, path, "attention_bias");
+    c->qkv_bias = c->o_bias || qwen2;
+    c->tied = config_flag(root, path, "tie_word_embeddings");
     config_int(root, path, "hidden_size", "--hidden", -1, &c->hidden);
     config_int(root, path, "num_hidden_layers", "--layers", -1, &c->layers);
     config_int(root, path, "num_attention_heads", "--heads", -1, &c->heads);
@@ -500,6 +541,7 @@ typedef struct model {
     reel_safetensors *ck;  /* open until every plan is compiled */
     char dir[4096];        /* its absolute path */
     uint16_t **qkv;        /* [layers] q, k, v rows one after another (param "l<i>.wqkv") */
+    uint16_t **qkv_b;      /* [layers] their biases, the same way (param "l<i>.bqkv"); NULL without */
     uint16_t **gate_up;    /* [layers] gate rows, then up rows (param "l<i>.w_gate_up") */
 } model;
 
@@ -511,9 +553,10 @@ static int want_shape(const cfg *c, const char *name, int64_t *d)
     const int64_t F = c->ffn, V = c->vocab;
     static const char *const sfx[] = {"embed_tokens.weight", "lm_head.weight", "layernorm.weight", "model.norm.weight",
                                       "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
-                                      "gate_proj.weight", "up_proj.weight", "down_proj.weight"};
+                                      "gate_proj.weight", "up_proj.weight", "down_proj.weight",
+                                      "q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias"};
     const int64_t shape[][2] = {{V, D}, {V, D}, {D, 0}, {D, 0}, {Q, D}, {KV, D}, {KV, D}, {D, Q},
-                                {F, D}, {F, D}, {D, F}};
+                                {F, D}, {F, D}, {D, F}, {Q, 0}, {KV, 0}, {KV, 0}, {D, 0}};
     size_t n = strlen(name);
     for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
         size_t m = strlen(sfx[i]);
@@ -562,6 +605,12 @@ static const char *const layer_tensors[] = {
     "mlp.down_proj.weight"};
 #define N_LAYER_TENSORS ((int)(sizeof layer_tensors / sizeof *layer_tensors))
 
+static bool ends_with(const char *s, const char *sfx)
+{
+    size_t n = strlen(s), m = strlen(sfx);
+    return n >= m && strcmp(s + n - m, sfx) == 0;
+}
+
 /* Rows of checkpoint tensors one after another, in one host buffer. */
 static uint16_t *concat_rows(const cfg *c, const model *m, int n, const char *const *names)
 {
@@ -582,7 +631,8 @@ static uint16_t *concat_rows(const cfg *c, const model *m, int n, const char *co
 
 /* Opens the checkpoint at m->dir and checks it before anything runs: every
  * tensor the model reads is there in bf16 at its shape, there are no biases
- * and no layers past the config's. Builds the fused q/k/v and gate/up. */
+ * the config does not call for and no layers past the config's. Builds the
+ * fused q/k/v (and its bias) and gate/up. */
 static void open_model(const cfg *c, model *m)
 {
     RK("opening the checkpoint", reel_safetensors_open(g_ctx, m->dir, &m->ck));
@@ -590,9 +640,12 @@ static void open_model(const cfg *c, model *m)
     for (int i = 0, k = reel_safetensors_count(m->ck); i < k; i++) {
         reel_st_tensor t;
         RK("listing the checkpoint", reel_safetensors_tensor(m->ck, i, &t));
-        size_t len = strlen(t.name);
-        if (len >= 5 && strcmp(t.name + len - 5, ".bias") == 0) {
-            fprintf(stderr, "bench_decode: checkpoint tensor %s (%s): biases are not supported\n", t.name, t.file);
+        if (ends_with(t.name, ".bias") &&
+            !(c->qkv_bias && (ends_with(t.name, ".q_proj.bias") || ends_with(t.name, ".k_proj.bias") ||
+                              ends_with(t.name, ".v_proj.bias"))) &&
+            !(c->o_bias && ends_with(t.name, ".o_proj.bias"))) {
+            fprintf(stderr, "bench_decode: checkpoint tensor %s (%s): a bias its config.json does not call for\n",
+                    t.name, t.file);
             exit(1);
         }
         if (strncmp(t.name, "model.layers.", 13) == 0 && atol(t.name + 13) >= c->layers) {
@@ -602,14 +655,20 @@ static void open_model(const cfg *c, model *m)
         }
     }
     ck_tensor(c, m, "model.embed_tokens.weight");
-    for (int i = 0; i < c->layers; i++)
+    for (int i = 0; i < c->layers; i++) {
         for (int j = 0; j < N_LAYER_TENSORS; j++) {
             snprintf(n, sizeof n, "model.layers.%d.%s", i, layer_tensors[j]);
             ck_tensor(c, m, n);
         }
+        if (c->o_bias) {
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.o_proj.bias", i);
+            ck_tensor(c, m, n);
+        }
+    }
     ck_tensor(c, m, "model.norm.weight");
-    ck_tensor(c, m, "lm_head.weight");
+    if (!c->tied) ck_tensor(c, m, "lm_head.weight"); /* tied: the embedding table (a stored copy is not read) */
     m->qkv = xmalloc((size_t)c->layers * sizeof *m->qkv);
+    m->qkv_b = c->qkv_bias ? xmalloc((size_t)c->layers * sizeof *m->qkv_b) : NULL;
     m->gate_up = xmalloc((size_t)c->layers * sizeof *m->gate_up);
     for (int i = 0; i < c->layers; i++) {
         char a[3][128];
@@ -618,6 +677,12 @@ static void open_model(const cfg *c, model *m)
         snprintf(a[1], sizeof a[1], "model.layers.%d.self_attn.k_proj.weight", i);
         snprintf(a[2], sizeof a[2], "model.layers.%d.self_attn.v_proj.weight", i);
         m->qkv[i] = concat_rows(c, m, 3, parts);
+        if (c->qkv_bias) {
+            snprintf(a[0], sizeof a[0], "model.layers.%d.self_attn.q_proj.bias", i);
+            snprintf(a[1], sizeof a[1], "model.layers.%d.self_attn.k_proj.bias", i);
+            snprintf(a[2], sizeof a[2], "model.layers.%d.self_attn.v_proj.bias", i);
+            m->qkv_b[i] = concat_rows(c, m, 3, parts);
+        }
         snprintf(a[0], sizeof a[0], "model.layers.%d.mlp.gate_proj.weight", i);
         snprintf(a[1], sizeof a[1], "model.layers.%d.mlp.up_proj.weight", i);
         m->gate_up[i] = concat_rows(c, m, 2, parts);
@@ -628,9 +693,11 @@ static void close_model(const cfg *c, model *m)
 {
     for (int i = 0; i < c->layers; i++) {
         free(m->qkv[i]);
+        if (m->qkv_b) free(m->qkv_b[i]);
         free(m->gate_up[i]);
     }
     free(m->qkv);
+    free(m->qkv_b);
     free(m->gate_up);
     reel_safetensors_close(m->ck);
     m->ck = NULL;
@@ -641,7 +708,9 @@ static double floor_us(const cfg *c, int B, int C)
 {
     const double D = c->hidden, Q = (double)c->heads * head_dim(c), KV = (double)c->kv_heads * head_dim(c);
     const double F = c->ffn, V = c->vocab;
-    double elems = c->layers * (2 * D + (Q + 2 * KV) * D + D * Q + 3 * F * D) + D + V * D; /* but the embedding */
+    const double bias = (c->qkv_bias ? Q + 2 * KV : 0) + (c->o_bias ? D : 0);
+    /* but the embedding table (tied, it is the lm head's V * D) */
+    double elems = c->layers * (2 * D + (Q + 2 * KV) * D + D * Q + 3 * F * D + bias) + D + V * D;
     double bytes = 2.0 * elems;
     bytes += 2.0 * B * c->hidden;
     bytes += (double)c->layers * 2 * B * (C + 1) * c->kv_heads * head_dim(c) * 2.0;
@@ -689,6 +758,7 @@ static reel_tensor layer(reel_graph *g, const cfg *c, const model *m, int i, ree
     reel_tensor q, k, v;
     if (!getenv("REEL_BENCH_QKV") || atoi(getenv("REEL_BENCH_QKV")) != 0) {
         reel_tensor qkv = reel_matmul(g, x, param_data(g, PN("wqkv"), 2, Q + 2 * KV, D, m->qkv[i]), true);
+        if (c->qkv_bias) qkv = reel_add(g, qkv, param_data(g, PN("bqkv"), 1, Q + 2 * KV, 1, m->qkv_b[i]));
         q = reel_view_cols(g, qkv, 0, Q);
         k = reel_view_cols(g, qkv, Q, KV);
         v = reel_view_cols(g, qkv, Q + KV, KV);
@@ -696,6 +766,11 @@ static reel_tensor layer(reel_graph *g, const cfg *c, const model *m, int i, ree
         q = reel_matmul(g, x, P("wq", "self_attn.q_proj.weight"), true);
         k = reel_matmul(g, x, P("wk", "self_attn.k_proj.weight"), true);
         v = reel_matmul(g, x, P("wv", "self_attn.v_proj.weight"), true);
+        if (c->qkv_bias) {
+            q = reel_add(g, q, P("bq", "self_attn.q_proj.bias"));
+            k = reel_add(g, k, P("bk", "self_attn.k_proj.bias"));
+            v = reel_add(g, v, P("bv", "self_attn.v_proj.bias"));
+        }
     }
     q = reel_rope(g, q, pos, Dh, Dh, c->theta);
     k = reel_rope(g, k, pos, Dh, Dh, c->theta);
@@ -704,7 +779,9 @@ static reel_tensor layer(reel_graph *g, const cfg *c, const model *m, int i, ree
     snprintf(n, sizeof n, "l%d.v_cache", i);
     reel_tensor vc = reel_state(g, n, REEL_BF16, 4, cache_dims);
     reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
-    h = reel_add(g, h, reel_matmul(g, a, P("wo", "self_attn.o_proj.weight"), true));
+    reel_tensor o = reel_matmul(g, a, P("wo", "self_attn.o_proj.weight"), true);
+    if (c->o_bias) o = reel_add(g, o, P("bo", "self_attn.o_proj.bias"));
+    h = reel_add(g, h, o);
     x = reel_rmsnorm(g, h, P("ffn_norm", "post_attention_layernorm.weight"), c->eps);
     /* gate and up as one [2F, D] weight, gate rows first (m->gate_up). */
     reel_tensor gu = param_data(g, PN("w_gate_up"), 2, 2 * (int64_t)c->ffn, D, m->gate_up[i]);
@@ -722,10 +799,12 @@ static reel_graph *build(const cfg *c, const model *m, int num_blocks, bool with
     int64_t tok_dims[1] = {REEL_DIM_TOKENS};
     reel_tensor ids = reel_input(g, "tokens", REEL_I32, 1, tok_dims);
     reel_tensor pos = reel_positions(g);
-    reel_tensor h = reel_embedding(g, param(g, c, m, "embed", "model.embed_tokens.weight"), ids);
+    reel_tensor embed = param(g, c, m, "embed", "model.embed_tokens.weight");
+    reel_tensor h = reel_embedding(g, embed, ids);
     for (int i = 0; i < c->layers; i++) h = layer(g, c, m, i, h, pos, num_blocks);
     h = reel_rmsnorm(g, h, param(g, c, m, "final_norm", "model.norm.weight"), c->eps);
-    reel_tensor logits = reel_matmul(g, h, param(g, c, m, "lm_head", "lm_head.weight"), true);
+    reel_tensor head = c->tied ? embed : param(g, c, m, "lm_head", "lm_head.weight");
+    reel_tensor logits = reel_matmul(g, h, head, true);
     reel_set_name(g, logits, "logits");
     reel_output(g, "next_token", reel_argmax(g, logits));
     if (with_logits) reel_output(g, "logits", logits);
@@ -913,10 +992,12 @@ static void usage(void)
             "usage: bench_decode [--layers N] [--hidden N] [--heads N] [--kv-heads N] [--ffn N (0: 4 x hidden)]\n"
             "                    [--vocab N] [--batches 1,8,64] [--contexts 128,2048] [--steps 50] [--warmup 10]\n"
             "                    [--prefill-tokens 4096] [--seed 1] [--dir /tmp/reel-decode] [--no-eager] [--no-logits]\n"
-            "                    [--matmul-tuning] [--max-context N] [--model CHECKPOINT_DIR]\n"
-            "--model: a Hugging Face Llama checkpoint (config.json, model.safetensors; bf16, untied, no biases)\n"
-            "instead of the seeded one written into --dir/model; the sizes come from its config.json (size flags\n"
-            "given beside it must agree) and every tensor's dtype and shape are checked.\n");
+            "                    [--matmul-tuning] [--max-context N] [--qkv-bias] [--tied] [--model CHECKPOINT_DIR]\n"
+            "--qkv-bias, --tied: the seeded model with q/k/v biases (written as a Qwen2 checkpoint), with tied\n"
+            "embeddings.\n"
+            "--model: a Hugging Face Llama or Qwen2 checkpoint (config.json, model.safetensors; bf16) instead of\n"
+            "the seeded one written into --dir/model; the sizes, biases and tied embeddings come from its\n"
+            "config.json (size flags given beside it must agree) and every tensor's dtype and shape are checked.\n");
     exit(2);
 }
 
@@ -934,6 +1015,7 @@ static void parse(int argc, char **argv, cfg *c)
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"prefill-tokens", 1, 0, 'p'}, {"seed", 1, 0, 'S'},
         {"dir", 1, 0, 'd'}, {"no-eager", 0, 0, 'e'}, {"no-logits", 0, 0, 'l'}, {"help", 0, 0, 'h'},
         {"matmul-tuning", 0, 0, 'T'}, {"max-context", 1, 0, 'M'}, {"model", 1, 0, 'm'},
+        {"qkv-bias", 0, 0, 'B'}, {"tied", 0, 0, 't'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -956,11 +1038,18 @@ static void parse(int argc, char **argv, cfg *c)
         case 'T': c->tuning = true; break;
         case 'M': c->max_context = atoi(optarg); break;
         case 'm': c->model = optarg; break;
+        case 'B': c->qkv_bias = true; break;
+        case 't': c->tied = true; break;
         default: usage();
         }
     }
     if (optind != argc) usage();
     if (c->model) {
+        if (c->qkv_bias || c->tied) {
+            fprintf(stderr, "bench_decode: --qkv-bias and --tied shape the seeded model; with --model the "
+                            "checkpoint's config.json says\n");
+            usage();
+        }
         read_config(c, c->model);
     } else {
         if (c->layers == 0) c->layers = 8;
@@ -1324,14 +1413,15 @@ int main(int argc, char **argv)
         n += snprintf(clist + n, sizeof clist - (size_t)n, "%s%d", i ? "," : "", c.contexts[i]);
     fprintf(res, "config layers=%d hidden=%d heads=%d kv_heads=%d head_dim=%d ffn=%d vocab=%d block_size=%d "
                  "seed=%" PRIu64 " steps=%d warmup=%d backend=%s batches=%s contexts=%s eager=%d version=%d "
-                 "floor_tbps=%.3f floor_measured=%d model=%s\n",
+                 "qkv_bias=%d o_bias=%d tied=%d floor_tbps=%.3f floor_measured=%d model=%s\n",
             c.layers, c.hidden, c.heads, c.kv_heads, head_dim(&c), c.ffn, c.vocab, c.block_size, c.seed, c.steps,
             c.warmup, reel_backend_name(reel_ctx_backend(g_ctx)), blist, clist, c.eager ? 1 : 0, reel_version(),
-            g_floor_tbps, g_floor_measured ? 1 : 0, m.dir);
+            c.qkv_bias ? 1 : 0, c.o_bias ? 1 : 0, c.tied ? 1 : 0, g_floor_tbps, g_floor_measured ? 1 : 0, m.dir);
 
-    printf("reel decode step: %d layers, hidden %d, %d heads of %d (%d kv), ffn %d, vocab %d, bf16, "
+    printf("reel decode step: %d layers, hidden %d, %d heads of %d (%d kv), ffn %d, vocab %d, bf16%s%s%s, "
            "KV blocks of %d; backend %s; buckets %s\n",
-           c.layers, c.hidden, c.heads, head_dim(&c), c.kv_heads, c.ffn, c.vocab, c.block_size,
+           c.layers, c.hidden, c.heads, head_dim(&c), c.kv_heads, c.ffn, c.vocab, c.qkv_bias ? ", q/k/v biases" : "",
+           c.o_bias ? ", o bias" : "", c.tied ? ", tied embeddings" : "", c.block_size,
            reel_backend_name(reel_ctx_backend(g_ctx)), blist);
     printf("wall: host time per step (set tokens + metadata, reel_step, next ids back); gpu: device time of the "
            "step (reel_plan_time_steps); medians of %d after %d warm-up\n\n",

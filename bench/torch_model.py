@@ -130,24 +130,34 @@ def read_safetensors(path):
 
 
 def load_checkpoint(mdir, rcfg, device):
-    """The Hugging Face Llama checkpoint in mdir (config.json; model.safetensors
-    or an index and its shards) as (cfg, w) under this script's names.
+    """The Hugging Face Llama or Qwen2 checkpoint in mdir (config.json;
+    model.safetensors or an index and its shards) as (cfg, w) under this
+    script's names. Biases and tied embeddings as bench_decode reads them:
+    Qwen2 has q/k/v biases, Llama's attention_bias puts one on q, k, v and o.
     block_size and the seed of the prompt tokens are bench_decode's
     (reel_decode.txt's config line, rcfg), the model's sizes must be the ones
     it ran."""
     with open(os.path.join(mdir, "config.json")) as f:
         hc = json.load(f)
     get = lambda k, d=None: d if hc.get(k) is None else hc[k]
-    if get("tie_word_embeddings", False) or get("rope_scaling") is not None:
-        sys.exit(f"{mdir}/config.json: tied embeddings or rope scaling: not the model bench_decode runs")
+    mtype = get("model_type", "")
+    if mtype not in ("llama", "qwen2") or get("rope_scaling") is not None or get("mlp_bias", False):
+        sys.exit(f"{mdir}/config.json: model_type {mtype!r}, rope scaling or MLP biases: "
+                 "not the model bench_decode runs")
+    o_bias = bool(get("attention_bias", False))
+    qkv_bias, tied = o_bias or mtype == "qwen2", bool(get("tie_word_embeddings", False))
     heads = hc["num_attention_heads"]
     cfg = dict(layers=hc["num_hidden_layers"], hidden=hc["hidden_size"], heads=heads,
                kv_heads=get("num_key_value_heads", heads), head_dim=get("head_dim", hc["hidden_size"] // heads),
                ffn=hc["intermediate_size"], vocab=hc["vocab_size"], block_size=int(rcfg["block_size"]),
-               eps=f32(get("rms_norm_eps", 1e-6)), theta=f32(get("rope_theta", 10000.0)), seed=int(rcfg["seed"]))
+               eps=f32(get("rms_norm_eps", 1e-6)), theta=f32(get("rope_theta", 10000.0)), seed=int(rcfg["seed"]),
+               qkv_bias=qkv_bias, o_bias=o_bias, tied=tied)
     for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab"):
         if str(cfg[k]) != rcfg.get(k):
             sys.exit(f"{mdir}/config.json: {k} {cfg[k]}, but bench_decode ran {k}={rcfg.get(k)}")
+    for k in ("qkv_bias", "o_bias", "tied"):
+        if str(int(cfg[k])) != rcfg.get(k, "0"):
+            sys.exit(f"{mdir}/config.json: {k} {cfg[k]}, but bench_decode ran {k}={rcfg.get(k, '0')}")
     index = os.path.join(mdir, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
@@ -168,15 +178,20 @@ def load_checkpoint(mdir, rcfg, device):
 
     D, V, Fd = cfg["hidden"], cfg["vocab"], cfg["ffn"]
     Q, KV = cfg["heads"] * cfg["head_dim"], cfg["kv_heads"] * cfg["head_dim"]
-    w = {"embed": tensor("model.embed_tokens.weight", [V, D]), "final_norm": tensor("model.norm.weight", [D]),
-         "lm_head": tensor("lm_head.weight", [V, D])}
+    w = {"embed": tensor("model.embed_tokens.weight", [V, D]), "final_norm": tensor("model.norm.weight", [D])}
+    w["lm_head"] = w["embed"] if tied else tensor("lm_head.weight", [V, D])
     for i in range(cfg["layers"]):
         p, q = f"model.layers.{i}.", f"l{i}."
         w[q + "attn_norm"] = tensor(p + "input_layernorm.weight", [D])
         w[q + "wq"] = tensor(p + "self_attn.q_proj.weight", [Q, D])
         w[q + "wk"] = tensor(p + "self_attn.k_proj.weight", [KV, D])
         w[q + "wv"] = tensor(p + "self_attn.v_proj.weight", [KV, D])
+        if qkv_bias:
+            w[q + "bqkv"] = torch.cat([tensor(p + "self_attn.q_proj.bias", [Q]),
+                                       tensor(p + "self_attn.k_proj.bias", [KV]),
+                                       tensor(p + "self_attn.v_proj.bias", [KV])], 0).contiguous()
         w[q + "wo"] = tensor(p + "self_attn.o_proj.weight", [D, Q])
+        w[q + "bo"] = tensor(p + "self_attn.o_proj.bias", [D]) if o_bias else None
         w[q + "ffn_norm"] = tensor(p + "post_attention_layernorm.weight", [D])
         # one [2F, D] weight, gate rows first: silu(x W[:F]^T) * (x W[F:]^T)
         w[q + "w_gate_up"] = torch.cat([tensor(p + "mlp.gate_proj.weight", [Fd, D]),
@@ -242,11 +257,17 @@ class Model:
             self.layers.append(dict(
                 attn_norm=w[p + "attn_norm"],
                 wqkv=torch.cat([w[p + "wq"], w[p + "wk"], w[p + "wv"]], 0).contiguous(),
-                wo=w[p + "wo"], ffn_norm=w[p + "ffn_norm"],
+                bqkv=w.get(p + "bqkv"), wo=w[p + "wo"], bo=w[p + "bo"], ffn_norm=w[p + "ffn_norm"],
                 wgu=w[p + "w_gate_up"], wd=w[p + "w_down"]))
         half = self.Dh // 2
         # reel: pos * theta^(-2i / rot_dim), in double
         self.inv_freq = cfg["theta"] ** (-2.0 * torch.arange(half, dtype=torch.float64, device=device) / self.Dh)
+
+    @staticmethod
+    def proj(x, w, b):
+        """x W^T, then the bias added to the bf16 product (as reel adds it)."""
+        y = F.linear(x, w)
+        return y if b is None else y + b
 
     def rmsnorm(self, x, w):
         xf = x.float()
@@ -301,14 +322,14 @@ class Model:
             mask = torch.arange(b, device=self.dev)[None, :] <= torch.arange(a, b, device=self.dev)[:, None]
         for i, lw in enumerate(self.layers):
             x = self.rmsnorm(h, lw["attn_norm"])
-            qkv = F.linear(x, lw["wqkv"])
+            qkv = self.proj(x, lw["wqkv"], lw["bqkv"])
             q = self.rope(qkv[..., :self.Q].reshape(g, n, self.H, self.Dh), cos, sin).transpose(1, 2)
             k = self.rope(qkv[..., self.Q:self.Q + self.KV].reshape(g, n, self.Hkv, self.Dh), cos, sin)
             v = qkv[..., self.Q + self.KV:].reshape(g, n, self.Hkv, self.Dh)
             kc[i][seqs, :, a:b] = k.transpose(1, 2)
             vc[i][seqs, :, a:b] = v.transpose(1, 2)
             o = self.attend(q, kc[i][seqs, :, :b], vc[i][seqs, :, :b], mask=mask, causal=a == 0)
-            h = h + F.linear(o.transpose(1, 2).reshape(g, n, self.Q), lw["wo"])
+            h = h + self.proj(o.transpose(1, 2).reshape(g, n, self.Q), lw["wo"], lw["bo"])
             h = self.mlp(h, lw)
 
     @torch.no_grad()
@@ -327,7 +348,7 @@ class Model:
             mask = (torch.arange(L, device=buf.device) <= pos).view(1, 1, 1, L)
         for i, lw in enumerate(self.layers):
             x = self.rmsnorm(h, lw["attn_norm"])
-            qkv = F.linear(x, lw["wqkv"])
+            qkv = self.proj(x, lw["wqkv"], lw["bqkv"])
             q = self.rope(qkv[:, :self.Q].reshape(B, self.H, self.Dh), cos, sin)
             k = self.rope(qkv[:, self.Q:self.Q + self.KV].reshape(B, self.Hkv, self.Dh), cos, sin)
             v = qkv[:, self.Q + self.KV:].reshape(B, self.Hkv, self.Dh)
@@ -338,7 +359,7 @@ class Model:
             if self.contig_kv and L is None:  # eager: K/V gathered into contiguous buffers first
                 kk, vv = kk.contiguous(), vv.contiguous()
             o = self.attend(q.unsqueeze(2), kk, vv, mask=mask)
-            h = h + F.linear(o.reshape(B, self.Q), lw["wo"])
+            h = h + self.proj(o.reshape(B, self.Q), lw["wo"], lw["bo"])
             h = self.mlp(h, lw)
         h = self.rmsnorm(h, self.final_norm)
         logits = F.linear(h, self.lm_head)
