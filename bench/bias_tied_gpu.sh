@@ -4,7 +4,8 @@
 # --tied writes them as Qwen2 checkpoints): the 8 x 1024 model of the matrix,
 # then a model of Qwen2-0.5B's shape (24 layers, hidden 896, 14 heads, 2 kv
 # heads, ffn 4864, vocab 151936). Each run fails when reel's ids or logits
-# leave bf16 tolerance of PyTorch eager's.
+# leave bf16 tolerance of PyTorch eager's. REEL_BT_BATCHES, REEL_BT_CONTEXTS
+# and REEL_BT_QWEN_CONTEXTS trim the points.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
@@ -29,8 +30,8 @@ run() { # name, bench_decode arguments
     grep -E "^reel decode step|^# batch|^\| [0-9]|^\| batch|^floor|Error|error" "$OUT/$name.md" | tail -16
     rm -rf "$dir/model"
 }
-run h1024 --batches 1,8,64 --contexts 128,2048
+run h1024 --batches ${REEL_BT_BATCHES:-1,8,64} --contexts ${REEL_BT_CONTEXTS:-128,2048}
 run qwen2-0.5b-shape --layers 24 --hidden 896 --heads 14 --kv-heads 2 --ffn 4864 --vocab 151936 \
-    --batches 1,8,64 --contexts 2048
+    --batches ${REEL_BT_BATCHES:-1,8,64} --contexts ${REEL_BT_QWEN_CONTEXTS:-2048}
 date -u
 exit $rc
