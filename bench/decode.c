@@ -3,10 +3,10 @@
  * A Llama-style model (default: 8 layers, hidden 1024, 16 heads, 16 kv
  * heads, SwiGLU ffn 4 x hidden, vocab 32000, bf16, rmsnorm eps 1e-5, rope
  * theta 10000, untied embeddings, no biases, paged KV cache in blocks of
- * 16; --qkv-bias: q/k/v biases, as Qwen2 has; --tied: tied embeddings) is declared
- * through the public API only. Its weights come from a Hugging Face Llama
- * checkpoint (config.json and model.safetensors, the names transformers
- * writes) read by reel's loader (reel_safetensors_open): by default one
+ * 16; --qkv-bias: q/k/v biases, as Qwen2 has; --tied: tied embeddings) is
+ * declared through the public API only. Its weights come from a Hugging Face
+ * Llama (or Qwen2) checkpoint (config.json and model.safetensors, the names
+ * transformers writes) read by reel's loader (reel_safetensors_open): by default one
  * bench_decode writes first from a fixed seed (DIR/model), with --model an
  * existing one; every parameter is bound from the checkpoint's mapped bytes
  * (the fused q/k/v and gate/up from its tensors one after another). For
@@ -86,8 +86,9 @@
  * scaling; the model's sizes, eps, rope theta, biases (Qwen2's on q/k/v,
  * Llama's attention_bias on q/k/v and o) and tied embeddings come from its
  * config.json, a size flag given beside it must agree, every tensor's dtype
- * and shape are checked, and --seed then only picks the prompt tokens.) Exits 1 when replay and eager disagree on an id
- * or a timed step did not replay.
+ * and shape are checked, and --seed then only picks the prompt tokens.)
+ * Exits 1 when replay and eager disagree on an id or a timed step did not
+ * replay.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -274,9 +275,15 @@ static void make_weights(weights *w, const cfg *c)
         T2("wq", Q, D, sD);
         T2("wk", KV, D, sD);
         T2("wv", KV, D, sD);
-        if (c->qkv_bias) (snprintf(n, sizeof n, "l%d.bqkv", i), add_tensor(w, c, n, 1, Q + 2 * KV, 0, 0.0f, 0.5f));
+        if (c->qkv_bias) {
+            snprintf(n, sizeof n, "l%d.bqkv", i);
+            add_tensor(w, c, n, 1, Q + 2 * KV, 0, 0.0f, 0.5f);
+        }
         T2("wo", D, Q, sQ);
-        if (c->o_bias) (snprintf(n, sizeof n, "l%d.bo", i), add_tensor(w, c, n, 1, D, 0, 0.0f, 0.5f));
+        if (c->o_bias) {
+            snprintf(n, sizeof n, "l%d.bo", i);
+            add_tensor(w, c, n, 1, D, 0, 0.0f, 0.5f);
+        }
         T1("ffn_norm", D);
         T2("w_gate_up", 2 * F, D, sD);
         T2("w_down", D, F, sF);
@@ -351,7 +358,8 @@ static void write_config(const cfg *c, const char *dir)
                            "  \"torch_dtype\": \"bfloat16\"\n"
                            "}\n",
                            qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen2 ? "qwen2" : "llama", c->hidden,
-                           c->ffn, c->layers, c->heads, c->kv_heads, head_dim(c), c->vocab, eps, theta, maxpos, c->o_bias ? "true" : "false", qwen2 ? "  \"use_sliding_window\": false,\n" : "",
+                           c->ffn, c->layers, c->heads, c->kv_heads, head_dim(c), c->vocab, eps, theta, maxpos,
+                           c->o_bias ? "true" : "false", qwen2 ? "  \"use_sliding_window\": false,\n" : "",
                            c->tied ? "true" : "false") > 0;
     if (f && fclose(f) != 0) ok = false;
     if (!ok || rename(tmp, path) != 0) {
