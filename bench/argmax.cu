@@ -30,7 +30,6 @@ extern "C" {
 #include "ops/cuda/impls.h"
 #include "bench/bench_cuda.cuh"
 #include "bench/graph_timer.cuh"
-#include "bench/read_probe.cuh"
 
 #ifndef REEL_ARGMAX_CLUSTER
 #define REEL_ARGMAX_CLUSTER 8 /* as ops/cuda/rows.cu: the build's flag, for the title */
@@ -91,10 +90,8 @@ int main(int argc, char **argv)
     CK(cudaMemset(bsrc[0], 1, big));
     CK(cudaMemset(bsrc[1], 2, big));
     CK(cudaMalloc(&g_sink, sizeof(unsigned)));
-    double read_us = time_graph(s, 8, replays, [&](int i) {
-        read_probe<<<sms * 4, 512, 0, s>>>((const uint4 *)bsrc[i % 2], big / 16, g_sink);
-    });
-    const double read_bw = (double)big / (read_us * 1e-6) / 1e12;
+    double read_us;
+    const double read_bw = read_probe_tbs(s, bsrc, 2, big, sms, replays, g_sink, &read_us);
     CK(cudaFree(bsrc[0]));
     CK(cudaFree(bsrc[1]));
     printf("# bench_argmax (REEL_ARGMAX_CLUSTER %d): %s, %d SMs, L2 %d MB, %s, %d replays a timing\n\n",

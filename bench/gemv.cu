@@ -38,7 +38,6 @@ extern "C" {
 #include "ops/cuda/gemv.h"
 #include "ops/cuda/impls.h"
 #include "bench/graph_timer.cuh"
-#include "bench/read_probe.cuh"
 
 static reel_ctx *g_ctx;
 static int g_replays = 30;
@@ -56,11 +55,7 @@ static unsigned *g_sink;
 /* Read bandwidth of `bytes`, rotating over copies; *us per read. */
 static double read_tbs(cudaStream_t s, void *const *src, int ncopies, size_t bytes, int sms, double *us)
 {
-    int L = std::max(ncopies, 8);
-    *us = time_graph(s, L, g_replays, [&](int i) {
-        read_probe<<<sms * 4, 512, 0, s>>>((const uint4 *)src[i % ncopies], bytes / 16, g_sink);
-    });
-    return (double)bytes / (*us * 1e-6) / 1e12;
+    return read_probe_tbs(s, src, ncopies, bytes, sms, g_replays, g_sink, us);
 }
 
 struct shape {

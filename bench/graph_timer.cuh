@@ -1,7 +1,8 @@
 /* What bench/gemv.cu, bench/l2_ahead.cu and bench/chain.cu share: a graph of L captured
  * launches replayed `replays` times (the median us per launch, so the
  * gaps between graph nodes are counted as a replayed step pays them), the
- * median, and random bf16 weights. */
+ * median, the read probe's bandwidth timed that way, and random bf16
+ * weights. */
 #pragma once
 
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "bench/bench_cuda.cuh"
+#include "bench/read_probe.cuh"
 
 static inline double median(std::vector<double> v)
 {
@@ -48,6 +50,18 @@ template <typename F> static double time_graph(cudaStream_t s, int L, int replay
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));
     return median(t);
+}
+
+/* The read probe's bandwidth over `bytes`, rotating over ncopies copies
+ * (sms x 4 blocks of 512 threads, the median of `replays`); *us a read. */
+static inline double read_probe_tbs(cudaStream_t s, void *const *src, int ncopies, size_t bytes, int sms,
+                                    int replays, unsigned *sink, double *us)
+{
+    int L = std::max(ncopies, 8);
+    *us = time_graph(s, L, replays, [&](int i) {
+        read_probe<<<sms * 4, 512, 0, s>>>((const uint4 *)src[i % ncopies], bytes / 16, sink);
+    });
+    return (double)bytes / (*us * 1e-6) / 1e12;
 }
 
 /* Random bf16 in [-1, 1): a hash of the index (never zeros). */

@@ -1,4 +1,5 @@
-/* The read probe of the benchmarks (bench/attention.cu, bench/gemv.cu):
+/* The read probe of the benchmarks (bench/attention.cu; bench/graph_timer.cuh
+ * times it for bench/gemv.cu and bench/argmax.cu):
  * the ceiling of a read-only stream, which a copy's read + write does not
  * bound. */
 #pragma once
