@@ -1,6 +1,6 @@
 /* Internal (L1): the context: the backend it chose and the error buffer
  * every layer of it writes into. Layers above the backends (memory, ops,
- * graph, exec) reach the buffer through reel_ctx_err; the backends only get
+ * graph, runtime) reach the buffer through reel_ctx_err; the backends only get
  * the buffer (struct reel_backend.err). */
 #ifndef REEL_BACKEND_CTX_H
 #define REEL_BACKEND_CTX_H

@@ -25,7 +25,7 @@ typedef struct reel_tinfo {
     bool deferred;         /* PARAM: written into the plan later */
     bool meta_slots;       /* META: the step's slot mapping (else its positions) */
     int output_slot;       /* index in the graph's outputs, -1 if not an output */
-    /* Set by the executor's fusion pass (exec/fuse.c), 0 in a graph: an ACT
+    /* Set by the executor's fusion pass (runtime/fuse.c), 0 in a graph: an ACT
      * that aliases the bytes of ACT alias_of from element rows * alias_col
      * (a view of a segmented matmul output), or a tensor no node produces
      * any more (dead: fused away). */

@@ -9,33 +9,6 @@
 #include "memory/workspace_internal.h"
 #include "core/err.h"
 
-/* ---- lists and keys ------------------------------------------------------- */
-
-void reel_ws_push(reel_ws_block **head, reel_ws_block *b)
-{
-    b->prev = NULL;
-    b->next = *head;
-    if (*head)
-        (*head)->prev = b;
-    *head = b;
-}
-
-void reel_ws_unlink(reel_ws_block **head, reel_ws_block *b)
-{
-    if (b->prev)
-        b->prev->next = b->next;
-    else
-        *head = b->next;
-    if (b->next)
-        b->next->prev = b->prev;
-    b->next = b->prev = NULL;
-}
-
-uint64_t reel_ws_key(const reel_ws *ws, const reel_stream *s)
-{
-    return ws->o.stream_key ? ws->o.stream_key(ws->o.key_user, s) : (uint64_t)(uintptr_t)s;
-}
-
 static int reel_ws_class(const reel_ws *ws, size_t bytes)
 {
     int c = 0;

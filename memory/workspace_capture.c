@@ -7,31 +7,6 @@
 #include "memory/workspace_internal.h"
 #include "core/err.h"
 
-bool reel_ws_capturing(reel_ws *ws, const reel_stream *s)
-{
-    if (ws->capture)
-        return true;
-    const reel_backend_vt *vt = ws->be->vt;
-    if (vt->capturing && vt->capturing(ws->be, (reel_stream *)s))
-        ws->capture = true;     /* a capture begun without telling us */
-    return ws->capture;
-}
-
-reel_ws_graph *reel_ws_cur_graph(reel_ws *ws)
-{
-    if (!ws->cur)
-        ws->cur = reel_hcalloc(1, sizeof *ws->cur);
-    return ws->cur;
-}
-
-void reel_ws_hold(reel_ws *ws, reel_ws_graph *g, reel_ws_block *b)
-{
-    b->state = WS_HELD;
-    b->graph = g;
-    reel_ws_push(&g->held, b);
-    ws->st.held += b->size;
-}
-
 reel_status reel_ws_capture_begin(reel_ws *ws)
 {
     if (!ws)

@@ -50,6 +50,8 @@ struct reel_ws {
     reel_ws_stats st;
 };
 
+/* Lists, keys and the capture state (workspace_block.c, the files' ground
+ * floor: capture -> workspace -> fence -> block, never back up). */
 void reel_ws_push(reel_ws_block **head, reel_ws_block *b);
 void reel_ws_unlink(reel_ws_block **head, reel_ws_block *b);
 uint64_t reel_ws_key(const reel_ws *ws, const reel_stream *s);
@@ -65,8 +67,8 @@ void reel_ws_fences_drop(reel_ws *ws, reel_ws_block *b, const reel_stream *keep)
 reel_status reel_ws_settle(reel_ws *ws, reel_ws_block *b);
 void reel_ws_pool_clear(reel_ws *ws);
 
-/* Capture (workspace_capture.c). Whether work on s is captured now; a
- * capture seen through the backend starts capture mode. */
+/* Whether work on s is captured now; a capture seen through the backend
+ * starts capture mode (workspace_block.c). */
 bool reel_ws_capturing(reel_ws *ws, const reel_stream *s);
 reel_ws_graph *reel_ws_cur_graph(reel_ws *ws);
 void reel_ws_hold(reel_ws *ws, reel_ws_graph *g, reel_ws_block *b);

@@ -75,7 +75,7 @@ static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_RED
 #endif
 #define REEL_ATTN_CNT_MAX_WORDS 4096
 
-/* Matmul epilogues the fusion pass sets (exec/fuse.c); the builder leaves
+/* Matmul epilogues the fusion pass sets (runtime/fuse.c); the builder leaves
  * REEL_MM_EPI_NONE. BIAS: a third input b [N] is added to each row after the
  * product is rounded to the storage dtype (the rounding of the unfused
  * matmul then add). SILU_MUL: the output is silu(y[:, :N/2]) * y[:, N/2:] of
@@ -148,7 +148,7 @@ typedef union reel_op_attrs {
     struct { int head_dim, rot_dim; float theta; } rope;
     /* rope_rot_dim > 0: the op applies neox rotary embedding (reel_rope's
      * math, head_dim = p.head_dim) to q and k itself: a node made by the
-     * compiler's rope fusion (exec/fuse_rope.c) from two rope ops feeding
+     * compiler's rope fusion (runtime/fuse_rope.c) from two rope ops feeding
      * it. Then in[0] and in[1] are the unrotated q and k, in[5] the rope's
      * positions [T] i32, and out[2] and out[3] the rotated q and k ([T,
      * H*Dh] and [T, Hkv*Dh], the rope ops' own results, which the kernels
@@ -280,14 +280,14 @@ typedef struct reel_op_impl {
     reel_status (*launch)(reel_backend *be, const reel_launch *l);
     /* Optional: thread blocks of the launch's (largest) kernel over the
      * blocks one multiprocessor holds at once (1 where the impl does not
-     * know), for the default PDL decision by grid size (exec/schedule.c);
+     * know), for the default PDL decision by grid size (runtime/schedule.c);
      * NULL: unknown, PDL only when asked for. */
     int64_t (*grid_blocks)(const reel_launch *l, const reel_device_caps *caps);
     /* Optional: *bytes of the backend's per-stream workspace (the CUDA
      * matmul workspace) a launch of this node at these shapes (dims[0] of
      * token tensors: a bucket's rows) takes. A plan reserves, on each
      * stream, the most its nodes there take at any of its buckets
-     * (exec/schedule.c); NULL: none. */
+     * (runtime/schedule.c); NULL: none. */
     reel_status (*stream_ws)(reel_backend *be, const reel_shape *in, int nin, const reel_shape *out,
                              const reel_op_attrs *a, size_t *bytes);
 } reel_op_impl;

@@ -123,7 +123,7 @@ static reel_status infer_matmul(const reel_shape *in, int nin, const reel_op_att
                    a->matmul.w_transposed ? " (w transposed)" : "");
     int64_t n = in[1].dims[1 - kdim];
     set_tok(&out[0], in[0].dtype, 2, n, 0);
-    /* Epilogues and segments come from the fusion pass (exec/fuse.c). */
+    /* Epilogues and segments come from the fusion pass (runtime/fuse.c). */
     const int epi = a->matmul.epi, nseg = a->matmul.nseg;
     if (epi < REEL_MM_EPI_NONE || epi > REEL_MM_EPI_SILU_MUL)
         return bad(err, len, REEL_E_INTERNAL, "unknown epilogue %d", epi);

@@ -2,7 +2,7 @@
 """Fails when a file of reel includes a header of a higher layer.
 
 The layers (docs/architecture.md; weights/, the checkpoint loader, is L6
-above exec/): a file may include headers of its own
+above runtime/): a file may include headers of its own
 folder's layer and of lower layers, never of a higher one; folders of one
 layer (memory/ and ops/) do not include each other. include/reel/ is the
 public surface: any file may include it. tools/ and examples/ use only the
@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-LAYER = {"core": 0, "backend": 1, "memory": 2, "ops": 2, "graph": 3, "parallel": 4, "exec": 5, "weights": 6}
+LAYER = {"core": 0, "backend": 1, "memory": 2, "ops": 2, "graph": 3, "parallel": 4, "runtime": 5, "weights": 6}
 PUBLIC_ONLY = {"tools", "examples"}
 ANYTHING = {"tests", "bench", "include"}
 SOURCES = (".c", ".h", ".cu", ".cuh")

@@ -1,4 +1,4 @@
-/* CUDA backend: device selection, capability probe, creation and teardown,
+/* CUDA backend: capability probe, creation and teardown,
  * and the accessors the CUDA kernels use. */
 #include <string.h>
 
@@ -33,11 +33,6 @@ bool reel_cuda_available(void)
     if (REEL_CUDA_CHECK(NULL, cudaGetDeviceCount(&n)) != REEL_OK)
         return false;
     return n > 0;
-}
-
-reel_status reel_cuda_use_device(reel_backend *be)
-{
-    return REEL_CK(be, cudaSetDevice(reel_cuda_of(be)->device));
 }
 
 cudaStream_t reel_cuda_stream_handle(reel_stream *s) { return s->s; }

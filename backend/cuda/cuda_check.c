@@ -1,5 +1,7 @@
 /* CUDA and cuBLAS results turned into reel statuses with the library's own
- * message, and the backend's small memo. */
+ * message, the backend's small memo, and the device every call is made on.
+ * The CUDA backend's files call down into this one and it calls none of
+ * them: cuda_backend.c (the table) -> cuda_stream.c, cuda_graph.c -> here. */
 #include <string.h>
 
 #include "backend/cuda/cuda_impl.h"
@@ -62,4 +64,11 @@ void reel_cuda_memo_put(reel_backend *be, const void *key, size_t klen, const vo
         memcpy(m->val, val, vlen);
     }
     pthread_mutex_unlock(&c->lock);
+}
+
+/* Every CUDA call of a backend is made on its device (a context may be
+ * used from a thread whose current device is another). */
+reel_status reel_cuda_use_device(reel_backend *be)
+{
+    return REEL_CK(be, cudaSetDevice(reel_cuda_of(be)->device));
 }

@@ -1,17 +1,8 @@
-/* Host events: generation counters give CUDA semantics (a wait or sync
- * refers to the most recent record at the time of the call, later records
- * do not change it; an event never recorded is complete). */
+/* Host events: the backend's event calls (record, wait, query, sync,
+ * timers) over host_queue.c's generation counters. */
 #include "core/halloc.h"
 #include "core/err.h"
 #include "backend/host/host_internal.h"
-
-reel_event *reel_host_event_new(void)
-{
-    reel_event *e = reel_hcalloc(1, sizeof *e);
-    if (e)
-        e->refs = 1;
-    return e;
-}
 
 reel_status reel_host_event_create(reel_backend *be, reel_event **out)
 {
@@ -21,12 +12,6 @@ reel_status reel_host_event_create(reel_backend *be, reel_event **out)
     if (!*out)
         return reel_seterr(be->err, REEL_E_OOM, "host event_create: out of memory");
     return REEL_OK;
-}
-
-void reel_host_event_unref(reel_event *e)
-{
-    if (--e->refs == 0)
-        reel_hfree(e);
 }
 
 /* Pending records and captures keep their own references, so destroying
@@ -39,43 +24,6 @@ void reel_host_event_destroy(reel_backend *be, reel_event *e)
     pthread_mutex_lock(&hb->mu);
     reel_host_event_unref(e);
     pthread_mutex_unlock(&hb->mu);
-}
-
-bool reel_host_gen_done(const reel_event *e, uint64_t gen)
-{
-    for (const host_item *p = e->pending; p; p = p->pend_next)
-        if (p->gen == gen)
-            return false;
-    return true;
-}
-
-void reel_host_record_push(reel_stream *s, reel_event *e, host_item *it)
-{
-    e->refs++;
-    it->ev = e;
-    it->gen = ++e->issued;
-    it->pend_next = e->pending;
-    e->pending = it;
-    e->cap = NULL;
-    reel_host_stream_push(s, it);
-}
-
-void reel_host_wait_push(reel_stream *s, reel_event *e, host_item *it)
-{
-    e->refs++;
-    it->ev = e;
-    it->gen = e->issued;
-    reel_host_stream_push(s, it);
-}
-
-void reel_host_record_done(host_be *hb, host_item *it)
-{
-    for (host_item **p = &it->ev->pending; *p; p = &(*p)->pend_next)
-        if (*p == it) {
-            *p = it->pend_next;
-            break;
-        }
-    pthread_cond_broadcast(&hb->ev_cv);
 }
 
 reel_status reel_host_event_record(reel_backend *be, reel_event *e, reel_stream *s)

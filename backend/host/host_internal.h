@@ -111,26 +111,18 @@ struct host_be {
 
 static inline host_be *host_of(reel_backend *be) { return (host_be *)be->impl; }
 
-/* host_stream.c */
+/* host_queue.c, the floor of the host backend (it calls no other host
+ * file): items, a stream's FIFO and worker thread, event generations. */
 host_item *reel_host_item_new(host_item_kind kind, size_t args_size);
 host_item *reel_host_item_clone(const host_item *it);
 void reel_host_item_free(host_be *hb, host_item *it);   /* under mu: drops its event ref */
 void reel_host_stream_push(reel_stream *s, host_item *it); /* under mu */
 uint64_t reel_host_jitter_seed(uint64_t seed, unsigned stream_id);
-reel_status reel_host_stream_create(reel_backend *be, reel_stream **out);
-void reel_host_stream_destroy(reel_backend *be, reel_stream *s);
-reel_status reel_host_stream_sync(reel_backend *be, reel_stream *s);
+void *reel_host_stream_main(void *stream);
 /* Drops one reference (without mu held); the last one stops and joins the
  * thread after it drained its queue. */
 void reel_host_stream_release(host_be *hb, reel_stream *s);
-/* Issues a kernel/copy/fill item: run, or recorded when s is capturing.
- * Takes ownership of it. */
-reel_status reel_host_issue(reel_backend *be, reel_stream *s, host_item *it, const char *what);
-
-/* host_event.c */
-reel_status reel_host_event_create(reel_backend *be, reel_event **out);
 reel_event *reel_host_event_new(void);
-void reel_host_event_destroy(reel_backend *be, reel_event *e);
 void reel_host_event_unref(reel_event *e);            /* under mu */
 /* Under mu: fills a record/wait item for e as issued now and pushes it. */
 void reel_host_record_push(reel_stream *s, reel_event *e, host_item *it);
@@ -138,6 +130,18 @@ void reel_host_wait_push(reel_stream *s, reel_event *e, host_item *it);
 /* Under mu: the record item it ran; wakes waiters. */
 void reel_host_record_done(host_be *hb, host_item *it);
 bool reel_host_gen_done(const reel_event *e, uint64_t gen);
+
+/* host_stream.c */
+reel_status reel_host_stream_create(reel_backend *be, reel_stream **out);
+void reel_host_stream_destroy(reel_backend *be, reel_stream *s);
+reel_status reel_host_stream_sync(reel_backend *be, reel_stream *s);
+/* Issues a kernel/copy/fill item: run, or recorded when s is capturing.
+ * Takes ownership of it. */
+reel_status reel_host_issue(reel_backend *be, reel_stream *s, host_item *it, const char *what);
+
+/* host_event.c */
+reel_status reel_host_event_create(reel_backend *be, reel_event **out);
+void reel_host_event_destroy(reel_backend *be, reel_event *e);
 reel_status reel_host_event_record(reel_backend *be, reel_event *e, reel_stream *s);
 reel_status reel_host_stream_wait(reel_backend *be, reel_stream *s, reel_event *e);
 reel_status reel_host_event_query(reel_backend *be, reel_event *e, bool *done);

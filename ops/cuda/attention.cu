@@ -522,7 +522,7 @@ static bool use_attn(REEL_CU_USE_ARGS)
 } /* namespace reel_cu */
 
 /* Programmatic launch by grid size: the KV write's, one block a token
- * (exec/schedule.c). */
+ * (runtime/schedule.c). */
 static int64_t attn_grid(const reel_launch *l, const reel_device_caps *caps)
 {
     (void)caps;

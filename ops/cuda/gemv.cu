@@ -792,7 +792,7 @@ extern "C" cudaError_t reel_cuda_gemv_run(reel_dtype dt, bool w_transposed, cons
 namespace reel_cu {
 /* Multiprocessors the launch gemv_launch makes fills: its blocks over the
  * blocks one multiprocessor holds at once (one wave or less for the shapes
- * it takes: programmatic launch by default, exec/schedule.c). */
+ * it takes: programmatic launch by default, runtime/schedule.c). */
 static int64_t gemv_grid(const reel_launch *l, const reel_device_caps *caps)
 {
     bool wt = l->attrs->matmul.w_transposed;

@@ -416,7 +416,7 @@ static bool fits_int(const reel_shape *in)
 }
 
 /* Epilogues and prologues (the fusion pass) are not the cuBLAS impls':
- * refusing them keeps those nodes unfused (exec/fuse.c asks the registry
+ * refusing them keeps those nodes unfused (runtime/fuse.c asks the registry
  * before it rewrites). Segments are theirs (gemm_segments). */
 static bool plain(const reel_op_attrs *a)
 {

@@ -10,7 +10,7 @@
 #include "backend/ctx.h"
 #include "backend/cuda/cuda_impl.h"
 #include "core/dtype.h"
-#include "exec/plan.h"
+#include "runtime/plan.h"
 #include "tests/core/opts.h"
 
 static reel_ctx *ctx;

@@ -6,7 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <string.h>
 
-#include "tests/exec/opgraphs.h"
+#include "tests/runtime/opgraphs.h"
 #include "tests/core/opts.h"
 
 static reel_ctx *ctx;

@@ -7,7 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <string.h>
 
-#include "tests/exec/opgraphs.h"
+#include "tests/runtime/opgraphs.h"
 #include "tests/gpu/oprun.h"
 #include "backend/ctx.h"
 #include "tests/core/opts.h"

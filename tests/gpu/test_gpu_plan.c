@@ -1,4 +1,4 @@
-/* Plans on the GPU (replay == eager for every op is tests/exec/test_replay.c,
+/* Plans on the GPU (replay == eager for every op is tests/runtime/test_replay.c,
  * run on CUDA as gpu_replay): a context past the limit falls back eagerly
  * with the same result; a
  * kernel inside a graph refuses a context past its limit; programmatic
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/exec/opgraphs.h"
-#include "exec/plan.h"
+#include "tests/runtime/opgraphs.h"
+#include "runtime/plan.h"
 #include "tests/core/opts.h"
 
 static reel_ctx *ctx;

@@ -63,7 +63,7 @@ Test(checker_scale, keeps_time_per_access_flat_on_the_kv_decode_pattern)
     reel_checker_destroy(c);
 }
 
-/* A 3-op plan on two streams stepped as exec/check.c feeds it; the host
+/* A 3-op plan on two streams stepped as runtime/check.c feeds it; the host
  * syncs every stream, or (all false) only the plan's two. */
 static void plan_step(reel_checker *c, int64_t st, bool all)
 {

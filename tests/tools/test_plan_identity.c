@@ -7,7 +7,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "exec/plan.h"
+#include "runtime/plan.h"
 #include "graph/ir.h"
 #include "tools/model.h"
 

@@ -1,2 +1,2 @@
 /* A seeded upward include: the layer check must refuse it. */
-#include "exec/plan.h"
+#include "runtime/plan.h"
