@@ -9,7 +9,7 @@
  *   kv    - decode over a paged KV cache: each step, every layer appends one
  *           slot (a write) and its attention reads every slot so far; the
  *           step ends with the host syncing every stream (the token download);
- *   plan  - a 3-op plan on two streams stepped as exec/check.c feeds it:
+ *   plan  - a 3-op plan on two streams stepped as runtime/check.c feeds it:
  *           upload, three ops joined by events, download, host sync.
  *
  * It prints us/access over the window since the previous checkpoint (CPU time

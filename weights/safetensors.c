@@ -3,7 +3,7 @@
  * Open maps each file read-only and checks its whole header with jansson
  * before anything is handed out; the tensors of all files go into one array
  * sorted by name (binary search). Writing a parameter copies from the
- * mapping straight into the plan's parameter (exec/plan_io.c), part by part
+ * mapping straight into the plan's parameter (runtime/plan_io.c), part by part
  * for a stacked one, so the host never holds a second copy. */
 #include "reel/safetensors.h"
 
@@ -21,7 +21,7 @@
 #include "core/err.h"
 #include "core/halloc.h"
 #include "core/shape.h"
-#include "exec/plan.h"
+#include "runtime/plan.h"
 
 /* The reference implementation's bound: a larger header is refused before
  * it is parsed. */
