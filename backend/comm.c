@@ -7,6 +7,7 @@
 #include "backend/comm.h"
 #include "backend/fault.h"
 #include "backend/ctx.h"
+#include "backend/registry.h"
 #include "core/opts.h"
 #include "reel_config.h"
 
@@ -35,13 +36,9 @@ reel_status reel_comm_unique_id(reel_ctx *ctx, reel_comm_id *out)
         return reel_seterr(reel_ctx_err(ctx), REEL_E_INVALID_ARG, "comm unique_id: NULL context or id");
     memset(out, 0, sizeof *out);
     memcpy(out->bytes, id_magic, sizeof id_magic);
-    if (ctx->kind == REEL_BACKEND_CUDA) {
-        out->bytes[4] = REEL_COMM_ID_NCCL;
-        return reel_nccl_unique_id(&ctx->err, out->bytes + REEL_COMM_ID_HEAD);
-    }
-    out->bytes[4] = REEL_COMM_ID_HOST;
-    reel_host_comm_token(out->bytes + REEL_COMM_ID_HEAD);
-    return REEL_OK;
+    const reel_backend_entry *b = reel_backend_of(ctx->kind);
+    out->bytes[4] = b->comm_id;
+    return b->comm_unique_id(&ctx->err, out->bytes + REEL_COMM_ID_HEAD);
 }
 
 reel_status reel_comm_id_to_hex(const reel_comm_id *id, char *buf, size_t len)
@@ -100,14 +97,14 @@ reel_status reel_comm_create(reel_ctx *ctx, const reel_comm_id *id, int rank, in
     if (memcmp(id->bytes, id_magic, sizeof id_magic) != 0)
         return reel_seterr(&ctx->err, REEL_E_INVALID_ARG, "comm create: rank %d: not an id from reel_comm_unique_id",
                            rank);
-    int want = ctx->kind == REEL_BACKEND_CUDA ? REEL_COMM_ID_NCCL : REEL_COMM_ID_HOST;
-    if (id->bytes[4] != want)
+    const reel_backend_entry *b = reel_backend_of(ctx->kind);
+    if (id->bytes[4] != b->comm_id) {
+        const reel_backend_entry *of = reel_backend_of_comm_id(id->bytes[4]);
         return reel_seterr(&ctx->err, REEL_E_INVALID_ARG,
                            "comm create: rank %d: the id is for %s communicators, the context is '%s'", rank,
-                           id->bytes[4] == REEL_COMM_ID_NCCL ? "NCCL" : "host", reel_backend_name(ctx->kind));
-    const unsigned char *payload = id->bytes + REEL_COMM_ID_HEAD;
-    reel_status st = want == REEL_COMM_ID_NCCL ? reel_nccl_comm_create(ctx, payload, rank, nranks, timeout_ms, out)
-                                               : reel_host_comm_join(ctx, payload, rank, nranks, timeout_ms, out);
+                           of ? of->comm_name : "unknown", b->name);
+    }
+    reel_status st = b->comm_create(ctx, id->bytes + REEL_COMM_ID_HEAD, rank, nranks, timeout_ms, out);
 #if REEL_FAULT_INJECTION
     if (st == REEL_OK)
         reel_fault_wrap_comm(*out);
@@ -131,8 +128,7 @@ reel_status reel_comm_create_group(reel_ctx *const *ctxs, int n, const reel_comm
             return reel_seterr(&ctxs[r]->err, REEL_E_INVALID_ARG,
                                "comm create_group: rank %d's context is '%s', rank 0's '%s'", r,
                                reel_backend_name(ctxs[r]->kind), reel_backend_name(ctxs[0]->kind));
-    reel_status st = ctxs[0]->kind == REEL_BACKEND_CUDA ? reel_nccl_comm_group(ctxs, n, timeout_ms, comms)
-                                                        : reel_host_comm_group(ctxs, n, timeout_ms, comms);
+    reel_status st = reel_backend_of(ctxs[0]->kind)->comm_group(ctxs, n, timeout_ms, comms);
 #if REEL_FAULT_INJECTION
     for (int r = 0; st == REEL_OK && r < n; r++)
         reel_fault_wrap_comm(comms[r]);
@@ -171,25 +167,3 @@ reel_status reel_comm_abort(reel_comm *c)
     c->vt->abort(c);
     return REEL_OK;
 }
-
-#if !REEL_HAVE_NCCL
-reel_status reel_nccl_unique_id(reel_err *err, unsigned char *payload)
-{
-    (void)payload;
-    return reel_seterr(err, REEL_E_UNSUPPORTED, "comm: reel was built without NCCL");
-}
-
-reel_status reel_nccl_comm_create(reel_ctx *ctx, const unsigned char *payload, int rank, int nranks, int timeout_ms,
-                                  reel_comm **out)
-{
-    (void)payload, (void)nranks, (void)timeout_ms;
-    *out = NULL;
-    return reel_seterr(&ctx->err, REEL_E_UNSUPPORTED, "comm create: rank %d: reel was built without NCCL", rank);
-}
-
-reel_status reel_nccl_comm_group(reel_ctx *const *ctxs, int n, int timeout_ms, reel_comm **comms)
-{
-    (void)n, (void)timeout_ms, (void)comms;
-    return reel_seterr(&ctxs[0]->err, REEL_E_UNSUPPORTED, "comm create_group: reel was built without NCCL");
-}
-#endif

@@ -8,29 +8,34 @@
 
 #include "backend/backend.h"
 #include "backend/fault.h"
+#include "backend/registry.h"
 #include "core/halloc.h"
 #include "core/opts.h"
 
 const char *reel_backend_name(reel_backend_kind k)
 {
-    switch (k) {
-    case REEL_BACKEND_AUTO: return "auto";
-    case REEL_BACKEND_HOST: return "host";
-    case REEL_BACKEND_CUDA: return "cuda";
-    }
-    return NULL;
+    if (k == REEL_BACKEND_AUTO)
+        return "auto";
+    const reel_backend_entry *b = reel_backend_of(k);
+    return b ? b->name : NULL;
 }
 
 reel_status reel_backend_parse(const char *name, reel_backend_kind *out)
 {
     if (!name || !out)
         return reel_seterr(NULL, REEL_E_INVALID_ARG, "backend_parse: NULL name or out");
-    for (int k = REEL_BACKEND_AUTO; k <= REEL_BACKEND_CUDA; k++)
-        if (strcmp(name, reel_backend_name((reel_backend_kind)k)) == 0) {
-            *out = (reel_backend_kind)k;
+    if (strcmp(name, "auto") == 0) {
+        *out = REEL_BACKEND_AUTO;
+        return REEL_OK;
+    }
+    for (int i = 0; i < reel_backend_count(); i++)
+        if (strcmp(name, reel_backend_at(i)->name) == 0) {
+            *out = reel_backend_at(i)->kind;
             return REEL_OK;
         }
-    return reel_seterr(NULL, REEL_E_INVALID_ARG, "backend '%s': not one of auto, host, cuda", name);
+    char names[REEL_BACKEND_NAMES_MAX];
+    reel_backend_names(names, sizeof names);
+    return reel_seterr(NULL, REEL_E_INVALID_ARG, "backend '%s': not one of %s", name, names);
 }
 
 /* A copy for the calling thread, taken under the lock: the pointer stays
@@ -49,13 +54,18 @@ const char *reel_ctx_last_error(const reel_ctx *ctx)
 
 reel_backend_kind reel_ctx_backend(const reel_ctx *ctx) { return ctx ? ctx->kind : REEL_BACKEND_AUTO; }
 
+/* REEL_BACKEND_AUTO: the environment's choice, else the first available
+ * backend of the table (CUDA where a device is visible, else the host). */
 static reel_backend_kind resolve_auto(void)
 {
     const char *env = getenv("REEL_BACKEND");
     reel_backend_kind k;
     if (env && *env && reel_backend_parse(env, &k) == REEL_OK && k != REEL_BACKEND_AUTO)
         return k;
-    return reel_cuda_available() ? REEL_BACKEND_CUDA : REEL_BACKEND_HOST;
+    for (int i = 0; i < reel_backend_count(); i++)
+        if (reel_backend_at(i)->available())
+            return reel_backend_at(i)->kind;
+    return REEL_BACKEND_HOST;
 }
 
 /* The size of the first sized form of reel_ctx_opts (reel 0.1): no caller's
@@ -78,24 +88,25 @@ reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out)
     opts = &o;
     if (opts->matmul_tuning != 0 && opts->matmul_tuning != 1)
         return reel_seterr(NULL, REEL_E_INVALID_ARG, "context: matmul_tuning is %d, not 0 or 1", opts->matmul_tuning);
-    if (opts->backend < REEL_BACKEND_AUTO || opts->backend > REEL_BACKEND_CUDA)
-        return reel_seterr(NULL, REEL_E_INVALID_ARG, "context: backend %d is not a reel_backend_kind (0..%d)",
-                           opts->backend, REEL_BACKEND_CUDA);
+    char names[REEL_BACKEND_NAMES_MAX];
+    reel_backend_names(names, sizeof names);
+    if (opts->backend != REEL_BACKEND_AUTO && !reel_backend_of((reel_backend_kind)opts->backend))
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "context: backend %d is not a reel_backend_kind (%s: 0..%d)",
+                           opts->backend, names, reel_backend_count());
     if (opts->backend == REEL_BACKEND_AUTO) {
         const char *env = getenv("REEL_BACKEND");
         reel_backend_kind k;
         if (env && *env && reel_backend_parse(env, &k) != REEL_OK)
             return reel_seterr(NULL, REEL_E_INVALID_ARG,
-                               "context: environment variable REEL_BACKEND is '%.64s', not one of auto, host, cuda",
-                               env);
+                               "context: environment variable REEL_BACKEND is '%.64s', not one of %s", env, names);
     }
     reel_ctx *ctx = reel_hcalloc(1, sizeof *ctx);
     if (!ctx)
         return reel_seterr(NULL, REEL_E_OOM, "context: out of host memory");
     reel_err_init(&ctx->err);
     ctx->kind = opts->backend == REEL_BACKEND_AUTO ? resolve_auto() : (reel_backend_kind)opts->backend;
-    reel_status st = ctx->kind == REEL_BACKEND_CUDA ? reel_cuda_backend_create(&ctx->err, opts->device, &ctx->be)
-                                                    : reel_host_backend_create(&ctx->err, &ctx->be);
+    const reel_backend_entry *b = reel_backend_of(ctx->kind);
+    reel_status st = b->create(&ctx->err, opts->device, &ctx->be);
     if (st != REEL_OK) {
         /* The backend wrote its reason into the context about to go. */
         char msg[REEL_ERRMSG_MAX];
@@ -104,7 +115,7 @@ reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out)
         reel_hfree(ctx);
         return reel_seterr(NULL, st, "%s", msg[0] ? msg : "context: the backend could not be created");
     }
-    ctx->be->tune_matmul = opts->matmul_tuning == 1 && ctx->kind == REEL_BACKEND_CUDA; /* the host has no candidates */
+    ctx->be->tune_matmul = opts->matmul_tuning == 1 && b->tunes_matmul; /* the host has no candidates */
 #if REEL_FAULT_INJECTION
     reel_fault_wrap_backend(ctx->be);
 #endif
