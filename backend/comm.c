@@ -8,21 +8,18 @@
 #include "backend/fault.h"
 #include "backend/ctx.h"
 #include "backend/registry.h"
-#include "core/opts.h"
+#include "core/abi.h"
 #include "reel_config.h"
 
 static const unsigned char id_magic[4] = {'r', 'e', 'e', 'l'};
 
-/* The size of the first sized form of reel_comm_opts: no caller's struct is
- * shorter. */
-#define COMM_OPTS_FIRST_SIZE (offsetof(reel_comm_opts, timeout_ms) + sizeof(int))
 #define COMM_TIMEOUT_DEFAULT_MS 300000
 
 static reel_status load_opts(reel_err *err, const reel_comm_opts *opts, int *timeout_ms)
 {
     reel_comm_opts o = REEL_COMM_OPTS_INIT;
     if (opts)
-        REEL_TRY(reel_opts_load(&o, sizeof o, opts, COMM_OPTS_FIRST_SIZE, err, "comm", "REEL_COMM_OPTS_INIT"));
+        REEL_TRY(reel_struct_load(&o, opts, &reel_abi_comm_opts, err));
     o.timeout_ms = reel_opt_int(o.timeout_ms, COMM_TIMEOUT_DEFAULT_MS);
     if (o.timeout_ms < 0)
         return reel_seterr(err, REEL_E_INVALID_ARG, "comm: timeout_ms %d is negative (0: wait forever)", o.timeout_ms);

@@ -10,7 +10,7 @@
 #include "backend/fault.h"
 #include "backend/registry.h"
 #include "core/halloc.h"
-#include "core/opts.h"
+#include "core/abi.h"
 
 const char *reel_backend_name(reel_backend_kind k)
 {
@@ -68,10 +68,6 @@ static reel_backend_kind resolve_auto(void)
     return REEL_BACKEND_HOST;
 }
 
-/* The size of the first sized form of reel_ctx_opts (reel 0.1): no caller's
- * struct is shorter. Fields appended later are not counted here. */
-#define CTX_OPTS_FIRST_SIZE (offsetof(reel_ctx_opts, device) + sizeof(int))
-
 reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out)
 {
     reel_ctx_opts o = REEL_CTX_OPTS_INIT;
@@ -81,7 +77,7 @@ reel_status reel_ctx_create(const reel_ctx_opts *opts, reel_ctx **out)
         return reel_seterr(NULL, REEL_E_INVALID_ARG, "context: out is NULL");
     *out = NULL;
     if (opts)
-        REEL_TRY(reel_opts_load(&o, sizeof o, opts, CTX_OPTS_FIRST_SIZE, NULL, "context", "REEL_CTX_OPTS_INIT"));
+        REEL_TRY(reel_struct_load(&o, opts, &reel_abi_ctx_opts, NULL));
     o.backend = reel_opt_int(o.backend, REEL_BACKEND_AUTO);
     o.device = reel_opt_int(o.device, 0);
     o.matmul_tuning = reel_opt_int(o.matmul_tuning, 0);

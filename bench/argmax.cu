@@ -2,9 +2,9 @@
  * executor issues it): rows x vocab of bf16 logits, the time per launch in a
  * captured graph of L launches, beside its floor (the row bytes over the
  * measured read bandwidth). bench/torch_argmax.py times torch.argmax on the
- * same shapes the same way; bench/argmax_ab_gpu.sh runs both, and this
- * program from two builds (the cluster split, and -DREEL_ARGMAX_CLUSTER=1:
- * one block a row).
+ * same shapes the same way; `bench/gpu.sh argmax` runs both, and
+ * `bench/gpu.sh ab` with REEL_AB_PROGRAM=bench_argmax this program from two
+ * builds (e.g. the cluster split, and -DREEL_ARGMAX_CLUSTER=1: one block a row).
  *
  *   hot:  the same logits every launch (as in a step, where the lm_head has
  *         just written them: they sit in L2)

@@ -11,7 +11,7 @@
  * replays over L. Output: a markdown table.
  *   bench_attention [reps [point | prefill | decode]]  (point: one row's
  *   index, from 0, for profiling; prefill, decode: those rows only)
- * A build with -DREEL_ATTN_DM_TRACE (bench/variants_ab.sh
+ * A build with -DREEL_ATTN_DM_TRACE (`bench/gpu.sh ab` with the build
  * "tr:-DREEL_ATTN_DM_TRACE") also prints, before each row, the tensor-core
  * decode's phase trace of one replay (docs/attention.md). */
 #include <cuda_runtime.h>

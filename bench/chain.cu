@@ -338,7 +338,7 @@ static timing run_reel(const rig &r, int n, int reps, bool pdl, bool no_capture)
     RK(reel_compile(g, &o, &p));
     t.setup_ms = (now_us() - t0) * 1e-3;
     reel_graph_destroy(g);
-    reel_step_info s = {};
+    reel_step_info s = REEL_STEP_INFO_INIT;
     s.num_tokens = 1;
     std::vector<double> wall;
     const void *out = NULL;
@@ -353,7 +353,7 @@ static timing run_reel(const rig &r, int n, int reps, bool pdl, bool no_capture)
     }
     t.ok = rows == 1 && check((const float *)out, r.h_in, n);
     t.wall_us = median(wall);
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     RK(reel_plan_stats_get(p, &st));
     if (!no_capture && st.replays == 0)
         t.ok = false; /* a reel replay row must have replayed */

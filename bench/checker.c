@@ -210,19 +210,19 @@ static void bench_kv(int layers, int tokens, bool sync)
     int next_point = tokens / 8 > 0 ? tokens / 8 : 1;
     for (int t = 0; t < tokens; t++) {
         reel_checker_begin(c, t);
-        reel_check_access up = { .space = 1, .addr = 0, .size = 64, .write = true, .alloc = "tokens" };
+        reel_check_access up = { REEL_CHECK_ACCESS_HEAD, .space = 1, .addr = 0, .bytes = 64, .write = true, .alloc = "tokens" };
         must(reel_checker_op(c, sync ? REEL_CHECK_HOST : 0, "upload", 1, &up), "upload");
         for (int l = 0; l < layers; l++) {
             uint64_t base = (uint64_t)l * layer_bytes;
-            reel_check_access w = { .space = 2, .addr = base + (uint64_t)t * slot, .size = slot, .write = true,
+            reel_check_access w = { REEL_CHECK_ACCESS_HEAD, .space = 2, .addr = base + (uint64_t)t * slot, .bytes = slot, .write = true,
                                     .alloc = "kv cache" };
             must(reel_checker_op(c, 0, "kv append", 1, &w), "append");
-            reel_check_access r[2] = { { .space = 1, .addr = 0, .size = 64, .alloc = "tokens" },
-                                       { .space = 2, .addr = base, .size = (uint64_t)(t + 1) * slot,
+            reel_check_access r[2] = { { REEL_CHECK_ACCESS_HEAD, .space = 1, .addr = 0, .bytes = 64, .alloc = "tokens" },
+                                       { REEL_CHECK_ACCESS_HEAD, .space = 2, .addr = base, .bytes = (uint64_t)(t + 1) * slot,
                                          .alloc = "kv cache" } };
             must(reel_checker_op(c, 0, "attention", 2, r), "attention");
         }
-        reel_check_access down = { .space = 1, .addr = 64, .size = 64, .write = true, .alloc = "logits" };
+        reel_check_access down = { REEL_CHECK_ACCESS_HEAD, .space = 1, .addr = 64, .bytes = 64, .write = true, .alloc = "logits" };
         must(reel_checker_op(c, 0, "sample", 1, &down), "sample");
         if (sync) {
             must(reel_checker_host_sync(c, REEL_CHECK_ALL_STREAMS), "sync");
@@ -255,23 +255,23 @@ static void bench_plan(uint64_t steps)
     meter_start(&m, "plan");
     for (uint64_t st = 0; st < steps; st++) {
         reel_checker_begin(c, (int64_t)st);
-        reel_check_access up = { 0, 0x1000, 256, true, "static region (inputs, metadata)" };
+        reel_check_access up = { REEL_CHECK_ACCESS_HEAD, 0, 0x1000, 256, true, "static region (inputs, metadata)" };
         must(reel_checker_op(c, 0, "upload", 1, &up), "upload");
-        reel_check_access a[2] = { { 0, 0x1000, 64, false, "input 'tokens' (static)" },
-                                   { 0, 0x10000, 4096, true, "plan 'x' arena+0 (8 rows)" } };
+        reel_check_access a[2] = { { REEL_CHECK_ACCESS_HEAD, 0, 0x1000, 64, false, "input 'tokens' (static)" },
+                                   { REEL_CHECK_ACCESS_HEAD, 0, 0x10000, 4096, true, "plan 'x' arena+0 (8 rows)" } };
         must(reel_checker_op(c, 0, "embedding#0", 2, a), "op");
         must(reel_checker_event_record(c, 1, 0), "record");
         must(reel_checker_event_wait(c, 1, 1), "wait");
-        reel_check_access b[2] = { { 0, 0x10000, 4096, false, "plan 'x' arena+0 (8 rows)" },
-                                   { 0, 0x11000, 4096, true, "plan 'k' arena+4096 (8 rows)" } };
+        reel_check_access b[2] = { { REEL_CHECK_ACCESS_HEAD, 0, 0x10000, 4096, false, "plan 'x' arena+0 (8 rows)" },
+                                   { REEL_CHECK_ACCESS_HEAD, 0, 0x11000, 4096, true, "plan 'k' arena+4096 (8 rows)" } };
         must(reel_checker_op(c, 1, "matmul#1", 2, b), "op");
         must(reel_checker_event_record(c, 2, 1), "record");
         must(reel_checker_event_wait(c, 0, 2), "wait");
-        reel_check_access d[3] = { { 0, 0x10000, 4096, false, "plan 'x' arena+0 (8 rows)" },
-                                   { 0, 0x11000, 4096, false, "plan 'k' arena+4096 (8 rows)" },
-                                   { 0, 0x10000, 64, true, "plan 'out' arena+0 (8 rows)" } };
+        reel_check_access d[3] = { { REEL_CHECK_ACCESS_HEAD, 0, 0x10000, 4096, false, "plan 'x' arena+0 (8 rows)" },
+                                   { REEL_CHECK_ACCESS_HEAD, 0, 0x11000, 4096, false, "plan 'k' arena+4096 (8 rows)" },
+                                   { REEL_CHECK_ACCESS_HEAD, 0, 0x10000, 64, true, "plan 'out' arena+0 (8 rows)" } };
         must(reel_checker_op(c, 0, "add#2", 3, d), "op");
-        reel_check_access dn = { 0, 0x10000, 64, false, "plan 'out' arena+0 (8 rows)" };
+        reel_check_access dn = { REEL_CHECK_ACCESS_HEAD, 0, 0x10000, 64, false, "plan 'out' arena+0 (8 rows)" };
         must(reel_checker_op(c, 0, "download", 1, &dn), "download");
         must(reel_checker_host_sync(c, REEL_CHECK_ALL_STREAMS), "sync");
         reel_checker_end(c, NULL, NULL);

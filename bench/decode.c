@@ -1,5 +1,5 @@
 /* The decode step side by side with PyTorch (bench/torch_model.py): reel's
- * half, and the reel columns of the decode matrix (bench/decode_matrix.sh).
+ * half, and the reel columns of the decode matrix (`bench/gpu.sh matrix`).
  * A Llama-style model (default: 8 layers, hidden 1024, 16 heads, 16 kv
  * heads, SwiGLU ffn 4 x hidden, vocab 32000, bf16, rmsnorm eps 1e-5, rope
  * theta 10000, untied embeddings, no biases, paged KV cache in blocks of
@@ -393,7 +393,7 @@ static void save_seeded(const cfg *c, const char *dir)
         snprintf(names[k], sizeof names[k], __VA_ARGS__);                                 \
         dims[k][0] = (rows);                                                              \
         dims[k][1] = t_->ndim > 1 ? t_->dims[1] : 0;                                      \
-        e[k] = (reel_st_entry){.name = names[k], .dtype = REEL_BF16, .ndim = t_->ndim,    \
+        e[k] = (reel_st_entry){ REEL_ST_ENTRY_HEAD, .name = names[k], .dtype = REEL_BF16, .ndim = t_->ndim,    \
                                .dims = dims[k], .data = t_->data + (r0) * t_->dims[1]};   \
         k++;                                                                              \
     } while (0)
@@ -582,7 +582,7 @@ static int want_shape(const cfg *c, const char *name, int64_t *d)
  * model's; exits naming the tensor otherwise. */
 static reel_st_tensor ck_tensor(const cfg *c, const model *m, const char *name)
 {
-    reel_st_tensor t;
+    reel_st_tensor t = REEL_ST_TENSOR_INIT;
     reel_status st = reel_safetensors_find(m->ck, name, &t);
     if (st != REEL_OK) {
         fprintf(stderr, "bench_decode: checkpoint %s: %s: %s\n", m->dir, reel_status_str(st),
@@ -646,7 +646,7 @@ static void open_model(const cfg *c, model *m)
     RK("opening the checkpoint", reel_safetensors_open(g_ctx, m->dir, &m->ck));
     char n[128];
     for (int i = 0, k = reel_safetensors_count(m->ck); i < k; i++) {
-        reel_st_tensor t;
+        reel_st_tensor t = REEL_ST_TENSOR_INIT;
         RK("listing the checkpoint", reel_safetensors_tensor(m->ck, i, &t));
         if (ends_with(t.name, ".bias") &&
             !(c->qkv_bias && (ends_with(t.name, ".q_proj.bias") || ends_with(t.name, ".k_proj.bias") ||
@@ -753,7 +753,7 @@ static reel_tensor layer(reel_graph *g, const cfg *c, const model *m, int i, ree
     const int64_t D = c->hidden, Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
     char n[48], t[128];
     int64_t cache_dims[4] = {num_blocks, c->block_size, c->kv_heads, Dh};
-    reel_attn_params ap = {c->heads, c->kv_heads, Dh, c->block_size, 0.0f};
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, c->heads, c->kv_heads, Dh, c->block_size, 0.0f};
     /* Param l<i>.<pname> from checkpoint tensor model.layers.<i>.<tname>. */
 #define P(pname, tname) \
     (snprintf(n, sizeof n, "l%d." pname, i), snprintf(t, sizeof t, "model.layers.%d." tname, i), param(g, c, m, n, t))
@@ -872,7 +872,7 @@ static int32_t slot_of(const batch *b, const cfg *c, int s, int p)
 static void prefill_flush(reel_plan *p, batch *b, int T, int S)
 {
     b->query_start[S] = T;
-    reel_step_info si = {.num_tokens = T, .num_seqs = S, .query_start = b->query_start,
+    reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = T, .num_seqs = S, .query_start = b->query_start,
                          .positions = b->positions, .slot_mapping = b->slots, .context_lens = b->context_lens,
                          .block_tables = b->tables, .block_table_stride = b->bps};
     RK("setting prefill tokens", reel_plan_set_input(p, "tokens", b->tokens, T));
@@ -922,7 +922,7 @@ static double decode_step(reel_plan *p, batch *b, const cfg *c, int B, const int
         b->context_lens[s] = pos + 1;
     }
     b->query_start[B] = B;
-    reel_step_info si = {.num_tokens = B, .num_seqs = B, .query_start = b->query_start,
+    reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = B, .num_seqs = B, .query_start = b->query_start,
                          .positions = b->positions, .slot_mapping = b->slots,
                          .context_lens = b->context_lens, .block_tables = b->block_tables,
                          .block_table_stride = b->bps};
@@ -1271,7 +1271,7 @@ static bool run_context(const cfg *c, const model *m, int C, FILE *res)
     size_t free1 = dev_free_bytes();
     long long gm_used, gm_res;
     graph_mem_attrs(&gm_used, &gm_res);
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     RK("plan stats", reel_plan_stats_get(rp, &st));
     reel_plan_memory mem = REEL_PLAN_MEMORY_INIT;
     RK("plan memory", reel_plan_memory_get(rp, &mem));

@@ -5,7 +5,7 @@
  * At these M the node is cuBLASLt's (the heuristic's first algorithm for the
  * stream's workspace), so building this program against a backend with
  * another workspace size (-DREEL_CUDA_WS_HOPPER_MIB, through
- * REEL_AB_PROGRAM of bench/variants_ab.sh) shows what the workspace costs or
+ * REEL_AB_PROGRAM of `bench/gpu.sh ab`) shows what the workspace costs or
  * buys the prefill.
  *
  *   bench_prefill_gemm [steps]      (default 50, after 5 warm-up steps)
@@ -94,7 +94,7 @@ static double time_matmul(int m, int n, int k, int steps, int *replayed)
     *replayed = 0;
     for (int i = 0; i < 5 + steps; i++) {
         RK("setting ids", reel_plan_set_input(p, "ids", idb, m));
-        reel_step_info si = {.num_tokens = m};
+        reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = m};
         RK("stepping", reel_step(p, &si));
         const void *out;
         int64_t rows;

@@ -220,8 +220,7 @@ int main(int argc, char **argv)
             s.o.max_seqs = MAX_SEQS;
         }
         const serve_batch *b = &s.b;
-        reel_step_info si = {
-            .num_tokens = b->num_tokens, .num_seqs = b->num_seqs, .query_start = b->query_start,
+        reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = b->num_tokens, .num_seqs = b->num_seqs, .query_start = b->query_start,
             .positions = b->positions, .slot_mapping = b->slots, .context_lens = b->context_lens,
             .block_tables = b->block_tables, .block_table_stride = b->stride,
         };
@@ -252,7 +251,7 @@ int main(int argc, char **argv)
         lat[nlat++] = (t1 - t0) * 1e6;
         if (nlat == (size_t)o.window || k + 1 == o.steps) {
             long rss = rss_kib();
-            reel_plan_stats ps;
+            reel_plan_stats ps = REEL_PLAN_STATS_INIT;
             reel_plan_stats_get(p, &ps);
             reel_plan_memory_get(p, &pm);
             size_t dev = pm.device_bytes + pm.param_bytes + pm.state_bytes + ps.workspace_bytes;

@@ -23,6 +23,21 @@ reel_status reel_graph_fail(reel_graph *g, reel_status st, const char *fmt, ...)
     return reel_seterr(reel_ctx_err(g->ctx), st, "%s", msg);
 }
 
+reel_status reel_graph_load_struct(reel_graph *g, void *dst, const void *src, const reel_struct_kind *k,
+                                   const char *what)
+{
+    reel_err e;
+    reel_err_init(&e);
+    reel_status st = reel_struct_load(dst, src, k, &e);
+    if (st != REEL_OK) {
+        char msg[REEL_ERRMSG_MAX];
+        reel_err_copy(&e, msg, sizeof msg);
+        st = reel_graph_fail(g, st, "%s: %s", what, msg);
+    }
+    reel_err_fini(&e);
+    return st;
+}
+
 bool reel_graph_has(const reel_graph *g, uint32_t id) { return id > 0 && id < (uint32_t)g->ntensors; }
 
 const char *reel_tensor_kind_name(reel_tensor_kind k)

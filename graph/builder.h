@@ -2,12 +2,18 @@
 #ifndef REEL_GRAPH_BUILDER_H
 #define REEL_GRAPH_BUILDER_H
 
+#include "core/opts.h"
 #include "graph/ir.h"
 
 /* Records a builder error: the first one becomes the graph's sticky error
  * (status and message); every one becomes the context's last error. */
 reel_status reel_graph_fail(reel_graph *g, reel_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Loads the caller's struct src (core/opts.h's head rule) into dst, which
+ * holds the defaults; a refusal is recorded as "what: why". */
+reel_status reel_graph_load_struct(reel_graph *g, void *dst, const void *src, const reel_struct_kind *k,
+                                   const char *what);
 
 /* True when id names a tensor of g. */
 bool reel_graph_has(const reel_graph *g, uint32_t id);

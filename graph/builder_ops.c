@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/abi.h"
 #include "graph/builder.h"
 
 /* Appends "; x 'h' is [T,256] f32, w 'wq' is [512,1024] f32" for the
@@ -191,7 +192,11 @@ reel_tensor reel_graph_paged_attention(reel_graph *g, const uint32_t *in, const 
         reel_graph_fail(g, REEL_E_INVALID_ARG, "op 'paged_attention' (node %d): params are NULL", g->nnodes);
         return out;
     }
-    reel_op_attrs a = { .attn = { .p = *p } };
+    reel_op_attrs a = { .attn = { .p = REEL_ATTN_PARAMS_INIT } };
+    char what[64];
+    snprintf(what, sizeof what, "op 'paged_attention' (node %d)", g->nnodes);
+    if (reel_graph_load_struct(g, &a.attn.p, p, &reel_abi_attn_params, what) != REEL_OK)
+        return out;
     if (lay)
         a.attn.lay = *lay;
     /* The second output is the op's split-KV workspace, not the caller's;

@@ -3,6 +3,7 @@
  * shadow memory (checker_shadow.c), reports to checker_report.c. */
 #include <string.h>
 
+#include "core/abi.h"
 #include "memory/checker_internal.h"
 #include "core/grow.h"
 #include "core/halloc.h"
@@ -259,19 +260,28 @@ static const char *reel_chk_lookup(const reel_checker *c, uint32_t space, uint64
     return "";
 }
 
+/* acc is strided by acc[0].size (checked by the caller); each element is
+ * read over the defaults, so a caller's older struct lacks nothing. */
 static reel_status reel_chk_op_at(reel_checker *c, int s, const char *op, int nacc, const reel_check_access *acc)
 {
+    size_t stride = nacc ? acc->size : 0;
     for (int k = 0; k < nacc; k++) {
-        const reel_check_access *x = &acc[k];
-        if (!x->size)
+        const void *at = (const char *)acc + (size_t)k * stride;
+        reel_check_access xa = REEL_CHECK_ACCESS_INIT;
+        memcpy(&xa, at, stride);
+        const reel_check_access *x = &xa;
+        if (x->magic != REEL_CHECK_ACCESS_MAGIC || x->size != stride)
+            return reel_seterr(c->err, REEL_E_VERSION, "checker op '%s': access %d was not initialised with "
+                               "REEL_CHECK_ACCESS_INIT like access 0", op, k);
+        if (!x->bytes)
             continue;
-        if (x->addr > UINT64_MAX - x->size)
+        if (x->addr > UINT64_MAX - x->bytes)
             return reel_seterr(c->err, REEL_E_INVALID_ARG, "checker op '%s': access %d wraps around", op, k);
         const char *alloc = x->alloc ? x->alloc : reel_chk_lookup(c, x->space, x->addr);
         int32_t r = reel_chk_rec(c, s, op, alloc, x->write);
         if (r < 0)
             return reel_seterr(c->err, REEL_E_OOM, "checker op '%s': out of host memory", op);
-        reel_status st = reel_chk_access(c, x->space, x->addr, x->addr + x->size, r, s);
+        reel_status st = reel_chk_access(c, x->space, x->addr, x->addr + x->bytes, r, s);
         if (st != REEL_OK)
             return reel_seterr(c->err, st, "checker op '%s': out of host memory", op);
     }
@@ -284,6 +294,8 @@ reel_status reel_checker_op(reel_checker *c, uint64_t stream, const char *op, in
     if (!c || !op || nacc < 0 || (nacc > 0 && !acc))
         return reel_seterr(c ? c->err : NULL, REEL_E_INVALID_ARG, "checker op: %s",
                            !c ? "checker is NULL" : !op ? "op name is NULL" : "bad access list");
+    if (nacc)
+        REEL_TRY(reel_struct_check(acc, &reel_abi_check_access, c->err));
     int s = reel_chk_start(c, stream, "op");
     if (s < 0)
         return reel_chk_refused(s);
@@ -434,7 +446,8 @@ reel_status reel_checker_use(reel_checker *c, uint64_t stream, const char *op, u
     int s = reel_chk_start(c, stream, "use");
     if (s < 0)
         return reel_chk_refused(s);
-    reel_check_access x = { .space = a->space, .addr = a->lo + off, .size = size, .write = write, .alloc = a->desc };
+    reel_check_access x = { REEL_CHECK_ACCESS_HEAD, .space = a->space, .addr = a->lo + off, .bytes = size,
+                            .write = write, .alloc = a->desc };
     if (!a->live) {
         int32_t r = reel_chk_rec(c, s, op, a->desc, write);
         if (r < 0)

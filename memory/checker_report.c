@@ -71,7 +71,7 @@ static bool reel_chk_same_pair(const reel_hazard *a, const reel_hazard *b)
 reel_status reel_chk_report(reel_checker *c, reel_hazard_kind k, uint32_t space,
                             uint64_t lo, uint64_t hi, int32_t a, int32_t b)
 {
-    reel_hazard n = { .kind = k, .space = space, .lo = lo, .hi = hi,
+    reel_hazard n = { REEL_HAZARD_HEAD, .kind = k, .space = space, .lo = lo, .hi = hi,
                       .first = reel_chk_side(c, a), .second = reel_chk_side(c, b) };
     for (size_t i = c->op_first; i < c->nrep; i++) {
         reel_hazard *h = &c->rep[i];

@@ -2,8 +2,10 @@
  * (include/reel/parallel.h): collectives from graph/builder_comm.c, paged
  * attention with a layout (ops/op.h), the combine's ops. A refused layout
  * adds nothing and records the builder error naming the op and the limit. */
+#include <stdio.h>
 #include <string.h>
 
+#include "core/abi.h"
 #include "graph/builder.h"
 #include "parallel/parallel.h"
 
@@ -20,7 +22,7 @@ static reel_status refuse_layout(reel_graph *g, const char *what, const reel_att
 
 int32_t reel_dcp_local_len(const reel_dcp_layout *d, int32_t len)
 {
-    if (!d || len < 0 || d->nranks < 1 || d->rank < 0 || d->rank >= d->nranks || d->interleave < 1)
+    if (!d || reel_struct_check(d, &reel_abi_dcp_layout, NULL) != REEL_OK || len < 0 || d->nranks < 1 || d->rank < 0 || d->rank >= d->nranks || d->interleave < 1)
         return -1;
     reel_dcp_view v = { d->nranks, d->rank, d->interleave };
     return reel_dcp_local_count(v, len);
@@ -38,7 +40,7 @@ static reel_tensor node2(reel_graph *g, reel_op_kind op, reel_tensor a, reel_ten
 }
 
 reel_status reel_dcp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel_tensor v, reel_tensor k_cache,
-                               reel_tensor v_cache, const reel_attn_params *p, const reel_dcp_layout *d,
+                               reel_tensor v_cache, const reel_attn_params *params, const reel_dcp_layout *layout,
                                reel_tensor *out, reel_tensor *lse)
 {
     if (out)
@@ -47,9 +49,17 @@ reel_status reel_dcp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel
         *lse = (reel_tensor){ 0 };
     if (!g)
         return REEL_E_INVALID_ARG;
-    if (!p || !d || !out || !lse)
+    if (!params || !layout || !out || !lse)
         return reel_graph_fail(g, REEL_E_INVALID_ARG, "dcp_attention (node %d): params, layout, out or lse is NULL",
                                g->nnodes);
+    reel_attn_params pl = REEL_ATTN_PARAMS_INIT;
+    reel_dcp_layout dl = REEL_DCP_LAYOUT_INIT;
+    char what[64];
+    snprintf(what, sizeof what, "dcp_attention (node %d)", g->nnodes);
+    REEL_TRY(reel_graph_load_struct(g, &pl, params, &reel_abi_attn_params, what));
+    REEL_TRY(reel_graph_load_struct(g, &dl, layout, &reel_abi_dcp_layout, what));
+    const reel_attn_params *p = &pl;
+    const reel_dcp_layout *d = &dl;
     if (d->exchange != REEL_DCP_GATHER_SCATTER && d->exchange != REEL_DCP_ALL_TO_ALL)
         return reel_graph_fail(g, REEL_E_INVALID_ARG, "dcp_attention (node %d): exchange %d is not a reel_dcp_exchange",
                                g->nnodes, d->exchange);
@@ -91,15 +101,21 @@ reel_status reel_dcp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel
 }
 
 reel_tensor reel_cp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel_tensor v, reel_tensor k_cache,
-                              reel_tensor v_cache, const reel_attn_params *p, int nranks)
+                              reel_tensor v_cache, const reel_attn_params *params, int nranks)
 {
     reel_tensor none = { 0 };
     if (!g)
         return none;
-    if (!p) {
+    if (!params) {
         reel_graph_fail(g, REEL_E_INVALID_ARG, "cp_attention (node %d): params are NULL", g->nnodes);
         return none;
     }
+    reel_attn_params pl = REEL_ATTN_PARAMS_INIT;
+    char what[64];
+    snprintf(what, sizeof what, "cp_attention (node %d)", g->nnodes);
+    if (reel_graph_load_struct(g, &pl, params, &reel_abi_attn_params, what) != REEL_OK)
+        return none;
+    const reel_attn_params *p = &pl;
     if (nranks < 1) {
         reel_graph_fail(g, REEL_E_INVALID_ARG, "cp_attention (node %d): nranks %d must be >= 1", g->nnodes, nranks);
         return none;

@@ -67,13 +67,13 @@ static reel_status check_node(reel_plan *p, const reel_layout *L, int i)
             continue;
         describe(p, L, n->in[k], desc[na], sizeof desc[na]);
         bool kv = n->op == REEL_OP_PAGED_ATTENTION && (k == 3 || k == 4);
-        acc[na] = (reel_check_access){0, (uint64_t)(uintptr_t)l->in[k], reel_shape_bytes(&l->in_shape[k], l->rows),
+        acc[na] = (reel_check_access){ REEL_CHECK_ACCESS_HEAD, 0, (uint64_t)(uintptr_t)l->in[k], reel_shape_bytes(&l->in_shape[k], l->rows),
                                       kv, desc[na]};
         na++;
     }
     for (int k = 0; k < n->nout; k++) {
         describe(p, L, n->out[k], desc[na], sizeof desc[na]);
-        acc[na] = (reel_check_access){0, (uint64_t)(uintptr_t)l->out[k],
+        acc[na] = (reel_check_access){ REEL_CHECK_ACCESS_HEAD, 0, (uint64_t)(uintptr_t)l->out[k],
                                       reel_shape_bytes(&l->out_shape[k], l->rows), true, desc[na]};
         na++;
     }
@@ -82,7 +82,7 @@ static reel_status check_node(reel_plan *p, const reel_layout *L, int i)
         const char *meta;
         size_t meta_bytes;
         reel_staging_meta_range(L, &meta, &meta_bytes);
-        acc[na] = (reel_check_access){0, (uint64_t)(uintptr_t)meta, meta_bytes, false, desc[na]};
+        acc[na] = (reel_check_access){ REEL_CHECK_ACCESS_HEAD, 0, (uint64_t)(uintptr_t)meta, meta_bytes, false, desc[na]};
         na++;
     }
     reel_plan_node_label(p, i, op, sizeof op);
@@ -93,7 +93,7 @@ const reel_issue_sink reel_issue_check = {check_record, check_wait, check_node};
 
 reel_status reel_plan_check_upload(reel_plan *p, const reel_layout *L, size_t bytes)
 {
-    reel_check_access a = {0, (uint64_t)(uintptr_t)L->stat_dev, bytes, true, "static region (inputs, metadata)"};
+    reel_check_access a = { REEL_CHECK_ACCESS_HEAD, 0, (uint64_t)(uintptr_t)L->stat_dev, bytes, true, "static region (inputs, metadata)"};
     reel_checker_begin(p->chk, (int64_t)p->st.steps);
     return reel_checker_op(p->chk, 0, "upload", 1, &a);
 }
@@ -105,7 +105,7 @@ reel_status reel_plan_check_download(reel_plan *p, const reel_layout *L, int32_t
         const reel_shape *sh = &p->tensors[t].shape;
         char desc[160];
         describe(p, L, t, desc, sizeof desc);
-        reel_check_access a = {0, (uint64_t)(uintptr_t)reel_plan_tensor_dev(p, L, t),
+        reel_check_access a = { REEL_CHECK_ACCESS_HEAD, 0, (uint64_t)(uintptr_t)reel_plan_tensor_dev(p, L, t),
                                reel_shape_bytes(sh, sh->tokens ? rows : 1), false, desc};
         REEL_TRY(reel_checker_op(p->chk, 0, "download", 1, &a));
     }

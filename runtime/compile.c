@@ -7,15 +7,12 @@
 
 #include "core/halloc.h"
 #include "core/opts.h"
+#include "core/abi.h"
 #include "runtime/fuse.h"
 #include "runtime/plan.h"
 #include "memory/pinned.h"
 #include "memory/workspace.h"
 #include "parallel/parallel.h"
-
-/* The size of the first sized form of reel_compile_opts (reel 0.1): no
- * caller's struct is shorter. Fields appended later are not counted here. */
-#define COMPILE_OPTS_FIRST_SIZE (offsetof(reel_compile_opts, pdl) + sizeof(int))
 
 /* The caller's options over the defaults, then what is left undefined
  * takes its default value. */
@@ -24,8 +21,7 @@ static reel_status check_opts(reel_plan *p, const reel_compile_opts *o)
     reel_compile_opts def = REEL_COMPILE_OPTS_INIT;
     p->opts = def;
     if (o)
-        REEL_TRY(reel_opts_load(&p->opts, sizeof p->opts, o, COMPILE_OPTS_FIRST_SIZE, p->err, "compile",
-                                "REEL_COMPILE_OPTS_INIT"));
+        REEL_TRY(reel_struct_load(&p->opts, o, &reel_abi_compile_opts, p->err));
     p->opts.num_buckets = reel_opt_int(p->opts.num_buckets, 0);
     p->opts.max_context = reel_opt_int(p->opts.max_context, 4096);
     p->opts.max_seqs = reel_opt_int(p->opts.max_seqs, 64);

@@ -9,21 +9,10 @@
 
 #include "core/grow.h"
 #include "core/halloc.h"
+#include "core/abi.h"
 #include "runtime/plan.h"
 
 /* ---- sized result structs ------------------------------------------------ */
-
-/* The caller's struct: initialised, of this major version, no larger than
- * ours. Fills are done into a full local copy and the caller's size copied. */
-static reel_status sized_ok(reel_err *err, const char *call, size_t size, int version, size_t ours)
-{
-    if (size < sizeof(size_t) + sizeof(int) || size > ours || version / 10000 != REEL_VERSION_MAJOR)
-        return reel_seterr(err, REEL_E_VERSION,
-                           "%s: result struct of size %zu, version %d: not initialised with its _INIT macro, "
-                           "or of a newer header (this library's is %zu bytes, version %d)",
-                           call, size, version, ours, REEL_VERSION_NUMBER);
-    return REEL_OK;
-}
 
 /* ---- node info ------------------------------------------------------------- */
 
@@ -80,14 +69,12 @@ reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out)
 {
     if (!p || !out)
         return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "node_info: NULL plan or output");
-    REEL_TRY(sized_ok(p->err, "node_info", out->size, out->version, sizeof *out));
+    REEL_TRY(reel_struct_check(out, &reel_abi_node_info, p->err));
     if (i < 0 || i >= p->nnodes)
         return reel_seterr(p->err, REEL_E_NOT_FOUND, "node_info: node %d outside the plan's 0..%d", i, p->nnodes - 1);
     const reel_node *n = &p->nodes[i];
     reel_node_info r;
     memset(&r, 0, sizeof r);
-    r.size = out->size;
-    r.version = out->version;
     r.op = reel_op_schema_get(n->op)->name;
     r.name = p->tensors[n->out[0]].name;
     r.stream = n->stream;
@@ -117,8 +104,7 @@ reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out)
     }
     explain_kernel(p, i, r.why, sizeof r.why);
     r.fused = p->fused ? p->fused[i] : "";
-    memcpy(out, &r, out->size);
-    return REEL_OK;
+    return reel_struct_fill(out, &r, &reel_abi_node_info, p->err);
 }
 
 reel_status reel_plan_graph_kernels(const reel_plan *p, int bucket, int *kernels)
@@ -140,11 +126,9 @@ reel_status reel_plan_memory_get(const reel_plan *p, reel_plan_memory *out)
 {
     if (!p || !out)
         return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "memory_get: NULL plan or output");
-    REEL_TRY(sized_ok(p->err, "memory_get", out->size, out->version, sizeof *out));
+    REEL_TRY(reel_struct_check(out, &reel_abi_plan_memory, p->err));
     reel_plan_memory m;
     memset(&m, 0, sizeof m);
-    m.size = out->size;
-    m.version = out->version;
     m.num_buckets = p->nbuckets;
     m.arena_bytes = p->arena_bytes;
     m.static_bytes = p->stat_bytes;
@@ -163,8 +147,7 @@ reel_status reel_plan_memory_get(const reel_plan *p, reel_plan_memory *out)
         for (int s = 0; s < p->nstreams; s++)
             m.stream_ws_bytes += p->be->vt->stream_ws_held(p->be, p->streams[s]);
     m.device_bytes = m.arena_bytes + m.static_bytes + m.graph_bytes + m.stream_ws_bytes;
-    memcpy(out, &m, out->size);
-    return REEL_OK;
+    return reel_struct_fill(out, &m, &reel_abi_plan_memory, p->err);
 }
 
 /* ---- op spans -------------------------------------------------------------- */
@@ -192,7 +175,7 @@ static void push_span(reel_span_buf *b, int node, int stream, double t0, double 
 {
     pthread_mutex_lock(&b->mu);
     if (b->n < REEL_SPAN_MAX && reel_grow((void **)&b->v, &b->cap, b->n + 1, sizeof *b->v))
-        b->v[b->n++] = (reel_op_span){.node = node, .stream = stream, .start_us = t0, .end_us = t1};
+        b->v[b->n++] = (reel_op_span){REEL_OP_SPAN_HEAD, .node = node, .stream = stream, .start_us = t0, .end_us = t1};
     else
         b->lost = true;
     pthread_mutex_unlock(&b->mu);
@@ -334,13 +317,21 @@ reel_status reel_plan_take_op_spans(reel_plan *p, reel_op_span *buf, int cap, in
                            "take_op_spans: %s", !p ? "the plan is NULL" : !n ? "n is NULL"
                                                 : cap < 0 ? "cap is negative" : "buf is NULL with cap > 0");
     *n = 0;
+    if (cap)    /* buf[0]'s head: initialised, and its size strides buf */
+        REEL_TRY(reel_struct_check(buf, &reel_abi_op_span, p->err));
     reel_span_buf *b = p->spans;
     if (!b)
         return REEL_OK;
+    reel_struct_head head;
+    memcpy(&head, buf, sizeof head);
     pthread_mutex_lock(&b->mu);
     size_t k = b->n < (size_t)cap ? b->n : (size_t)cap;
-    if (k) { /* b->v is NULL until the first span */
-        memcpy(buf, b->v, k * sizeof *buf);
+    if (k) { /* b->v is NULL until the first span; each span gets buf[0]'s head */
+        for (size_t i = 0; i < k; i++) {
+            char *to = (char *)buf + i * head.size;
+            memcpy(to, &head, sizeof head);
+            memcpy(to + sizeof head, (const char *)&b->v[i] + sizeof head, head.size - sizeof head);
+        }
         memmove(b->v, b->v + k, (b->n - k) * sizeof *b->v);
     }
     b->n -= k;

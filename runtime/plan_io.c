@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/halloc.h"
+#include "core/abi.h"
 #include "runtime/plan.h"
 #include "memory/workspace.h"
 
@@ -251,12 +252,12 @@ reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out)
 {
     if (!p || !out)
         return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "stats_get: NULL plan or stats");
-    *out = p->st;
+    reel_plan_stats st = p->st;
     reel_ws_stats ws;
     reel_ws_get_stats(p->ws, &ws);
-    out->workspace_bytes = ws.device;
-    out->workspace_peak = ws.peak;
-    return REEL_OK;
+    st.workspace_bytes = ws.device;
+    st.workspace_peak = ws.peak;
+    return reel_struct_fill(out, &st, &reel_abi_plan_stats, p->err);
 }
 
 reel_status reel_plan_trim(reel_plan *p)
@@ -320,14 +321,16 @@ reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_plac
     if (i < 0 || i >= p->nacts)
         return reel_seterr(p->err, REEL_E_NOT_FOUND, "placement: activation %d outside the plan's %d activations", i,
                            p->nacts);
+    REEL_TRY(reel_struct_check(out, &reel_abi_placement, p->err));
     uint32_t t = p->act_ids[i];
     const reel_tinfo *ti = &p->tensors[t];
     const reel_layout *L = &p->bucket[bucket];
-    out->name = ti->name;
-    out->stream = p->nodes[ti->producer].stream;
-    out->first = ti->producer;
-    out->last = p->act_last[t];
-    out->offset = L->act_off[t];
-    out->bytes = reel_shape_bytes(&ti->shape, L->rows);
-    return REEL_OK;
+    reel_placement r = REEL_PLACEMENT_INIT;
+    r.name = ti->name;
+    r.stream = p->nodes[ti->producer].stream;
+    r.first = ti->producer;
+    r.last = p->act_last[t];
+    r.offset = L->act_off[t];
+    r.bytes = reel_shape_bytes(&ti->shape, L->rows);
+    return reel_struct_fill(out, &r, &reel_abi_placement, p->err);
 }

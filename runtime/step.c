@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/abi.h"
 #include "core/grow.h"
 #include "runtime/plan.h"
 
@@ -268,10 +269,13 @@ static reel_status step_failed(reel_plan *p, reel_status st)
     return reel_seterr(p->err, st, "%s", msg);
 }
 
-reel_status reel_step(reel_plan *p, const reel_step_info *s)
+reel_status reel_step(reel_plan *p, const reel_step_info *info)
 {
-    if (!p || !s)
+    if (!p || !info)
         return reel_seterr(p ? p->err : NULL, REEL_E_INVALID_ARG, "step: NULL plan or step info");
+    reel_step_info si = REEL_STEP_INFO_INIT;   /* the caller's fields over the defaults */
+    REEL_TRY(reel_struct_load(&si, info, &reel_abi_step_info, p->err));
+    const reel_step_info *s = &si;
     p->timed_valid = false;
     step_need need = {0, 0};
     int b = -1;

@@ -16,8 +16,8 @@ typedef struct check_args {
 
 static void print_table(reel_plan *p, int b, FILE *f)
 {
-    reel_placement pl;
-    reel_plan_stats st;
+    reel_placement pl = REEL_PLACEMENT_INIT;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(p, &st);
     fprintf(f, "\nmemory plan of bucket %d (%d tokens): arena %zu bytes\n\n", b, st.buckets[b],
             st.bucket_arena_bytes[b]);
@@ -30,6 +30,7 @@ static void print_table(reel_plan *p, int b, FILE *f)
 static void inspect(reel_plan *p, void *arg)
 {
     check_args *a = arg;
+    a->stats = (reel_plan_stats)REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(p, &a->stats);
     if (a->table >= 0 && a->table < a->stats.num_buckets)
         print_table(p, a->table, stdout);

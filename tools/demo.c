@@ -124,8 +124,7 @@ static reel_compile_opts compile_opts(const demo_opts *o)
 
 static reel_step_info step_info(const serve_batch *b)
 {
-    reel_step_info si = {
-        .num_tokens = b->num_tokens,
+    reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = b->num_tokens,
         .num_seqs = b->num_seqs,
         .query_start = b->query_start,
         .positions = b->positions,
@@ -579,7 +578,7 @@ static reel_status gen_loop(run *u)
         int T = k == 0 ? P : 1;
         if (k > 0) pos[0] = slots[0] = P + k - 1, toks[0] = r->gen[k - 1];
         int32_t qs[2] = {0, T}, len = k == 0 ? P : P + k;
-        reel_step_info si = {.num_tokens = T, .num_seqs = 1, .query_start = qs, .positions = pos,
+        reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = T, .num_seqs = 1, .query_start = qs, .positions = pos,
                              .slot_mapping = slots, .context_lens = &len, .block_tables = table,
                              .block_table_stride = nb};
         double s0 = now_s();
@@ -626,6 +625,7 @@ static reel_status gen_loop(run *u)
 static void finish(run *u)
 {
     demo_result *r = u->r;
+    r->stats = (reel_plan_stats)REEL_PLAN_STATS_INIT;
     if (u->plan) reel_plan_stats_get(u->plan, &r->stats);
     if (u->o->prompt_len == 0) r->requests_done = u->s.num_done;
     if (u->s.reqs)

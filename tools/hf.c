@@ -261,7 +261,7 @@ static reel_status add(saver *s, const char *name, int64_t rows, int64_t cols, v
     s->dims[s->n][0] = rows;
     s->dims[s->n][1] = cols;
     s->bufs[s->n] = buf;
-    s->e[s->n] = (reel_st_entry){nm, s->m->dtype, cols ? 2 : 1, NULL, buf};
+    s->e[s->n] = (reel_st_entry){ REEL_ST_ENTRY_HEAD, nm, s->m->dtype, cols ? 2 : 1, NULL, buf};
     s->n++;
     *out = buf;
     return REEL_OK;

@@ -15,6 +15,7 @@ static const char *const stream_edge[REEL_MAX_STREAMS] = {"#3d6fb6", "#2f7d57", 
 
 static int num_nodes(reel_plan *p, reel_plan_stats *st)
 {
+    *st = (reel_plan_stats)REEL_PLAN_STATS_INIT;
     return reel_plan_stats_get(p, st) == REEL_OK ? st->num_nodes : 0;
 }
 
@@ -31,7 +32,7 @@ static void print_operands(const reel_node_info *ni, FILE *f)
 
 void inspect_print_plan(reel_plan *p, FILE *f)
 {
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     int nn = num_nodes(p, &st);
     reel_plan_memory m = REEL_PLAN_MEMORY_INIT;
     reel_plan_memory_get(p, &m);
@@ -94,11 +95,11 @@ void inspect_print_plan(reel_plan *p, FILE *f)
     fputs("\n|---|---|---|---|", f);
     for (int b = 0; b < st.num_buckets; b++) fputs("---|", f);
     fputc('\n', f);
-    reel_placement pl;
+    reel_placement pl = REEL_PLACEMENT_INIT;
     for (int i = 0; reel_plan_placement(p, 0, i, &pl) == REEL_OK; i++) {
         fprintf(f, "| %s | %d | %d | %d |", pl.name, pl.stream, pl.first, pl.last);
         for (int b = 0; b < st.num_buckets; b++) {
-            reel_placement q;
+            reel_placement q = REEL_PLACEMENT_INIT;
             if (reel_plan_placement(p, b, i, &q) == REEL_OK) fprintf(f, " %zu+%zu |", q.offset, q.bytes);
             else fputs(" |", f);
         }
@@ -110,7 +111,7 @@ void inspect_print_plan(reel_plan *p, FILE *f)
 
 void inspect_plan_json(json_w *w, reel_plan *p)
 {
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     int nn = num_nodes(p, &st);
     reel_plan_memory m = REEL_PLAN_MEMORY_INIT;
     reel_plan_memory_get(p, &m);
@@ -173,7 +174,7 @@ void inspect_plan_json(json_w *w, reel_plan *p)
         json_u64(w, "node_bound", st.bucket_node_bound[b]);
         json_u64(w, "device_bytes", m.bucket_device_bytes[b]);
         json_arr(w, "placements");
-        reel_placement pl;
+        reel_placement pl = REEL_PLACEMENT_INIT;
         for (int i = 0; reel_plan_placement(p, b, i, &pl) == REEL_OK; i++) {
             json_obj(w, NULL);
             json_str(w, "name", pl.name);
@@ -206,7 +207,7 @@ static void dot_q(FILE *f, const char *prefix, const char *s)
 
 int inspect_write_dot(reel_plan *p, FILE *f)
 {
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     int nn = num_nodes(p, &st);
     int uncapturable = 0;
     fputs("digraph reel_plan {\n  rankdir=TB; newrank=true; nodesep=0.25; ranksep=0.3;\n"
@@ -313,7 +314,7 @@ static void svg_panel(reel_plan *p, const reel_plan_stats *st, int b, double top
             st->bucket_node_bound[b]);
     fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#fafafa\" stroke=\"#999\"/>\n", SVG_ML,
             y0, pw, ph);
-    reel_placement pl;
+    reel_placement pl = REEL_PLACEMENT_INIT;
     for (int i = 0; reel_plan_placement(p, b, i, &pl) == REEL_OK; i++) {
         int s = pl.stream >= 0 && pl.stream < REEL_MAX_STREAMS ? pl.stream : 0;
         double x = SVG_ML + pl.first * sx, w = (pl.last - pl.first + 1) * sx;
@@ -345,7 +346,7 @@ static void svg_panel(reel_plan *p, const reel_plan_stats *st, int b, double top
 
 int inspect_write_svg(reel_plan *p, FILE *f)
 {
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     if (reel_plan_stats_get(p, &st) != REEL_OK) return -1;
     int panel = SVG_MT + SVG_PANEL_H + SVG_MB;
     int h = 40 + st.num_buckets * panel;

@@ -62,7 +62,7 @@ static reel_tensor layer(reel_graph *g, const model_config *c, int i, reel_tenso
     reel_tensor kc = reel_state(g, n, c->dtype, 4, cache_dims);
     snprintf(n, sizeof n, "l%d.v_cache", i);
     reel_tensor vc = reel_state(g, n, c->dtype, 4, cache_dims);
-    reel_attn_params ap = {c->heads, c->kv_heads, (int)Dh, c->block_size, 0.0f};
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, c->heads, c->kv_heads, (int)Dh, c->block_size, 0.0f};
     reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
     h = reel_add(g, h, reel_matmul(g, a, W2("wo", D, D), false));
     x = reel_rmsnorm(g, h, W1("ffn_norm", D), c->eps);
@@ -101,7 +101,7 @@ static reel_tensor hf_layer(reel_graph *g, const model_config *c, int i, reel_te
     reel_tensor kc = reel_state(g, n, c->dtype, 4, cache_dims);
     snprintf(n, sizeof n, "l%d.v_cache", i);
     reel_tensor vc = reel_state(g, n, c->dtype, 4, cache_dims);
-    reel_attn_params ap = {c->heads, c->kv_heads, (int)Dh, c->block_size, 0.0f};
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, c->heads, c->kv_heads, (int)Dh, c->block_size, 0.0f};
     reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
     h = reel_add(g, h, PROJ(a, "self_attn.o_proj", D, Q, c->o_bias));
     x = reel_rmsnorm(g, h, HW("post_attention_layernorm.weight", D, 0, 1), c->eps);

@@ -78,6 +78,7 @@ struct trace *trace_create(void)
         free(t);
         return NULL;
     }
+    t->spans[0] = (reel_op_span)REEL_OP_SPAN_INIT;   /* its size strides the buffer */
     return t;
 }
 
@@ -140,7 +141,7 @@ void trace_compile(struct trace *t, double start_s, double end_s)
 
 void trace_plan(struct trace *t, reel_plan *p)
 {
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     if (reel_plan_stats_get(p, &st) != REEL_OK) return;
     t->nstreams = st.num_streams;
     t->nodes = calloc((size_t)st.num_nodes, sizeof *t->nodes);

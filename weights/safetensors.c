@@ -5,6 +5,7 @@
  * sorted by name (binary search). Writing a parameter copies from the
  * mapping straight into the plan's parameter (runtime/plan_io.c), part by part
  * for a stacked one, so the host never holds a second copy. */
+#include "core/abi.h"
 #include "reel/safetensors.h"
 
 #include <errno.h>
@@ -644,17 +645,19 @@ void reel_safetensors_close(reel_safetensors *ck)
 
 int reel_safetensors_count(const reel_safetensors *ck) { return ck ? ck->n : 0; }
 
-static void info_of(const reel_safetensors *ck, const st_entry *e, reel_st_tensor *out)
+/* Fills the caller's struct (REEL_ST_TENSOR_INIT) up to its size. */
+static reel_status info_of(const reel_safetensors *ck, const st_entry *e, reel_st_tensor *out)
 {
-    memset(out, 0, sizeof *out);
-    out->name = e->name;
-    out->dtype_name = e->dt->name;
-    out->dtype = e->dt->dt;
-    out->ndim = e->ndim;
-    memcpy(out->dims, e->dims, sizeof out->dims);
-    out->data = ck->files[e->file].data + e->begin;
-    out->bytes = e->bytes;
-    out->file = ck->files[e->file].path;
+    reel_st_tensor r = REEL_ST_TENSOR_INIT;
+    r.name = e->name;
+    r.dtype_name = e->dt->name;
+    r.dtype = e->dt->dt;
+    r.ndim = e->ndim;
+    memcpy(r.dims, e->dims, sizeof r.dims);
+    r.data = ck->files[e->file].data + e->begin;
+    r.bytes = e->bytes;
+    r.file = ck->files[e->file].path;
+    return reel_struct_fill(out, &r, &reel_abi_st_tensor, ck->err);
 }
 
 reel_status reel_safetensors_tensor(const reel_safetensors *ck, int i, reel_st_tensor *out)
@@ -664,8 +667,7 @@ reel_status reel_safetensors_tensor(const reel_safetensors *ck, int i, reel_st_t
     if (i < 0 || i >= ck->n)
         return reel_seterr(ck->err, REEL_E_NOT_FOUND, "safetensors_tensor: index %d, the checkpoint has %d "
                            "tensors", i, ck->n);
-    info_of(ck, &ck->e[i], out);
-    return REEL_OK;
+    return info_of(ck, &ck->e[i], out);
 }
 
 reel_status reel_safetensors_find(const reel_safetensors *ck, const char *name, reel_st_tensor *out)
@@ -676,8 +678,7 @@ reel_status reel_safetensors_find(const reel_safetensors *ck, const char *name, 
     const st_entry *e = lookup(ck, name);
     if (!e)
         return reel_seterr(ck->err, REEL_E_NOT_FOUND, "the checkpoint has no tensor '%s'", name);
-    info_of(ck, e, out);
-    return REEL_OK;
+    return info_of(ck, e, out);
 }
 
 const char *reel_safetensors_metadata(const reel_safetensors *ck, const char *key)
@@ -846,11 +847,46 @@ static reel_status save_header(reel_err *err, const reel_st_entry *t, int n, cha
     return REEL_OK;
 }
 
+/* The caller's entries, strided by t[0].size, each over the defaults. */
+static reel_status load_entries(reel_err *err, const reel_st_entry *t, int n, reel_st_entry **out)
+{
+    *out = NULL;
+    if (!n)
+        return REEL_OK;
+    REEL_TRY(reel_struct_check(t, &reel_abi_st_entry, err));
+    reel_st_entry *v = reel_hcalloc((size_t)n, sizeof *v);
+    if (!v)
+        return reel_seterr(err, REEL_E_OOM, "safetensors_save: out of host memory");
+    size_t stride = t->size;
+    for (int i = 0; i < n; i++) {
+        v[i] = (reel_st_entry)REEL_ST_ENTRY_INIT;
+        memcpy(&v[i], (const char *)t + (size_t)i * stride, stride);
+        if (v[i].magic != REEL_ST_ENTRY_MAGIC || v[i].size != stride) {
+            reel_hfree(v);
+            return reel_seterr(err, REEL_E_VERSION, "safetensors_save: tensor %d was not initialised with "
+                               "REEL_ST_ENTRY_INIT like tensor 0", i);
+        }
+    }
+    *out = v;
+    return REEL_OK;
+}
+
+static reel_status save_entries(reel_err *err, const char *path, const reel_st_entry *t, int n);
+
 reel_status reel_safetensors_save(reel_ctx *ctx, const char *path, const reel_st_entry *t, int n)
 {
     reel_err *err = err_of(ctx);
     if (!path || (!t && n) || n < 0)
         return reel_seterr(err, REEL_E_INVALID_ARG, "safetensors_save: NULL path or tensors, or n < 0");
+    reel_st_entry *v;
+    REEL_TRY(load_entries(err, t, n, &v));
+    reel_status st = save_entries(err, path, v, n);
+    reel_hfree(v);
+    return st;
+}
+
+static reel_status save_entries(reel_err *err, const char *path, const reel_st_entry *t, int n)
+{
     char *h = NULL;
     size_t hlen = 0, total = 0;
     REEL_TRY(save_header(err, t, n, &h, &hlen, &total));

@@ -1,7 +1,7 @@
 /* Kernel timeline of replayed CUDA graphs, through CUPTI's activity API.
  *
  * Loaded by the CUDA driver into any program (CUDA_INJECTION64_PATH=this
- * library, see bench/trace.sh), it records every kernel's start and end and
+ * library: `bench/gpu.sh trace`), it records every kernel's start and end and
  * prints, at exit, one table per graph replayed at least REEL_TRACE_MIN
  * times (default 20): each kernel node in order of its median end, its grid,
  * median start and end from the replay's first kernel start, median

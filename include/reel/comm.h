@@ -64,15 +64,17 @@ typedef struct reel_comm_id {
 
 /* Follows the option-struct rule of reel.h (REEL_COMM_OPTS_INIT, undefined
  * options take their defaults, fields only appended). */
+#define REEL_COMM_OPTS_MAGIC REEL_MAGIC('r', 'c', 'o', 'm')
 typedef struct reel_comm_opts {
     size_t size;     /* sizeof(reel_comm_opts) of the caller's header */
     int version;     /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;  /* REEL_COMM_OPTS_MAGIC */
     int timeout_ms;  /* the longest a rank waits for the others in one collective (host), or
                         for a step's communication to finish (NCCL: then ncclCommAbort); the
                         communicator is broken after it. 0: wait forever; undefined: 300000 */
 } reel_comm_opts;
 
-#define REEL_COMM_OPTS_INIT { sizeof(reel_comm_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT }
+#define REEL_COMM_OPTS_INIT { sizeof(reel_comm_opts), REEL_VERSION_NUMBER, REEL_COMM_OPTS_MAGIC, REEL_UNDEF_INT }
 
 /* A new group id for ctx's backend, made by one rank and given to all.
  * REEL_E_UNSUPPORTED on a CUDA context when reel was built without NCCL. */

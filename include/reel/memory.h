@@ -97,23 +97,37 @@ typedef struct reel_hazard_side {
     bool write;
 } reel_hazard_side;
 
+#define REEL_HAZARD_MAGIC REEL_MAGIC('r', 'h', 'a', 'z')
 typedef struct reel_hazard {
+    size_t size;                /* sizeof(reel_hazard) of the caller's header */
+    int version;                /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;             /* REEL_HAZARD_MAGIC */
     reel_hazard_kind kind;
     uint32_t space;
     uint64_t lo, hi;            /* the conflicting bytes [lo, hi) */
     reel_hazard_side first;     /* the earlier access, unordered with... */
     reel_hazard_side second;    /* ...the later one (the one being checked) */
 } reel_hazard;
+#define REEL_HAZARD_HEAD REEL_STRUCT_HEAD(reel_hazard, REEL_HAZARD_MAGIC)
+/* The i-th hazard of an array the checker returns: its elements are the
+ * library's size (h->size), which a newer library may make larger. */
+#define REEL_HAZARD_AT(h, i) ((const reel_hazard *)(const void *)((const char *)(h) + (size_t)(i) * (h)->size))
 
 /* One access an op declares. */
+#define REEL_CHECK_ACCESS_MAGIC REEL_MAGIC('r', 'a', 'c', 'c')
 typedef struct reel_check_access {
+    size_t size;                /* sizeof(reel_check_access) of the caller's header */
+    int version;                /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;             /* REEL_CHECK_ACCESS_MAGIC */
     uint32_t space;             /* address space; 0: device pointers */
-    uint64_t addr, size;        /* the bytes [addr, addr + size); size 0: nothing */
+    uint64_t addr, bytes;       /* the bytes [addr, addr + bytes); bytes 0: nothing */
     bool write;
     const char *alloc;          /* what produced these bytes ("plan 'l0.q' @ 4096"),
                                    copied; NULL: the live allocation of the checker
                                    that holds addr, if any */
 } reel_check_access;
+#define REEL_CHECK_ACCESS_HEAD REEL_STRUCT_HEAD(reel_check_access, REEL_CHECK_ACCESS_MAGIC)
+#define REEL_CHECK_ACCESS_INIT REEL_STRUCT_INIT(reel_check_access, REEL_CHECK_ACCESS_MAGIC)
 
 /* Creates a checker. ctx (may be NULL) receives error messages. */
 reel_status reel_checker_create(reel_ctx *ctx, reel_checker **out);

@@ -58,12 +58,18 @@ typedef enum reel_dcp_exchange {
     REEL_DCP_ALL_TO_ALL = 1,
 } reel_dcp_exchange;
 
+#define REEL_DCP_LAYOUT_MAGIC REEL_MAGIC('r', 'd', 'c', 'p')
 typedef struct reel_dcp_layout {
+    size_t size;     /* sizeof(reel_dcp_layout) of the caller's header */
+    int version;     /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;  /* REEL_DCP_LAYOUT_MAGIC */
     int nranks;      /* N: ranks the KV is sharded over (the communicator's size) */
     int rank;        /* this rank (the communicator's rank) */
     int interleave;  /* I: global position t lives on rank (t / I) % N */
     int exchange;    /* a reel_dcp_exchange */
 } reel_dcp_layout;
+#define REEL_DCP_LAYOUT_HEAD REEL_STRUCT_HEAD(reel_dcp_layout, REEL_DCP_LAYOUT_MAGIC)
+#define REEL_DCP_LAYOUT_INIT REEL_STRUCT_INIT(reel_dcp_layout, REEL_DCP_LAYOUT_MAGIC)
 
 /* DCP attention of this rank's heads. q [T, (H/N)*Dh]: the query of this
  * rank's heads (heads r*H/N .. (r+1)*H/N - 1); k, v [T, Hkv*Dh]: the step's

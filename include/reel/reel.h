@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 #define REEL_VERSION_MAJOR 0
-#define REEL_VERSION_MINOR 1
+#define REEL_VERSION_MINOR 2
 #define REEL_VERSION_PATCH 0
 #define REEL_VERSION_NUMBER \
     (REEL_VERSION_MAJOR * 10000 + REEL_VERSION_MINOR * 100 + REEL_VERSION_PATCH)
@@ -87,23 +87,45 @@ typedef enum reel_backend_kind {
     REEL_BACKEND_CUDA,
 } reel_backend_kind;
 
-/* Option structs (reel_ctx_opts, reel_compile_opts) follow one rule, NCCL's:
- * - initialise every one with its _INIT macro: it records the struct's size
- *   and the header's version, and sets every option to REEL_UNDEF_INT
- *   ("undefined": the library's default);
- * - then set the options you want by name (o.max_context = 8192);
- * - new options are only ever appended at the end, so a program built
- *   against an older header keeps working with a newer library (its struct
- *   is shorter; the options it does not know take their defaults).
- * The library refuses (REEL_E_VERSION) only what cannot work: a struct that
- * was not initialised (size 0), a header of another major version, or a
- * struct larger than the library knows (a newer header's options it cannot
- * honour). */
+/* Every struct that crosses the ABI (options, per-step input, op
+ * parameters, results) starts with one head: its size and the version of
+ * the caller's header, and a magic value naming the struct. The rule, NCCL's:
+ * - initialise every one with its _INIT macro (or, in C, its _HEAD inside a
+ *   designated initializer: {REEL_STEP_INFO_HEAD, .num_tokens = 3}): it
+ *   records the struct's size, the header's version and the magic, and sets
+ *   every option to REEL_UNDEF_INT ("undefined": the library's default) or
+ *   every other field to zero;
+ * - then set the fields you want by name (o.max_context = 8192);
+ * - fields are only ever appended at the end, so a program built against an
+ *   older header keeps working with a newer library: the library reads only
+ *   the fields the caller's struct has (those it does not know take their
+ *   defaults) and fills a result struct only up to the caller's size.
+ * The library refuses (REEL_E_VERSION, with a message naming the struct and
+ * its _INIT) only what cannot work: a struct that was not initialised (no
+ * magic, or another struct's), a header of another major version or from
+ * before the head had its magic (reel 0.1: rebuild), or a struct larger than
+ * the library knows (a newer header's fields it cannot honour).
+ * Arrays of such structs (reel_op_span, reel_check_access, reel_st_entry,
+ * reel_hazard) are strided by their first element's size: initialise at
+ * least that one. Handles (reel_tensor) and reel_comm_id (opaque bytes)
+ * have no head: their layout is fixed for good. */
+#define REEL_MAGIC(a, b, c, d) \
+    ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
+#ifdef __cplusplus
+#define REEL_STRUCT_HEAD(type, m) sizeof(type), REEL_VERSION_NUMBER, (m)
+#define REEL_STRUCT_INIT(type, m) \
+    ([] { type t_{}; t_.size = sizeof(type); t_.version = REEL_VERSION_NUMBER; t_.magic = (m); return t_; }())
+#else
+#define REEL_STRUCT_HEAD(type, m) .size = sizeof(type), .version = REEL_VERSION_NUMBER, .magic = (m)
+#define REEL_STRUCT_INIT(type, m) { REEL_STRUCT_HEAD(type, m) }
+#endif
 #define REEL_UNDEF_INT (-2147483647 - 1)
 
+#define REEL_CTX_OPTS_MAGIC REEL_MAGIC('r', 'c', 't', 'x')
 typedef struct reel_ctx_opts {
     size_t size;               /* sizeof(reel_ctx_opts) of the caller's header */
     int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_CTX_OPTS_MAGIC */
     int backend;               /* a reel_backend_kind; an explicit choice wins over REEL_BACKEND;
                                   undefined: REEL_BACKEND_AUTO */
     int device;                /* CUDA device ordinal; undefined: 0 */
@@ -117,7 +139,8 @@ typedef struct reel_ctx_opts {
                                   (docs/decisions.md) */
 } reel_ctx_opts;
 
-#define REEL_CTX_OPTS_INIT { sizeof(reel_ctx_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT }
+#define REEL_CTX_OPTS_INIT \
+    { sizeof(reel_ctx_opts), REEL_VERSION_NUMBER, REEL_CTX_OPTS_MAGIC, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT }
 
 /* Creates a context. opts may be NULL (defaults). On failure *out is NULL
  * and the reason is in reel_ctx_last_error(NULL) (this thread's).
@@ -214,10 +237,16 @@ reel_tensor reel_argmax(reel_graph *g, reel_tensor x);
  * bytes: no copy, no kernel. Otherwise (or with no_fuse) a view is a copy. */
 reel_tensor reel_view_cols(reel_graph *g, reel_tensor x, int64_t col, int64_t ncols);
 
+#define REEL_ATTN_PARAMS_MAGIC REEL_MAGIC('r', 'a', 't', 'n')
 typedef struct reel_attn_params {
+    size_t size;               /* sizeof(reel_attn_params) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_ATTN_PARAMS_MAGIC */
     int num_heads, num_kv_heads, head_dim, block_size;
     float scale; /* 0: 1/sqrt(head_dim) */
 } reel_attn_params;
+#define REEL_ATTN_PARAMS_HEAD REEL_STRUCT_HEAD(reel_attn_params, REEL_ATTN_PARAMS_MAGIC)
+#define REEL_ATTN_PARAMS_INIT REEL_STRUCT_INIT(reel_attn_params, REEL_ATTN_PARAMS_MAGIC)
 /* Paged attention for a mixed prefill/decode batch. q [T, H*Dh], k and v
  * [T, Hkv*Dh]; k_cache and v_cache are states [num_blocks, block_size, Hkv, Dh]
  * of q's dtype. For each token it first writes k and v into the slot that
@@ -252,9 +281,11 @@ typedef struct reel_comm reel_comm; /* reel/comm.h */
 
 #define REEL_MAX_BUCKETS 16
 
+#define REEL_COMPILE_OPTS_MAGIC REEL_MAGIC('r', 'c', 'm', 'p')
 typedef struct reel_compile_opts {
-    size_t size;                          /* sizeof(reel_compile_opts) of the caller's header */
-    int version;                          /* REEL_VERSION_NUMBER of the caller's header */
+    size_t size;               /* sizeof(reel_compile_opts) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_COMPILE_OPTS_MAGIC */
     int num_buckets;                      /* undefined or 0: default {1,2,4,8,16,32,64} */
     int32_t buckets[REEL_MAX_BUCKETS];    /* ascending token counts to capture */
     int32_t max_context;                  /* per-sequence context limit of the graphs; undefined: 4096 */
@@ -280,8 +311,9 @@ typedef struct reel_compile_opts {
 } reel_compile_opts;
 
 #define REEL_COMPILE_OPTS_INIT                                                                         \
-    { sizeof(reel_compile_opts), REEL_VERSION_NUMBER, REEL_UNDEF_INT, {0}, REEL_UNDEF_INT, REEL_UNDEF_INT, \
-      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, NULL, REEL_UNDEF_INT }
+    { sizeof(reel_compile_opts), REEL_VERSION_NUMBER, REEL_COMPILE_OPTS_MAGIC, REEL_UNDEF_INT, {0},       \
+      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, NULL, \
+      REEL_UNDEF_INT }
 
 /* Validates, orders, plans memory, selects kernels, allocates and captures
  * one graph per bucket. opts may be NULL. The graph is not consumed: it may
@@ -295,7 +327,11 @@ void reel_plan_destroy(reel_plan *p);
  * sequence s owns tokens query_start[s] .. query_start[s+1]-1. A plan
  * without paged attention never reads the sequence arrays (they may be NULL
  * whatever num_seqs says); positions default to 0 when NULL. */
+#define REEL_STEP_INFO_MAGIC REEL_MAGIC('r', 's', 't', 'p')
 typedef struct reel_step_info {
+    size_t size;               /* sizeof(reel_step_info) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_STEP_INFO_MAGIC */
     int32_t num_tokens;
     int32_t num_seqs;
     const int32_t *query_start;   /* [num_seqs + 1] */
@@ -305,6 +341,8 @@ typedef struct reel_step_info {
     const int32_t *block_tables;  /* [num_seqs][block_table_stride] */
     int32_t block_table_stride;
 } reel_step_info;
+#define REEL_STEP_INFO_HEAD REEL_STRUCT_HEAD(reel_step_info, REEL_STEP_INFO_MAGIC)
+#define REEL_STEP_INFO_INIT REEL_STRUCT_INIT(reel_step_info, REEL_STEP_INFO_MAGIC)
 
 typedef enum reel_fallback {
     REEL_FALLBACK_NONE = 0,          /* replayed */
@@ -368,7 +406,11 @@ reel_status reel_plan_time_steps(reel_plan *p, int on);
  * failed before its download. */
 reel_status reel_plan_last_step_device_us(const reel_plan *p, double *us);
 
+#define REEL_PLAN_STATS_MAGIC REEL_MAGIC('r', 's', 't', 's')
 typedef struct reel_plan_stats {
+    size_t size;               /* sizeof(reel_plan_stats) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_PLAN_STATS_MAGIC */
     uint64_t steps, replays, eager_steps;
     uint64_t eager_by_reason[REEL_FALLBACK_COUNT];
     uint64_t op_dispatches;          /* executor kernel dispatches (eager path and capture) */
@@ -393,26 +435,35 @@ typedef struct reel_plan_stats {
                                         steps past the limits take their arena there) */
     size_t workspace_peak;           /* most workspace bytes handed out at once */
 } reel_plan_stats;
+#define REEL_PLAN_STATS_HEAD REEL_STRUCT_HEAD(reel_plan_stats, REEL_PLAN_STATS_MAGIC)
+#define REEL_PLAN_STATS_INIT REEL_STRUCT_INIT(reel_plan_stats, REEL_PLAN_STATS_MAGIC)
+/* Fills out (initialised with REEL_PLAN_STATS_INIT) up to its size. */
 reel_status reel_plan_stats_get(const reel_plan *p, reel_plan_stats *out);
 
 /* Where one activation lives in a bucket's memory plan. */
+#define REEL_PLACEMENT_MAGIC REEL_MAGIC('r', 'p', 'l', 'c')
 typedef struct reel_placement {
+    size_t size;               /* sizeof(reel_placement) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_PLACEMENT_MAGIC */
     const char *name;      /* owned by the plan */
     int stream;            /* stream of its producer */
     int first, last;       /* schedule positions of its producer and last reader
                               (num_nodes: read back as an output) */
     size_t offset, bytes;  /* in the arena */
 } reel_placement;
+#define REEL_PLACEMENT_HEAD REEL_STRUCT_HEAD(reel_placement, REEL_PLACEMENT_MAGIC)
+#define REEL_PLACEMENT_INIT REEL_STRUCT_INIT(reel_placement, REEL_PLACEMENT_MAGIC)
 /* The i-th activation (0-based, build order) of bucket b's plan;
  * REEL_E_NOT_FOUND past the last one or for a bucket out of range. */
 reel_status reel_plan_placement(const reel_plan *p, int bucket, int i, reel_placement *out);
 
 /* ---- observability ------------------------------------------------------ */
 
-/* Sized result structs (reel_node_info, reel_plan_memory) follow the option
- * rule the other way round: initialise with the _INIT macro (size and
- * version of the caller's header); the library fills only the fields the
- * caller's struct has, so fields are only ever appended. */
+/* Result structs (reel_plan_stats, reel_placement, reel_node_info,
+ * reel_plan_memory, reel_op_span) follow the head rule above the other way
+ * round: initialise with the _INIT macro; the library fills only the fields
+ * the caller's struct has. */
 
 /* The library never prints. A log hook gets a few events worth a line:
  * at compile, each phase as it ends (INFO: kernels chosen, parameters and
@@ -431,9 +482,11 @@ reel_status reel_set_log_hook(reel_ctx *ctx, reel_log_fn fn, void *user, reel_lo
 #define REEL_NODE_MAX_IN 6
 #define REEL_NODE_MAX_OUT 2
 /* One node of the plan, in schedule order. */
+#define REEL_NODE_INFO_MAGIC REEL_MAGIC('r', 'n', 'o', 'd')
 typedef struct reel_node_info {
-    size_t size;                          /* sizeof(reel_node_info) of the caller's header */
-    int version;
+    size_t size;               /* sizeof(reel_node_info) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_NODE_INFO_MAGIC */
     const char *op;                       /* "matmul"; static */
     const char *name;                     /* its first output's name; owned by the plan */
     int stream;
@@ -454,11 +507,8 @@ typedef struct reel_node_info {
                                              nothing: "add+rmsnorm", "matmul+add(bias)",
                                              "matmul+silu_and_mul", "matmul->3 views"; owned by the plan */
 } reel_node_info;
-#ifdef __cplusplus
-#define REEL_NODE_INFO_INIT { sizeof(reel_node_info), REEL_VERSION_NUMBER }
-#else
-#define REEL_NODE_INFO_INIT { .size = sizeof(reel_node_info), .version = REEL_VERSION_NUMBER }
-#endif
+#define REEL_NODE_INFO_HEAD REEL_STRUCT_HEAD(reel_node_info, REEL_NODE_INFO_MAGIC)
+#define REEL_NODE_INFO_INIT REEL_STRUCT_INIT(reel_node_info, REEL_NODE_INFO_MAGIC)
 /* Node i (0 .. num_nodes-1 of the stats, schedule order). REEL_E_NOT_FOUND
  * past the last node; REEL_E_VERSION for a struct not initialised. */
 reel_status reel_plan_node_info(const reel_plan *p, int i, reel_node_info *out);
@@ -470,9 +520,11 @@ reel_status reel_plan_graph_kernels(const reel_plan *p, int bucket, int *kernels
 /* The plan's own memory, known right after compile: what a serving stack
  * subtracts before it sizes a KV cache (states, the KV caches among them,
  * are listed apart). */
+#define REEL_PLAN_MEMORY_MAGIC REEL_MAGIC('r', 'm', 'e', 'm')
 typedef struct reel_plan_memory {
-    size_t size;                          /* sizeof(reel_plan_memory) of the caller's header */
-    int version;
+    size_t size;               /* sizeof(reel_plan_memory) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_PLAN_MEMORY_MAGIC */
     int num_buckets;
     size_t arena_bytes;                   /* device: activations, shared by all buckets */
     size_t static_bytes;                  /* device: the step region (inputs, metadata) */
@@ -493,29 +545,34 @@ typedef struct reel_plan_memory {
                                              first step of one without; sized at compile from the
                                              plan's shapes) */
 } reel_plan_memory;
-#ifdef __cplusplus
-#define REEL_PLAN_MEMORY_INIT { sizeof(reel_plan_memory), REEL_VERSION_NUMBER }
-#else
-#define REEL_PLAN_MEMORY_INIT { .size = sizeof(reel_plan_memory), .version = REEL_VERSION_NUMBER }
-#endif
+#define REEL_PLAN_MEMORY_HEAD REEL_STRUCT_HEAD(reel_plan_memory, REEL_PLAN_MEMORY_MAGIC)
+#define REEL_PLAN_MEMORY_INIT REEL_STRUCT_INIT(reel_plan_memory, REEL_PLAN_MEMORY_MAGIC)
 reel_status reel_plan_memory_get(const reel_plan *p, reel_plan_memory *out);
 
 /* Op spans: the start and end of each kernel on its stream, for traces.
  * Host backend: taken on the stream's worker thread around each kernel
  * (replayed or eager), CLOCK_MONOTONIC in microseconds. CUDA: none
  * (REEL_E_UNSUPPORTED); a trace there has the steps' host times. */
+#define REEL_OP_SPAN_MAGIC REEL_MAGIC('r', 's', 'p', 'n')
 typedef struct reel_op_span {
+    size_t size;               /* sizeof(reel_op_span) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_OP_SPAN_MAGIC */
     int node;                             /* schedule position */
     int stream;
     double start_us, end_us;              /* CLOCK_MONOTONIC */
 } reel_op_span;
+#define REEL_OP_SPAN_HEAD REEL_STRUCT_HEAD(reel_op_span, REEL_OP_SPAN_MAGIC)
+#define REEL_OP_SPAN_INIT REEL_STRUCT_INIT(reel_op_span, REEL_OP_SPAN_MAGIC)
 /* Starts (on != 0) or stops recording op spans of the following steps. On
  * the host backend every op of every step (replays included); on CUDA the
  * ops of eager steps, timed with CUDA events (a replay's kernels run inside
  * one graph launch and are not timed one by one). */
 reel_status reel_plan_trace_ops(reel_plan *p, int on);
 /* Moves up to cap recorded spans into buf (oldest first) and sets *n; call
- * after a step (its kernels are done when reel_step returns). */
+ * after a step (its kernels are done when reel_step returns). buf[0] must be
+ * initialised with REEL_OP_SPAN_INIT: its size is the stride of buf, and
+ * every span written gets the head. */
 reel_status reel_plan_take_op_spans(reel_plan *p, reel_op_span *buf, int cap, int *n);
 
 #ifdef __cplusplus

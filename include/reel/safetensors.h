@@ -44,7 +44,11 @@ typedef struct reel_safetensors reel_safetensors;
  * REEL_MAX_DIMS). */
 #define REEL_ST_MAX_DIMS 8
 
+#define REEL_ST_TENSOR_MAGIC REEL_MAGIC('r', 's', 't', 't')
 typedef struct reel_st_tensor {
+    size_t size;                /* sizeof(reel_st_tensor) of the caller's header */
+    int version;                /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;             /* REEL_ST_TENSOR_MAGIC */
     const char *name;        /* owned by the checkpoint */
     const char *dtype_name;  /* as the file spells it: "BF16", "F32", "I64", ... (static) */
     reel_dtype dtype;        /* REEL_DTYPE_COUNT: a dtype reel has no storage for (I64, F8_E4M3, ...) */
@@ -54,6 +58,8 @@ typedef struct reel_st_tensor {
     size_t bytes;
     const char *file;        /* path of the file holding it (owned; "(buffer)" for open_buffer) */
 } reel_st_tensor;
+#define REEL_ST_TENSOR_HEAD REEL_STRUCT_HEAD(reel_st_tensor, REEL_ST_TENSOR_MAGIC)
+#define REEL_ST_TENSOR_INIT REEL_STRUCT_INIT(reel_st_tensor, REEL_ST_TENSOR_MAGIC)
 
 /* Opens path: a directory (its model.safetensors.index.json, else its
  * model.safetensors), an index file (*.json) or one .safetensors file.
@@ -91,13 +97,19 @@ reel_status reel_safetensors_write_param(const reel_safetensors *ck, reel_plan *
                                          const char *const *tensors);
 
 /* One tensor to save. */
+#define REEL_ST_ENTRY_MAGIC REEL_MAGIC('r', 's', 't', 'e')
 typedef struct reel_st_entry {
+    size_t size;                /* sizeof(reel_st_entry) of the caller's header */
+    int version;                /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;             /* REEL_ST_ENTRY_MAGIC */
     const char *name;
     reel_dtype dtype;        /* f32, f16, bf16 or i32 */
     int ndim;                /* 0 .. REEL_ST_MAX_DIMS */
     const int64_t *dims;
     const void *data;        /* numel * dtype size bytes */
 } reel_st_entry;
+#define REEL_ST_ENTRY_HEAD REEL_STRUCT_HEAD(reel_st_entry, REEL_ST_ENTRY_MAGIC)
+#define REEL_ST_ENTRY_INIT REEL_STRUCT_INIT(reel_st_entry, REEL_ST_ENTRY_MAGIC)
 
 /* Writes a safetensors file of n tensors, in the order given, with the
  * metadata {"format": "pt"} that transformers expects. Names must be

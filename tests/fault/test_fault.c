@@ -113,8 +113,7 @@ static bool same(const snapshot *a, const snapshot *b, int i)
 
 static reel_step_info info(const script_step *k)
 {
-    reel_step_info si = {
-        .num_tokens = k->num_tokens,
+    reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = k->num_tokens,
         .num_seqs = k->num_seqs,
         .query_start = k->query_start,
         .positions = k->positions,
@@ -233,7 +232,7 @@ static reel_plan *compile_armed(reel_ctx *ctx, const model_config *m, reel_fault
                      reel_ctx_last_error(ctx));
     }
     reel_graph_destroy(g);
-    reel_plan_stats ps;
+    reel_plan_stats ps = REEL_PLAN_STATS_INIT;
     reel_fault_pause(true);
     cr_assert_eq(reel_plan_stats_get(p, &ps), REEL_OK);
     reel_fault_pause(false);
@@ -363,13 +362,13 @@ static int run_branches(reel_ctx *ctx, reel_fault_kind k, int64_t n, const float
         cr_assert_eq(st, REEL_OK, "compile again: %s", reel_ctx_last_error(ctx));
     }
     reel_graph_destroy(g);
-    reel_plan_stats ps;
+    reel_plan_stats ps = REEL_PLAN_STATS_INIT;
     reel_fault_pause(true);
     cr_assert_eq(reel_plan_stats_get(p, &ps), REEL_OK);
     reel_fault_pause(false);
     *degraded = ps.graphs_captured != 2;
     for (int i = 0; i < NBR; i++) {
-        reel_step_info si = {.num_tokens = branch_steps[i]};
+        reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = branch_steps[i]};
         st = reel_plan_set_input(p, "x", x, branch_steps[i]);
         if (st != REEL_OK) {
             failed(ctx, k, n, st, "set_input");
@@ -500,7 +499,7 @@ static int run_collective(reel_ctx *ctx, reel_fault_kind k, int64_t n, const flo
     }
     reel_graph_destroy(g);
     for (int i = 0; i < 2; i++) {
-        reel_step_info si = {.num_tokens = steps[i]};
+        reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = steps[i]};
         cr_assert_eq(reel_plan_set_input(p, "x", x, steps[i]), REEL_OK);
         st = reel_step(p, &si);
         if (st != REEL_OK) {

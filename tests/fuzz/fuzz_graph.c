@@ -166,7 +166,7 @@ static void build(world *w)
         case 12: push(w, reel_argmax(g, pick_t(w))); break;
         case 13: {
             reel_tensor q = pick_t(w), k = pick_t(w), v = pick_t(w), kc = pick_t(w), vc = pick_t(w);
-            reel_attn_params ap = {.num_heads = (int)FZ_PICK(&w->f, meta_tab),
+            reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, .num_heads = (int)FZ_PICK(&w->f, meta_tab),
                                    .num_kv_heads = (int)FZ_PICK(&w->f, meta_tab),
                                    .head_dim = (int)FZ_PICK(&w->f, meta_tab),
                                    .block_size = (int)FZ_PICK(&w->f, meta_tab),
@@ -269,7 +269,7 @@ static void touch_outputs(world *w)
 
 static void step(world *w)
 {
-    reel_step_info s = {0};
+    reel_step_info s = { REEL_STEP_INFO_HEAD };
     s.num_tokens = FZ_PICK(&w->f, tok_tab);
     s.num_seqs = FZ_PICK(&w->f, tok_tab);
     uint8_t have = fz_u8(&w->f);
@@ -333,7 +333,7 @@ static void step(world *w)
     if ((int)fb < 0 || fb >= REEL_FALLBACK_COUNT || !reel_fallback_str(fb))
         FZ_FAIL("last fallback %d out of range", (int)fb);
     if (tr & 1) {
-        reel_op_span spans[16];
+        reel_op_span spans[16] = { REEL_OP_SPAN_INIT };
         int n = -1;
         FZ_CHECK(w->ctx, reel_plan_take_op_spans(w->p, spans, (int)(tr >> 4) - 2, &n));
         FZ_CHECK(w->ctx, reel_plan_trace_ops(w->p, 0));
@@ -349,7 +349,7 @@ static void step(world *w)
 
 static void introspect(world *w)
 {
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     if (FZ_CHECK(w->ctx, reel_plan_stats_get(w->p, &st)) != REEL_OK)
         return;
     reel_plan_memory mem = REEL_PLAN_MEMORY_INIT;
@@ -362,7 +362,7 @@ static void introspect(world *w)
     }
     for (int b = -1; b <= st.num_buckets; b++)
         for (int i = 0; i < 4; i++) {
-            reel_placement pl;
+            reel_placement pl = REEL_PLACEMENT_INIT;
             if (FZ_CHECK(w->ctx, reel_plan_placement(w->p, b, i, &pl)) == REEL_OK && !pl.name)
                 FZ_FAIL("placement without a name");
         }

@@ -60,7 +60,7 @@ static void check_open(reel_safetensors *ck, const uint8_t *lo, size_t n)
     int count = reel_safetensors_count(ck);
     const char *prev = NULL;
     for (int i = 0; i < count; i++) {
-        reel_st_tensor t, u;
+        reel_st_tensor t = REEL_ST_TENSOR_INIT, u = REEL_ST_TENSOR_INIT;
         FZ_CHECK(ctx, reel_safetensors_tensor(ck, i, &t));
         if (lo && ((const uint8_t *)t.data < lo || (const uint8_t *)t.data + t.bytes > lo + n))
             FZ_FAIL("tensor '%s' lies outside the buffer", t.name);

@@ -43,7 +43,7 @@ static void set_inputs(int rows)
 static void good_step(float *out)
 {
     int32_t qs[2] = {0, 3}, pos[3] = {0, 1, 2}, slot[3] = {8, 9, 10}, lens[1] = {3}, bt[4] = {2, 5, 6, 7};
-    reel_step_info s = {.num_tokens = 3, .num_seqs = 1, .query_start = qs, .positions = pos, .slot_mapping = slot,
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 3, .num_seqs = 1, .query_start = qs, .positions = pos, .slot_mapping = slot,
                         .context_lens = lens, .block_tables = bt, .block_table_stride = 4};
     set_inputs(3);
     if (FZ_CHECK(ctx, reel_step(plan, &s)) != REEL_OK)
@@ -73,7 +73,7 @@ static void init(void)
     reel_tensor q = reel_input(g, "q", REEL_F32, 2, qd), k = reel_input(g, "k", REEL_F32, 2, kd);
     reel_tensor v = reel_input(g, "v", REEL_F32, 2, kd);
     reel_tensor kc = reel_state(g, "k_cache", REEL_F32, 4, cd), vc = reel_state(g, "v_cache", REEL_F32, 4, cd);
-    reel_attn_params ap = {.num_heads = H, .num_kv_heads = HKV, .head_dim = DH, .block_size = BS};
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, .num_heads = H, .num_kv_heads = HKV, .head_dim = DH, .block_size = BS};
     reel_output(g, "out", reel_paged_attention(g, q, k, v, kc, vc, &ap));
     reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
     o.num_buckets = 3;
@@ -124,7 +124,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pattern();
     int nsteps = 1 + fz_u8(&f) % 4;
     for (int st = 0; st < nsteps && !fz_done(&f); st++) {
-        reel_step_info s = {0};
+        reel_step_info s = { REEL_STEP_INFO_HEAD };
         uint8_t b = fz_u8(&f);
         s.num_tokens = b & 0x80 ? tok_tab[b % 16] : b % 20;
         b = fz_u8(&f);

@@ -111,7 +111,7 @@ static gt_op op_of(reel_dtype dt, const acase *c)
     op.rows = c->t;
     op.nin = 5;
     op.nout = 2;
-    op.attrs.attn.p = (reel_attn_params){c->h, c->hkv, c->dh, c->bs, 0.0f};
+    op.attrs.attn.p = (reel_attn_params){ REEL_ATTN_PARAMS_HEAD, c->h, c->hkv, c->dh, c->bs, 0.0f};
     op.attrs.attn.p.scale = 1.0f / sqrtf((float)c->dh);
     int64_t t = c->t, qw = (int64_t)c->h * c->dh, kw = (int64_t)c->hkv * c->dh;
     op.in[0] = gt_shape(dt, true, 2, (int64_t[]){t, qw});
@@ -637,7 +637,7 @@ static reel_plan *attn_plan(reel_dtype dt, bool capture)
     cr_assert_eq(reel_graph_create(cctx, &g), REEL_OK);
     int64_t qd[2] = {REEL_DIM_TOKENS, PH * PD}, kd[2] = {REEL_DIM_TOKENS, PKV * PD};
     int64_t cd[4] = {PSEQ * PBT, PBS, PKV, PD};
-    reel_attn_params ap = {PH, PKV, PD, PBS, 0.0f};
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, PH, PKV, PD, PBS, 0.0f};
     reel_tensor y = reel_paged_attention(g, reel_input(g, "q", dt, 2, qd), reel_input(g, "k", dt, 2, kd),
                                          reel_input(g, "v", dt, 2, kd), reel_state(g, "kc", dt, 4, cd),
                                          reel_state(g, "vc", dt, 4, cd), &ap);
@@ -670,7 +670,7 @@ static void plan_step(reel_plan *const *ps, reel_dtype dt, int nseq, const int32
         }
         qs[s + 1] = n;
     }
-    reel_step_info si = {n, nseq, qs, pos, slot, ctx, bt, PBT};
+    reel_step_info si = { REEL_STEP_INFO_HEAD, n, nseq, qs, pos, slot, ctx, bt, PBT};
     void *q = gt_random(&rng, dt, (int64_t)n * PH * PD, -1, 1), *k = gt_random(&rng, dt, (int64_t)n * PKV * PD, -1, 1),
          *v = gt_random(&rng, dt, (int64_t)n * PKV * PD, -1, 1);
     for (int i = 0; i < 2; i++) {
@@ -704,7 +704,7 @@ Test(gpu_attention, plan_replay_equals_eager_bitwise, .init = setup, .fini = tea
         plan_step(ps, dts[d], 4, (int32_t[]){3, 1, 1, 1}, (int32_t[]){3, 200, 65, 1000});
         /* bucket 64: a long prefill, a chunked prefill and decodes */
         plan_step(ps, dts[d], 5, (int32_t[]){40, 10, 1, 1, 1}, (int32_t[]){40, 300, 17, 900, 2});
-        reel_plan_stats st;
+        reel_plan_stats st = REEL_PLAN_STATS_INIT;
         reel_plan_stats_get(ps[0], &st);
         cr_assert_eq(st.replays, 3);
         reel_plan_destroy(ps[0]);

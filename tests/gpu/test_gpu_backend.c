@@ -443,7 +443,7 @@ static void ws_step_exact(reel_plan *p, int n, reel_fallback want, bool f32)
     if (f32)
         cr_assert_eq(reel_plan_set_input(p, "x32", x32, n), REEL_OK, "%s", reel_ctx_last_error(ctx));
     cr_assert_eq(reel_plan_set_input(p, "x16", x16, n), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    reel_step_info s = {.num_tokens = n};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = n};
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
     cr_assert_eq(reel_plan_last_fallback(p), want, "step of %d tokens: %s", n,
                  reel_fallback_str(reel_plan_last_fallback(p)));

@@ -41,7 +41,7 @@ Test(gpu_bind, bound_kv_caches_update_the_graphs_in_place_and_give_the_same_bits
     cr_assert_eq(cudaDeviceSynchronize(), cudaSuccess);
     cr_assert_eq(reel_plan_bind_state(a, "k_cache", kc, bytes), REEL_OK, "%s", reel_ctx_last_error(ctx));
     cr_assert_eq(reel_plan_bind_state(a, "v_cache", vc, bytes), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(a, &st);
     cr_assert_eq(st.graph_updates, 6, "2 binds x 3 buckets updated in place (reinstantiated: %llu)",
                  (unsigned long long)st.graph_reinstantiations);

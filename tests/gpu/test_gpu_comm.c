@@ -57,7 +57,7 @@ static reel_plan *compile_op(int op, bool eager)
 static void step(reel_plan *p, const uint16_t *x, uint16_t *y)
 {
     cr_assert_eq(reel_plan_set_input(p, "x", x, 5), REEL_OK);
-    reel_step_info s = {.num_tokens = 5};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 5};
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
     const void *out;
     int64_t rows;
@@ -74,7 +74,7 @@ Test(gpu_comm, every_collective_replays_as_it_runs_eagerly_over_nccl, .init = se
         reel_plan *pr = compile_op(op, false), *pe = compile_op(op, true);
         step(pr, x, a);
         step(pe, x, b);
-        reel_plan_stats st;
+        reel_plan_stats st = REEL_PLAN_STATS_INIT;
         reel_plan_stats_get(pr, &st);
         cr_assert_eq(st.replays, 1, "op %d did not replay", op);
         cr_assert(!memcmp(a, b, sizeof a), "op %d: replay != eager", op);
@@ -94,7 +94,7 @@ Test(gpu_comm, a_plan_keeps_its_nccl_communicator_and_an_abort_fails_the_next_st
     cr_assert_eq(reel_comm_async_error(comm), REEL_OK);
     cr_assert_eq(reel_comm_abort(comm), REEL_OK);
     cr_assert_eq(reel_plan_set_input(p, "x", x, 5), REEL_OK);
-    reel_step_info s = {.num_tokens = 5};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 5};
     cr_assert_eq(reel_step(p, &s), REEL_E_BACKEND);
     cr_assert(strstr(reel_ctx_last_error(ctx), "aborted"), "%s", reel_ctx_last_error(ctx));
     reel_plan_destroy(p);
@@ -126,14 +126,14 @@ static reel_plan *layout_plan(int kind, bool eager)
     cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
     int64_t qd[2] = {REEL_DIM_TOKENS, LH * LD}, kd[2] = {REEL_DIM_TOKENS, LKV * LD};
     int64_t cd[4] = {LSEQ * LBT, LBS, LKV, LD};
-    reel_attn_params ap = {LH, LKV, LD, LBS, 0.0f};
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, LH, LKV, LD, LBS, 0.0f};
     reel_tensor q = reel_input(g, "q", REEL_BF16, 2, qd), k = reel_input(g, "k", REEL_BF16, 2, kd),
                 v = reel_input(g, "v", REEL_BF16, 2, kd);
     reel_tensor kc = reel_state(g, "kc", REEL_BF16, 4, cd), vc = reel_state(g, "vc", REEL_BF16, 4, cd), y, lse;
     if (kind == 0) {
         y = reel_paged_attention(g, q, k, v, kc, vc, &ap);
     } else if (kind <= 2) {
-        reel_dcp_layout d = {1, 0, 16, kind == 1 ? REEL_DCP_GATHER_SCATTER : REEL_DCP_ALL_TO_ALL};
+        reel_dcp_layout d = { REEL_DCP_LAYOUT_HEAD, 1, 0, 16, kind == 1 ? REEL_DCP_GATHER_SCATTER : REEL_DCP_ALL_TO_ALL};
         cr_assert_eq(reel_dcp_attention(g, q, k, v, kc, vc, &ap, &d, &y, &lse), REEL_OK, "%s",
                      reel_ctx_last_error(ctx));
     } else {
@@ -171,7 +171,7 @@ static void layout_step(reel_plan *p, const uint16_t *q, const uint16_t *k, cons
     }
     for (; n < LT; n++)
         pos[n] = 0, slot[n] = -1;
-    reel_step_info si = {LT, LSEQ, qs, pos, slot, ctx_, bt, LBT};
+    reel_step_info si = { REEL_STEP_INFO_HEAD, LT, LSEQ, qs, pos, slot, ctx_, bt, LBT};
     cr_assert_eq(reel_plan_set_input(p, "q", q, LT), REEL_OK);
     cr_assert_eq(reel_plan_set_input(p, "k", k, LT), REEL_OK);
     cr_assert_eq(reel_plan_set_input(p, "v", v, LT), REEL_OK);
@@ -201,7 +201,7 @@ Test(gpu_comm, dcp_and_cp_over_one_nccl_rank_replay_as_eager_and_equal_plain_att
         reel_plan *pr = layout_plan(kind, false), *pe = layout_plan(kind, true);
         layout_step(pr, q, k, v, a);
         layout_step(pe, q, k, v, b);
-        reel_plan_stats st;
+        reel_plan_stats st = REEL_PLAN_STATS_INIT;
         reel_plan_stats_get(pr, &st);
         cr_assert_eq(st.replays, 1, "layout %d did not replay", kind);
         cr_assert(!memcmp(a, b, sizeof a), "layout %d: replay != eager", kind);

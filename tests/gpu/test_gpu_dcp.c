@@ -152,7 +152,7 @@ static gt_op view_op(const dbatch *b, const bview *v, void *kc, void *vc, reel_a
     op.rows = b->t;
     op.nin = 5;
     op.nout = 3;
-    op.attrs.attn.p = (reel_attn_params){ b->h, b->hkv, b->dh, b->bs, 1.0f / sqrtf((float)b->dh) };
+    op.attrs.attn.p = (reel_attn_params){ REEL_ATTN_PARAMS_HEAD, b->h, b->hkv, b->dh, b->bs, 1.0f / sqrtf((float)b->dh) };
     op.attrs.attn.lay = lay;
     op.in[0] = gt_shape(b->dt, true, 2, (int64_t[]){ b->t, qw(b) });
     op.in[1] = gt_shape(b->dt, true, 2, (int64_t[]){ b->t, kvw(b) });

@@ -77,7 +77,7 @@ static reel_plan *compile(reel_graph *g, int rows, bool fuse)
 static const uint16_t *step(reel_plan *p, const uint16_t *x, int rows, const char *out)
 {
     cr_assert_eq(reel_plan_set_input(p, "x", x, rows), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    reel_step_info s = {.num_tokens = rows};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = rows};
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
     const void *o;
     int64_t r;
@@ -87,7 +87,7 @@ static const uint16_t *step(reel_plan *p, const uint16_t *x, int rows, const cha
 
 static int count_op(const reel_plan *p, const char *op)
 {
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     int c = 0;
     for (int i = 0; i < st.num_nodes; i++) {

@@ -302,7 +302,7 @@ static reel_plan *tuning_plan(reel_ctx *c, bool capture, const void *w)
 static const void *tuning_step(reel_plan *p, const void *x, int rows)
 {
     cr_assert_eq(reel_plan_set_input(p, "x", x, rows), REEL_OK);
-    reel_step_info si = {.num_tokens = rows};
+    reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = rows};
     cr_assert_eq(reel_step(p, &si), REEL_OK, "%s", reel_ctx_last_error(cctx));
     const void *y;
     int64_t r;
@@ -344,7 +344,7 @@ Test(gpu_kernels, a_tuning_warm_up_times_matmul_candidates_and_every_later_launc
                           (long long)j, a, b);
         }
     }
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(pr, &st), REEL_OK);
     cr_assert_eq(st.replays, 2, "the captured plan's steps replayed");
     cr_assert_eq(reel_cuda_lt_tuned_count(tc->be), tuned, "a step timed again");
@@ -422,7 +422,7 @@ Test(gpu_kernels, early_triggering_kernels_under_pdl_give_the_plain_graph_bits, 
         reel_plan *ps[3] = {plain, pdl, eager};
         for (int i = 0; i < 3; i++) {
             cr_assert_eq(reel_plan_set_input(ps[i], "x", x, ns[k]), REEL_OK, "%s", reel_ctx_last_error(cctx));
-            reel_step_info s = {.num_tokens = ns[k], .positions = positions};
+            reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = ns[k], .positions = positions};
             cr_assert_eq(reel_step(ps[i], &s), REEL_OK, "%s", reel_ctx_last_error(cctx));
         }
         same_y(plain, pdl, "pdl graph", ns[k]);

@@ -281,7 +281,7 @@ static void attn_meta(attn_case *c)
 static gt_op attn_op(reel_dtype dt, int hd, const attn_case *c)
 {
     gt_op op = op_new(REEL_OP_PAGED_ATTENTION, c->t, 5, 2);
-    op.attrs.attn.p = (reel_attn_params){AH, AHKV, hd, ABS, 0.0f};
+    op.attrs.attn.p = (reel_attn_params){ REEL_ATTN_PARAMS_HEAD, AH, AHKV, hd, ABS, 0.0f};
     int64_t t = c->t;
     op.in[0] = gt_shape(dt, true, 2, (int64_t[]){t, AH * hd});
     op.in[1] = gt_shape(dt, true, 2, (int64_t[]){t, AHKV * hd});

@@ -73,7 +73,7 @@ Test(gpu_plan, a_context_over_the_limit_runs_eagerly_and_matches_a_larger_plan, 
     attention_step(a, 6, 60, REEL_FALLBACK_CONTEXT_OVER_LIMIT);
     attention_step(b, 6, 60, REEL_FALLBACK_NONE);
     same_output(a, b, "y", "attention over the limit", 6);
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(a, &st);
     cr_assert_eq(st.eager_by_reason[REEL_FALLBACK_CONTEXT_OVER_LIMIT], 1);
     reel_plan_destroy(a);
@@ -136,7 +136,7 @@ Test(gpu_plan, programmatic_dependent_launch_leaves_every_bit_unchanged, .init =
         reel_plan *ps[3] = {plain, pdl, eager};
         for (int i = 0; i < 3; i++) {
             cr_assert_eq(reel_plan_set_input(ps[i], "x", x, n), REEL_OK, "%s", reel_ctx_last_error(ctx));
-            reel_step_info s = {.num_tokens = n};
+            reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = n};
             cr_assert_eq(reel_step(ps[i], &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
         }
         same_output(plain, pdl, "y", "pdl graph", n);

@@ -120,7 +120,7 @@ Test(analysis, chains_nodes_that_share_a_state)
     reel_tensor q2 = reel_input(g, "q2", REEL_F32, 2, D(T, 8));
     reel_tensor c = reel_state(g, "c", REEL_F32, 4, D(2, 4, 2, 4));
     reel_tensor c2 = reel_state(g, "c2", REEL_F32, 4, D(2, 4, 2, 4));
-    reel_attn_params p = { 2, 2, 4, 4, 0 };
+    reel_attn_params p = { REEL_ATTN_PARAMS_HEAD, 2, 2, 4, 4, 0 };
     reel_paged_attention(g, q1, q1, q1, c, c, &p);
     reel_paged_attention(g, q2, q2, q2, c2, c2, &p);
     reel_paged_attention(g, q2, q2, q2, c, c, &p);

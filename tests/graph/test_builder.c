@@ -35,7 +35,7 @@ static reel_tensor build_layer(reel_tensor *next)
     k = reel_rope(g, k, pos, DH, 2, 10000.0f);
     reel_tensor kc = reel_state(g, "k_cache", REEL_F32, 4, D(NB, BS, HKV, DH));
     reel_tensor vc = reel_state(g, "v_cache", REEL_F32, 4, D(NB, BS, HKV, DH));
-    reel_attn_params ap = { H, HKV, DH, BS, 0.0f };
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, H, HKV, DH, BS, 0.0f };
     reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
     reel_tensor o = reel_matmul(g, a, reel_param(g, "wo", REEL_F32, 2, D(H * DH, DM)), false);
     reel_tensor h2 = reel_add(g, h, o);
@@ -158,7 +158,7 @@ Test(builder, resolves_a_zero_attention_scale_to_one_over_sqrt_head_dim)
     reel_tensor kv = reel_input(g, "kv", REEL_F16, 2, D(T, 2 * 16));
     reel_tensor kc = reel_state(g, "kc", REEL_F16, 4, D(4, 16, 2, 16));
     reel_tensor vc = reel_state(g, "vc", REEL_F16, 4, D(4, 16, 2, 16));
-    reel_attn_params p = { 8, 2, 16, 16, 0.0f };
+    reel_attn_params p = { REEL_ATTN_PARAMS_HEAD, 8, 2, 16, 16, 0.0f };
     reel_tensor a = reel_paged_attention(g, q, kv, kv, kc, vc, &p);
     p.scale = 0.5f;
     reel_tensor b = reel_paged_attention(g, q, kv, kv, kc, vc, &p);

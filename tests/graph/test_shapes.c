@@ -116,7 +116,7 @@ Test(shapes, paged_attention_needs_kv_heads_dividing_heads)
     reel_tensor q = reel_input(g, "q", REEL_F32, 2, D(T, 12));
     reel_tensor k = reel_input(g, "k", REEL_F32, 2, D(T, 8));
     reel_tensor c = reel_state(g, "c", REEL_F32, 4, D(2, 4, 2, 4));
-    reel_attn_params p = { 3, 2, 4, 4, 0 };
+    reel_attn_params p = { REEL_ATTN_PARAMS_HEAD, 3, 2, 4, 4, 0 };
     EXPECT_REFUSED(reel_paged_attention(g, q, k, k, c, c, &p), REEL_E_INVALID_ARG, "num_kv_heads 2 must divide");
 }
 
@@ -126,7 +126,7 @@ Test(shapes, paged_attention_checks_the_cache_layout)
     reel_tensor k = reel_input(g, "k", REEL_F32, 2, D(T, 8));
     reel_tensor c = reel_state(g, "c", REEL_F32, 4, D(2, 4, 2, 4));
     reel_tensor bad = reel_state(g, "bad", REEL_F32, 4, D(2, 8, 2, 4));
-    reel_attn_params p = { 4, 2, 4, 4, 0 };
+    reel_attn_params p = { REEL_ATTN_PARAMS_HEAD, 4, 2, 4, 4, 0 };
     cr_assert_neq(reel_paged_attention(g, q, k, k, c, c, &p).id, 0, "%s", reel_ctx_last_error(ctx));
     EXPECT_REFUSED(reel_paged_attention(g, q, k, k, c, bad, &p), REEL_E_SHAPE, "v_cache must be [num_blocks,4,2,4]",
                    "v_cache 'bad' is [2,8,2,4]");
@@ -137,7 +137,7 @@ Test(shapes, paged_attention_needs_caches_of_q_dtype)
     reel_tensor q = reel_input(g, "q", REEL_F16, 2, D(T, 16));
     reel_tensor k = reel_input(g, "k", REEL_F16, 2, D(T, 8));
     reel_tensor c = reel_state(g, "c", REEL_F32, 4, D(2, 4, 2, 4));
-    reel_attn_params p = { 4, 2, 4, 4, 0 };
+    reel_attn_params p = { REEL_ATTN_PARAMS_HEAD, 4, 2, 4, 4, 0 };
     EXPECT_REFUSED(reel_paged_attention(g, q, k, k, c, c, &p), REEL_E_DTYPE, "q is f16, k_cache is f32");
 }
 

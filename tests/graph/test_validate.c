@@ -190,7 +190,7 @@ Test(validate, refuses_a_paged_attention_cache_that_is_not_a_state)
     reel_tensor q = reel_input(g, "q", REEL_F32, 2, D(T, 8));
     reel_tensor kc = reel_param(g, "kc", REEL_F32, 4, D(2, 4, 2, 4));
     reel_tensor vc = reel_state(g, "vc", REEL_F32, 4, D(2, 4, 2, 4));
-    reel_attn_params p = { 2, 2, 4, 4, 0 };
+    reel_attn_params p = { REEL_ATTN_PARAMS_HEAD, 2, 2, 4, 4, 0 };
     cr_assert_eq(reel_paged_attention(g, q, q, q, kc, vc, &p).id, 0);
     assert_msg_has("op 'paged_attention'", "k_cache 'kc' is a parameter, not a state");
     cr_assert_eq(reel_paged_attention(g, q, q, q, vc, vc, NULL).id, 0);

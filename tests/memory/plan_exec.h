@@ -52,8 +52,8 @@ static inline size_t px_run(reel_checker *c, const reel_mem_problem *p, const re
                     bool write = k == 0;
                     if (p->bufs[b].acc[k] != v || write != (w == 1) || !p->bufs[b].size)
                         continue;
-                    acc[n++] = (reel_check_access){ .space = PX_SPACE, .addr = pl->offsets[b],
-                                                    .size = p->bufs[b].size, .write = write,
+                    acc[n++] = (reel_check_access){ REEL_CHECK_ACCESS_HEAD, .space = PX_SPACE, .addr = pl->offsets[b],
+                                                    .bytes = p->bufs[b].size, .write = write,
                                                     .alloc = px_name(names[b % 4096], 16, b) };
                     break;
                 }

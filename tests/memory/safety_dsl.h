@@ -66,7 +66,7 @@ static inline void prog_run(reel_checker *c, const pstep *p, size_t n)
             st = reel_checker_use(c, x->s, x->name, id[x->slot], x->addr, x->size ? x->size : size[x->slot] - x->addr, x->w);
             break;
         case P_OP: {
-            reel_check_access a = { .space = x->space, .addr = x->addr, .size = x->size, .write = x->w };
+            reel_check_access a = { REEL_CHECK_ACCESS_HEAD, .space = x->space, .addr = x->addr, .bytes = x->size, .write = x->w };
             st = reel_checker_op(c, x->s, x->name, 1, &a);
             break;
         }

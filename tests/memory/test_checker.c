@@ -12,7 +12,7 @@ static void teardown(void) { reel_checker_destroy(C); }
 
 static void op(uint64_t stream, const char *name, uint64_t addr, uint64_t size, bool write)
 {
-    reel_check_access a = { .space = 0, .addr = addr, .size = size, .write = write, .alloc = "buf" };
+    reel_check_access a = { REEL_CHECK_ACCESS_HEAD, .space = 0, .addr = addr, .bytes = size, .write = write, .alloc = "buf" };
     cr_assert_eq(reel_checker_op(C, stream, name, 1, &a), REEL_OK);
 }
 
@@ -137,8 +137,8 @@ Test(checker, orders_everything_after_a_device_sync)
 
 Test(checker, keeps_address_spaces_apart)
 {
-    reel_check_access a = { .space = 1, .addr = 0, .size = 64, .write = true };
-    reel_check_access b = { .space = 2, .addr = 0, .size = 64, .write = true };
+    reel_check_access a = { REEL_CHECK_ACCESS_HEAD, .space = 1, .addr = 0, .bytes = 64, .write = true };
+    reel_check_access b = { REEL_CHECK_ACCESS_HEAD, .space = 2, .addr = 0, .bytes = 64, .write = true };
     cr_assert_eq(reel_checker_op(C, 0, "a", 1, &a), REEL_OK);
     cr_assert_eq(reel_checker_op(C, 1, "b", 1, &b), REEL_OK);
     none();
@@ -208,7 +208,7 @@ Test(checker, refuses_all_streams_as_the_stream_of_an_op)
     cr_assert_eq(reel_ctx_create(NULL, &ctx), REEL_OK);
     reel_checker *c;
     cr_assert_eq(reel_checker_create(ctx, &c), REEL_OK);
-    reel_check_access a = { .addr = 0, .size = 64, .write = true };
+    reel_check_access a = { REEL_CHECK_ACCESS_HEAD, .addr = 0, .bytes = 64, .write = true };
     cr_assert_eq(reel_checker_op(c, REEL_CHECK_ALL_STREAMS, "k", 1, &a), REEL_E_INVALID_ARG);
     cr_assert(strstr(reel_ctx_last_error(ctx), "REEL_CHECK_ALL_STREAMS"), "%s", reel_ctx_last_error(ctx));
     uint64_t id;
@@ -281,10 +281,10 @@ Test(checker, drops_a_racer_once_the_next_access_is_ordered_after_both)
 
 Test(checker, reports_each_piece_of_one_pair_without_the_bytes_between)
 {
-    reel_check_access w[2] = { { .addr = 0, .size = 64, .write = true, .alloc = "t" },
-                               { .addr = 128, .size = 64, .write = true, .alloc = "t" } };
+    reel_check_access w[2] = { { REEL_CHECK_ACCESS_HEAD, .addr = 0, .bytes = 64, .write = true, .alloc = "t" },
+                               { REEL_CHECK_ACCESS_HEAD, .addr = 128, .bytes = 64, .write = true, .alloc = "t" } };
     cr_assert_eq(reel_checker_op(C, 0, "a", 2, w), REEL_OK);
-    reel_check_access all = { .addr = 0, .size = 192, .write = true, .alloc = "t" };
+    reel_check_access all = { REEL_CHECK_ACCESS_HEAD, .addr = 0, .bytes = 192, .write = true, .alloc = "t" };
     cr_assert_eq(reel_checker_op(C, 1, "b", 1, &all), REEL_OK);
     size_t n;
     const reel_hazard *h = reel_checker_hazards(C, &n);
@@ -312,7 +312,7 @@ Test(checker, looks_up_the_allocation_of_an_undescribed_access)
 {
     uint64_t a;
     cr_assert_eq(reel_checker_alloc(C, 0, 0, 4096, 64, "ws block 3", &a), REEL_OK);
-    reel_check_access x = { .addr = 4100, .size = 4, .write = true };
+    reel_check_access x = { REEL_CHECK_ACCESS_HEAD, .addr = 4100, .bytes = 4, .write = true };
     cr_assert_eq(reel_checker_op(C, 0, "k0", 1, &x), REEL_OK);
     cr_assert_eq(reel_checker_op(C, 1, "k1", 1, &x), REEL_OK);
     cr_assert_str_eq(only()->second.alloc, "ws block 3");
@@ -334,9 +334,9 @@ Test(checker, returns_the_hazards_of_each_step)
 
 Test(checker, reports_one_hazard_per_pair_of_ops)
 {
-    reel_check_access w[3] = { { .addr = 0, .size = 64, .write = true, .alloc = "t" },
-                               { .addr = 128, .size = 64, .write = true, .alloc = "t" },
-                               { .addr = 64, .size = 64, .write = true, .alloc = "t" } };
+    reel_check_access w[3] = { { REEL_CHECK_ACCESS_HEAD, .addr = 0, .bytes = 64, .write = true, .alloc = "t" },
+                               { REEL_CHECK_ACCESS_HEAD, .addr = 128, .bytes = 64, .write = true, .alloc = "t" },
+                               { REEL_CHECK_ACCESS_HEAD, .addr = 64, .bytes = 64, .write = true, .alloc = "t" } };
     cr_assert_eq(reel_checker_op(C, 0, "a", 3, w), REEL_OK);
     cr_assert_eq(reel_checker_op(C, 1, "b", 3, w), REEL_OK);
     const reel_hazard *h = only();
@@ -358,6 +358,6 @@ Test(checker, refuses_more_streams_than_it_tracks)
 {
     for (int s = 0; s < REEL_CHECK_MAX_STREAMS; s++)
         op((uint64_t)s, "k", (uint64_t)s * 64, 64, true);
-    reel_check_access a = { .addr = 1 << 20, .size = 4, .write = true };
+    reel_check_access a = { REEL_CHECK_ACCESS_HEAD, .addr = 1 << 20, .bytes = 4, .write = true };
     cr_assert_eq(reel_checker_op(C, 1000, "k", 1, &a), REEL_E_LIMIT);
 }

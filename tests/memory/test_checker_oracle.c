@@ -78,7 +78,7 @@ static int run_one(uint64_t seed)
             a->write = rnd(&x) % 2;
             char name[16];
             snprintf(name, sizeof name, "op%d", O.n);
-            reel_check_access ca = { .addr = a->lo, .size = a->hi - a->lo, .write = a->write, .alloc = "m" };
+            reel_check_access ca = { REEL_CHECK_ACCESS_HEAD, .addr = a->lo, .bytes = a->hi - a->lo, .write = a->write, .alloc = "m" };
             cr_assert_eq(reel_checker_op(c, key_of(s), name, 1, &ca), REEL_OK);
             O.n++;
         } else if (what == 7 || what == 8) {

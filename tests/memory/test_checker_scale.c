@@ -21,7 +21,7 @@ static double cpu_s(void)
 static void acc(reel_checker *c, uint64_t stream, const char *op, uint32_t space, uint64_t addr, uint64_t size,
                 bool write)
 {
-    reel_check_access a = { .space = space, .addr = addr, .size = size, .write = write, .alloc = "t" };
+    reel_check_access a = { REEL_CHECK_ACCESS_HEAD, .space = space, .addr = addr, .bytes = size, .write = write, .alloc = "t" };
     cr_assert_eq(reel_checker_op(c, stream, op, 1, &a), REEL_OK);
 }
 
@@ -69,15 +69,15 @@ static void plan_step(reel_checker *c, int64_t st, bool all)
 {
     reel_checker_begin(c, st);
     acc(c, 0, "upload", 0, 0x1000, 256, true);
-    reel_check_access a[2] = { { 0, 0x1000, 64, false, "tokens" }, { 0, 0x10000, 4096, true, "x" } };
+    reel_check_access a[2] = { { REEL_CHECK_ACCESS_HEAD, 0, 0x1000, 64, false, "tokens" }, { REEL_CHECK_ACCESS_HEAD, 0, 0x10000, 4096, true, "x" } };
     cr_assert_eq(reel_checker_op(c, 0, "embedding", 2, a), REEL_OK);
     cr_assert_eq(reel_checker_event_record(c, 1, 0), REEL_OK);
     cr_assert_eq(reel_checker_event_wait(c, 1, 1), REEL_OK);
-    reel_check_access b[2] = { { 0, 0x10000, 4096, false, "x" }, { 0, 0x11000, 4096, true, "k" } };
+    reel_check_access b[2] = { { REEL_CHECK_ACCESS_HEAD, 0, 0x10000, 4096, false, "x" }, { REEL_CHECK_ACCESS_HEAD, 0, 0x11000, 4096, true, "k" } };
     cr_assert_eq(reel_checker_op(c, 1, "matmul", 2, b), REEL_OK);
     cr_assert_eq(reel_checker_event_record(c, 2, 1), REEL_OK);
     cr_assert_eq(reel_checker_event_wait(c, 0, 2), REEL_OK);
-    reel_check_access d[2] = { { 0, 0x11000, 4096, false, "k" }, { 0, 0x10000, 64, true, "out" } };
+    reel_check_access d[2] = { { REEL_CHECK_ACCESS_HEAD, 0, 0x11000, 4096, false, "k" }, { REEL_CHECK_ACCESS_HEAD, 0, 0x10000, 64, true, "out" } };
     cr_assert_eq(reel_checker_op(c, 0, "add", 2, d), REEL_OK);
     acc(c, 0, "download", 0, 0x10000, 64, false);
     cr_assert_eq(reel_checker_host_sync(c, all ? REEL_CHECK_ALL_STREAMS : 0), REEL_OK);

@@ -80,7 +80,7 @@ static void gpu_close(gpu *g)
 
 static void told(gpu *g, int s, const char *op, const void *p, size_t n, bool write)
 {
-    reel_check_access a = { .addr = (uint64_t)(uintptr_t)p, .size = n, .write = write };
+    reel_check_access a = { REEL_CHECK_ACCESS_HEAD, .addr = (uint64_t)(uintptr_t)p, .bytes = n, .write = write };
     GOK(g, reel_checker_op(g->chk, (uint64_t)s, op, 1, &a));
 }
 

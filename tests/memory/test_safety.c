@@ -473,8 +473,8 @@ Test(safety_ok, in_place_op_on_one_stream)
 {
     reel_checker *c;
     cr_assert_eq(reel_checker_create(NULL, &c), REEL_OK);
-    reel_check_access acc[2] = { { .space = 1, .addr = 0, .size = 64, .write = false },
-                                 { .space = 1, .addr = 0, .size = 64, .write = true } };
+    reel_check_access acc[2] = { { REEL_CHECK_ACCESS_HEAD, .space = 1, .addr = 0, .bytes = 64, .write = false },
+                                 { REEL_CHECK_ACCESS_HEAD, .space = 1, .addr = 0, .bytes = 64, .write = true } };
     cr_assert_eq(reel_checker_op(c, 0, "x = x + y", 2, acc), REEL_OK);
     cr_assert_eq(reel_checker_op(c, 0, "x = x * 2", 2, acc), REEL_OK);
     cr_assert_eq(reel_checker_count(c), 0);

@@ -69,7 +69,7 @@ static void launch(stress *x, int s, reel_host_fn fn, const void *args, size_t s
 
 static void told(stress *x, int s, const char *op, const void *p, size_t n, bool write)
 {
-    reel_check_access a = { .space = 0, .addr = (uint64_t)(uintptr_t)p, .size = n, .write = write };
+    reel_check_access a = { REEL_CHECK_ACCESS_HEAD, .space = 0, .addr = (uint64_t)(uintptr_t)p, .bytes = n, .write = write };
     cr_assert_eq(reel_checker_op(x->chk, (uint64_t)s, op, 1, &a), REEL_OK);
 }
 

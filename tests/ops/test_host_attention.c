@@ -93,7 +93,7 @@ static void attn_run(attn *a)
 {
     tlaunch L;
     tlaunch_init(&L, REEL_OP_PAGED_ATTENTION, a->T);
-    L.attrs.attn.p = (reel_attn_params){ a->H, a->Hkv, a->Dh, a->bs, 0.0f };
+    L.attrs.attn.p = (reel_attn_params){ REEL_ATTN_PARAMS_HEAD, a->H, a->Hkv, a->Dh, a->bs, 0.0f };
     L.in[0] = tshape(a->dt, true, 2, 0, (int64_t)a->H * a->Dh, 0, 0);
     L.in[1] = tshape(a->dt, true, 2, 0, kvw(a), 0, 0);
     L.in[2] = L.in[1];

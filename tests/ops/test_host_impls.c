@@ -61,7 +61,7 @@ static int node_shapes(reel_op_kind k, reel_dtype dt, reel_shape *in, reel_shape
     case REEL_OP_SOFTMAX: return 1;
     case REEL_OP_ARGMAX: out[0] = ids; return 1;
     case REEL_OP_PAGED_ATTENTION:
-        a->attn.p = (reel_attn_params){ 4, 2, 16, 16, 0.0f };
+        a->attn.p = (reel_attn_params){ REEL_ATTN_PARAMS_HEAD, 4, 2, 16, 16, 0.0f };
         in[1] = in[2] = tshape(dt, true, 2, 0, 32, 0, 0);
         in[3] = in[4] = tshape(dt, false, 4, 8, 16, 2, 16);
         /* the split-KV workspace: SLOTS x (H*Dh + H) f32 */

@@ -179,7 +179,7 @@ static inline void as_info_make(as_info *in, const as_step *st, const int32_t *b
         int s = st->tseq[t];
         in->slot[t] = s < 0 ? -1 : bt[s * per + st->pos[t] / bs] * bs + st->pos[t] % bs;
     }
-    in->si = (reel_step_info){ st->n, st->nseq, st->qs, st->pos, in->slot, st->ctx, in->bt, per };
+    in->si = (reel_step_info){ REEL_STEP_INFO_HEAD, st->n, st->nseq, st->qs, st->pos, in->slot, st->ctx, in->bt, per };
 }
 
 /* A single-rank plan of plain paged attention over a cache of `per` blocks
@@ -192,7 +192,7 @@ static inline reel_status as_mono_plan(reel_ctx *ctx, const as_model *m, int per
         return st;
     int64_t qd[2] = { REEL_DIM_TOKENS, as_qw(m) }, kd[2] = { REEL_DIM_TOKENS, as_kvw(m) };
     int64_t cd[4] = { AS_MAXSEQ * per + spare, m->bs, m->hkv, m->dh };
-    reel_attn_params ap = { m->h, m->hkv, m->dh, m->bs, 0.0f };
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, m->h, m->hkv, m->dh, m->bs, 0.0f };
     reel_output(g, "out",
                 reel_paged_attention(g, reel_input(g, "q", m->dt, 2, qd), reel_input(g, "k", m->dt, 2, kd),
                                      reel_input(g, "v", m->dt, 2, kd), reel_state(g, "kc", m->dt, 4, cd),

@@ -93,7 +93,7 @@ static reel_status run_plan(rk_world *w, int r, op_job *j, bool eager, float *go
     reel_graph_destroy(g);
     if (st == REEL_OK && !c->param)
         st = reel_plan_set_input(p, "x", xb, ROWS);
-    reel_step_info s = {.num_tokens = ROWS};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = ROWS};
     if (st == REEL_OK)
         st = reel_step(p, &s);
     const void *y = NULL;
@@ -104,7 +104,7 @@ static reel_status run_plan(rk_world *w, int r, op_job *j, bool eager, float *go
         memcpy(raw, y, (size_t)j->ye * reel_dtype_size(c->dt));
         for (int64_t i = 0; i < j->ye; i++)
             got[i] = c->dt == REEL_I32 ? (float)((const int32_t *)y)[i] : reel_load(y, c->dt, i);
-        reel_plan_stats ps;
+        reel_plan_stats ps = REEL_PLAN_STATS_INIT;
         reel_plan_stats_get(p, &ps);
         if (!eager)
             j->replays[r] = ps.replays;
@@ -283,7 +283,7 @@ static void pp_body(rk_world *w, int r, void *arg)
     for (int step = 0; step < 2 && st == REEL_OK; step++) {
         if (r == 0)
             st = reel_plan_set_input(p, "x", j->h, ROWS);
-        reel_step_info s = {.num_tokens = ROWS};
+        reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = ROWS};
         if (st == REEL_OK)
             st = reel_step(p, &s);
     }
@@ -407,7 +407,7 @@ static void rule_body(rk_world *w, int r, void *arg)
     for (int step = 0; step < (j->mode == M_INJECT ? 2 : 1) && st == REEL_OK && j->mode != M_KEEP && !silent;
          step++) {
         st = reel_plan_set_input(p, "x", xs, 3);
-        reel_step_info s = {.num_tokens = 3};
+        reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 3};
         if (st == REEL_OK)
             st = reel_step(p, &s);
         if (j->mode == M_INJECT && st != REEL_OK && step == 0) {
@@ -427,7 +427,7 @@ static void rule_body(rk_world *w, int r, void *arg)
             memcpy(j->ring[r], y, sizeof j->ring[r]);
     }
     if (p) {
-        reel_plan_stats ps;
+        reel_plan_stats ps = REEL_PLAN_STATS_INIT;
         reel_plan_stats_get(p, &ps);
         j->replays[r] = ps.replays;
         j->why[r] = reel_plan_last_fallback(p);
@@ -672,7 +672,7 @@ static void dcp_body(rk_world *w, int r, void *arg)
         st = reel_plan_set_input(p, "out", j->out[r], ROWS);
     if (st == REEL_OK)
         st = reel_plan_set_input(p, "lse", j->lse[r], ROWS);
-    reel_step_info s = {.num_tokens = ROWS};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = ROWS};
     if (st == REEL_OK)
         st = reel_step(p, &s);
     const void *y;
@@ -725,7 +725,7 @@ Test(collectives, dcp_partials_combined_across_ranks_equal_the_combine_on_one_ra
             }
         reel_plan_set_input(p, "out", ao, ROWS);
         reel_plan_set_input(p, "lse", al, ROWS);
-        reel_step_info s = {.num_tokens = ROWS};
+        reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = ROWS};
         cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
         const void *wo, *wl;
         int64_t rows;

@@ -109,7 +109,7 @@ static reel_status cp_plan(rk_world *w, int r, const cp_job *j, bool eager, reel
         return st;
     int64_t qd[2] = { REEL_DIM_TOKENS, H * DH }, kd[2] = { REEL_DIM_TOKENS, HKV * DH };
     int64_t cd[4] = { NBLK, BS, HKV, DH };
-    reel_attn_params ap = { H, HKV, DH, BS, 0.0f };
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, H, HKV, DH, BS, 0.0f };
     reel_output(g, "out",
                 reel_cp_attention(g, reel_input(g, "q", dt, 2, qd), reel_input(g, "k", dt, 2, kd),
                                   reel_input(g, "v", dt, 2, kd), reel_state(g, "kc", dt, 4, cd),
@@ -182,7 +182,7 @@ static void cp_body(rk_world *w, int r, void *arg)
             st = reel_plan_read_state(p[e], "vc", j->vc[e][r], cache_bytes(j));
     }
     if (st == REEL_OK) {
-        reel_plan_stats ps;
+        reel_plan_stats ps = REEL_PLAN_STATS_INIT;
         reel_plan_stats_get(p[0], &ps);
         j->replays[r] = ps.replays;
     }
@@ -300,7 +300,7 @@ Test(cp, layouts_outside_the_validated_subset_are_refused_naming_the_limit)
     reel_ctx *ctx = w.ctx[0];
     int64_t qd[2] = { REEL_DIM_TOKENS, 16 }, kd[2] = { REEL_DIM_TOKENS, 8 }, sd[2] = { REEL_DIM_TOKENS, 1 };
     int64_t cd[4] = { 8, 16, 1, 8 };
-    reel_attn_params ap = { 2, 1, 8, 16, 0.0f };
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, 2, 1, 8, 16, 0.0f };
     for (int k = 0; k < 3; k++) {
         reel_graph *g = NULL;
         cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);

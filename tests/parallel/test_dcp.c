@@ -53,7 +53,7 @@ typedef struct dcp_job {
 
 static reel_dcp_layout layout_of(const dcp_job *j, int r)
 {
-    return (reel_dcp_layout){ j->n, r, j->interleave, j->exchange };
+    return (reel_dcp_layout){ REEL_DCP_LAYOUT_HEAD, j->n, r, j->interleave, j->exchange };
 }
 
 static reel_status dcp_plan(rk_world *w, int r, const dcp_job *j, bool eager, reel_plan **out)
@@ -66,7 +66,7 @@ static reel_status dcp_plan(rk_world *w, int r, const dcp_job *j, bool eager, re
         return st;
     int64_t qd[2] = { REEL_DIM_TOKENS, (int64_t)hr * DH }, kd[2] = { REEL_DIM_TOKENS, HKV * DH };
     int64_t cd[4] = { NBLK, BS, HKV, DH };
-    reel_attn_params ap = { H, HKV, DH, BS, 0.0f };
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, H, HKV, DH, BS, 0.0f };
     reel_dcp_layout d = layout_of(j, r);
     reel_tensor o, l;
     reel_dcp_attention(g, reel_input(g, "q", m->dt, 2, qd), reel_input(g, "k", m->dt, 2, kd),
@@ -153,7 +153,7 @@ static void dcp_body(rk_world *w, int r, void *arg)
             st = reel_plan_read_state(p[e], "vc", j->vc[e][r], words * 4);
     }
     if (st == REEL_OK) {
-        reel_plan_stats ps;
+        reel_plan_stats ps = REEL_PLAN_STATS_INIT;
         reel_plan_stats_get(p[0], &ps);
         j->replays[r] = ps.replays;
     }
@@ -359,7 +359,7 @@ static void run_combine(reel_ctx *ctx, int np, const comb *c, float *out, float 
     reel_graph_destroy(g);
     cr_assert_eq(reel_plan_set_input(p, "a", c->outs, CP_T), REEL_OK);
     cr_assert_eq(reel_plan_set_input(p, "b", c->lses, CP_T), REEL_OK);
-    reel_step_info s = { .num_tokens = CP_T };
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = CP_T };
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
     const void *y;
     int64_t rows;
@@ -476,7 +476,7 @@ static void rescale_body(rk_world *w, int r, void *arg)
         st = reel_plan_set_input(p, "out", mo, CP_T);
     if (st == REEL_OK)
         st = reel_plan_set_input(p, "lse", ml, CP_T);
-    reel_step_info s = { .num_tokens = CP_T };
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = CP_T };
     if (st == REEL_OK)
         st = reel_step(p, &s);
     const void *y;
@@ -551,8 +551,8 @@ static void check_refusal(const refuse_case *c, bool at_build)
     cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
     int64_t qd[2] = { REEL_DIM_TOKENS, (int64_t)(c->h / c->n) * 8 }, kd[2] = { REEL_DIM_TOKENS, 8 };
     int64_t cd[4] = { 8, 16, 1, 8 };
-    reel_attn_params ap = { c->h, 1, 8, 16, 0.0f };
-    reel_dcp_layout d = { c->n, c->rank, c->interleave, REEL_DCP_ALL_TO_ALL };
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, c->h, 1, 8, 16, 0.0f };
+    reel_dcp_layout d = { REEL_DCP_LAYOUT_HEAD, c->n, c->rank, c->interleave, REEL_DCP_ALL_TO_ALL };
     reel_tensor o, l;
     reel_status st =
         reel_dcp_attention(g, reel_input(g, "q", REEL_F32, 2, qd), reel_input(g, "k", REEL_F32, 2, kd),
@@ -614,7 +614,7 @@ Test(dcp, dcp_with_cp_and_dcp_beside_plain_attention_are_refused_at_compile)
         reel_graph *g = NULL;
         cr_assert_eq(reel_graph_create(w.ctx[0], &g), REEL_OK);
         int64_t qd[2] = { REEL_DIM_TOKENS, 16 }, cd[4] = { 8, 16, 1, 8 }, sd[2] = { REEL_DIM_TOKENS, 1 };
-        reel_attn_params ap = { 2, 1, 8, 16, 0.0f };
+        reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, 2, 1, 8, 16, 0.0f };
         reel_tensor q = reel_input(g, "q", REEL_F32, 2, qd), kv = reel_input(g, "k", REEL_F32, 2, (int64_t[]){ REEL_DIM_TOKENS, 8 });
         reel_tensor kc = reel_state(g, "kc", REEL_F32, 4, cd), vc = reel_state(g, "vc", REEL_F32, 4, cd);
         reel_attn_layout lay = { .dcp = 1, .interleave = 1, .cp = k == 0 ? 1 : 0, .lse = true };

@@ -82,7 +82,7 @@ reel_status og_build(reel_ctx *ctx, int kind, reel_dtype dt, uint64_t seed, og_g
     case OG_ARGMAX: y = reel_argmax(g, tin(og, "x", dt, 2, 40, 0)); break;
     case OG_ATTENTION: {
         int64_t cd[4] = {OG_BLOCKS, OG_BLOCK, KV, D};
-        reel_attn_params ap = {H, KV, D, OG_BLOCK, 0.f};
+        reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, H, KV, D, OG_BLOCK, 0.f};
         y = reel_paged_attention(g, tin(og, "q", dt, 2, H * D, 0), tin(og, "k", dt, 2, KV * D, 0),
                                  tin(og, "v", dt, 2, KV * D, 0), reel_state(g, "k_cache", dt, 4, cd),
                                  reel_state(g, "v_cache", dt, 4, cd), &ap);
@@ -92,7 +92,7 @@ reel_status og_build(reel_ctx *ctx, int kind, reel_dtype dt, uint64_t seed, og_g
         /* Partial rotation (half of each head), the rotated k also a graph
          * output: the fused node produces it. */
         int64_t cd[4] = {OG_BLOCKS, OG_BLOCK, KV, D};
-        reel_attn_params ap = {H, KV, D, OG_BLOCK, 0.f};
+        reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, H, KV, D, OG_BLOCK, 0.f};
         reel_tensor pos = reel_positions(g);
         reel_tensor q = reel_rope(g, tin(og, "q", dt, 2, H * D, 0), pos, D, D / 2, 10000.f);
         reel_tensor k = reel_rope(g, tin(og, "k", dt, 2, KV * D, 0), pos, D, D / 2, 10000.f);
@@ -170,6 +170,7 @@ reel_status og_make_step(reel_plan *p, int kind, reel_dtype dt, int32_t n, uint6
     uint64_t rng = seed;
     const int H = OG_HEADS, KV = OG_KV_HEADS, D = OG_HEAD_DIM;
     memset(s, 0, sizeof *s);
+    s->info = (reel_step_info)REEL_STEP_INFO_INIT;
     s->info.num_tokens = n;
     for (int32_t t = 0; t < n; t++)
         s->pos[t] = (int32_t)(og_rand(&rng) % 50);

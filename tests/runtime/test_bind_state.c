@@ -52,7 +52,7 @@ Test(bind_state, two_plans_sharing_a_kv_cache_match_one_plan, .init = setup, .fi
     const void *yb = step(b, 1, 2, 21); /* one decode through plan b reads a's writes */
     const void *yc = step(c, 1, 2, 21);
     cr_assert_eq(memcmp(yb, yc, OG_HEADS * OG_HEAD_DIM * sizeof(float)), 0, "plan b did not see plan a's cache");
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(b, &st);
     cr_assert_eq(st.graph_updates + st.graph_reinstantiations, 4, "2 binds x 2 buckets re-captured");
     cr_assert_eq(reel_plan_last_fallback(b), REEL_FALLBACK_NONE);

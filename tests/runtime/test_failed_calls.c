@@ -49,7 +49,7 @@ Test(failed_calls, a_step_failing_mid_issue_leaves_no_work_in_flight, .init = se
 {
     static float w1[32 * 32], w2[32 * 32], nw[32], x[16 * 32];
     reel_plan *p = branches(w1, w2, nw);
-    reel_step_info s = {.num_tokens = 9}; /* past the buckets: the same overflow layout every time */
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 9}; /* past the buckets: the same overflow layout every time */
     cr_assert_eq(reel_plan_set_input(p, "x", x, 9), REEL_OK);
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
     /* The softmax on stream 1 fails after the matmul on stream 1 read x:
@@ -62,7 +62,7 @@ Test(failed_calls, a_step_failing_mid_issue_leaves_no_work_in_flight, .init = se
     /* The next upload overwrites x: ordered after that read only if the
      * failed step drained its streams. */
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(p, &st);
     cr_assert_eq(st.hazards, 0);
     cr_assert_eq(st.steps, 2);

@@ -59,7 +59,7 @@ Test(fallback, tokens_over_the_largest_bucket_run_eagerly_with_the_same_result, 
     step_ok(b, OG_MATMUL, 11, 1, REEL_FALLBACK_NONE);
     same_output(a, b, "y");
     step_ok(a, OG_MATMUL, 3, 1, REEL_FALLBACK_NONE); /* back to replay after an overflow step */
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(a, &st);
     cr_assert_eq(st.eager_by_reason[REEL_FALLBACK_TOKENS_OVER_LIMIT], 1);
     cr_assert_eq(st.replays, 1);
@@ -82,7 +82,7 @@ Test(fallback, context_over_limit_runs_eagerly_and_matches_a_larger_plan, .init 
     step_ok(a, OG_ATTENTION, 6, 60, REEL_FALLBACK_CONTEXT_OVER_LIMIT);
     step_ok(b, OG_ATTENTION, 6, 60, REEL_FALLBACK_NONE);
     same_output(a, b, "y");
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(a, &st);
     cr_assert_eq(st.eager_by_reason[REEL_FALLBACK_CONTEXT_OVER_LIMIT], 1);
     reel_plan_destroy(a);
@@ -111,7 +111,7 @@ Test(fallback, a_plan_without_graphs_counts_no_bucket, .init = setup, .fini = te
     reel_plan *a = compile_kind(&ga, OG_ADD, &o, NULL);
     step_ok(a, OG_ADD, 3, 1, REEL_FALLBACK_NO_BUCKET);
     step_ok(a, OG_ADD, 9, 1, REEL_FALLBACK_TOKENS_OVER_LIMIT);
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(a, &st);
     cr_assert_eq(st.graphs_captured, 0);
     cr_assert_eq(st.eager_by_reason[REEL_FALLBACK_NO_BUCKET], 1);
@@ -147,7 +147,7 @@ Test(fallback, a_failed_capture_falls_back_for_that_bucket_only, .init = setup, 
     step_ok(a, OG_RMSNORM, 1, 1, REEL_FALLBACK_NONE);
     step_ok(a, OG_RMSNORM, 2, 1, REEL_FALLBACK_CAPTURE_FAILED);
     step_ok(a, OG_RMSNORM, 3, 1, REEL_FALLBACK_NONE);
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(a, &st);
     cr_assert_eq(st.graphs_captured, 2);
     reel_plan_destroy(a);
@@ -205,7 +205,7 @@ Test(fallback, eager_steps_dispatch_every_node_and_replays_none, .init = setup, 
     og_graph ga;
     reel_compile_opts o = opts_buckets(1, (int32_t[]){4});
     reel_plan *a = compile_kind(&ga, OG_ADD, &o, NULL);
-    reel_plan_stats s0, s1, s2;
+    reel_plan_stats s0 = REEL_PLAN_STATS_INIT, s1 = REEL_PLAN_STATS_INIT, s2 = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(a, &s0);
     step_ok(a, OG_ADD, 4, 1, REEL_FALLBACK_NONE);
     reel_plan_stats_get(a, &s1);
@@ -222,7 +222,7 @@ Test(fallback, overflow_steps_take_their_arena_from_the_workspace_and_trim_retur
     og_graph ga;
     reel_compile_opts o = opts_buckets(1, (int32_t[]){2});
     reel_plan *a = compile_kind(&ga, OG_MATMUL, &o, NULL);
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(a, &st);
     cr_assert_eq(st.workspace_bytes, 0);
     step_ok(a, OG_MATMUL, 9, 1, REEL_FALLBACK_TOKENS_OVER_LIMIT);

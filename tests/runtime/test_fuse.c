@@ -38,7 +38,7 @@ static reel_plan *compile(reel_graph *g, bool fuse)
 
 static int nodes_of(reel_plan *p)
 {
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     return st.num_nodes;
 }
@@ -113,7 +113,7 @@ static int fused_nodes(int twist)
                               twist == TW_ROT_DIMS_DIFFER ? D : rd, 10000.f);
     if (twist == TW_OTHER_STREAM)
         cr_assert_eq(reel_set_stream(g, k, 1), REEL_OK);
-    reel_attn_params ap = {H, KV, D, OG_BLOCK, 0.f};
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, H, KV, D, OG_BLOCK, 0.f};
     reel_tensor y = reel_paged_attention(g, q, k, reel_input(g, "v", REEL_F32, 2, kd),
                                          reel_state(g, "k_cache", REEL_F32, 4, cd),
                                          reel_state(g, "v_cache", REEL_F32, 4, cd), &ap);

@@ -70,7 +70,7 @@ static reel_plan *compile(reel_graph *g, bool fuse, bool check)
 static void run(reel_plan *p, reel_dtype dt, const char *name, void *out, size_t bytes)
 {
     cr_assert_eq(reel_plan_set_input(p, "x", data(dt, ROWS * D, 99), ROWS), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    reel_step_info s = {.num_tokens = ROWS};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = ROWS};
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
     const void *o;
     int64_t rows;
@@ -82,7 +82,7 @@ static void run(reel_plan *p, reel_dtype dt, const char *name, void *out, size_t
 /* Nodes of op `op` in the plan, and the first node's fused text with op. */
 static int nodes_of(const reel_plan *p, const char *op, const char **fused)
 {
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     int c = 0;
     for (int i = 0; i < st.num_nodes; i++) {
@@ -99,7 +99,7 @@ static int nodes_of(const reel_plan *p, const char *op, const char **fused)
 
 static int num_nodes(const reel_plan *p)
 {
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     return st.num_nodes;
 }
@@ -281,7 +281,7 @@ Test(fuse, rmsnorm_folds_into_the_matmul_reading_it_with_the_unfused_bits, .init
     cr_assert_eq(nodes_of(p, "silu_and_mul", NULL), 0);
     cr_assert_eq(nodes_of(p, "matmul", NULL), 3);
     cr_assert_eq(num_nodes(p), 4, "three matmuls and the last add");
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     bool pro = false, addpro = false;
     for (int i = 0; i < st.num_nodes; i++) {
@@ -380,10 +380,10 @@ Test(fuse, views_of_a_matmul_alias_its_segments_with_the_unfused_bits, .init = s
     cr_assert_eq(nodes_of(p, "matmul", &fused), 2);
     cr_assert_str_eq(fused, "matmul->3 views");
     /* The views own no placement; the qkv buffer holds their bytes. */
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     for (int i = 0;; i++) {
-        reel_placement pl;
+        reel_placement pl = REEL_PLACEMENT_INIT;
         if (reel_plan_placement(p, 1, i, &pl) != REEL_OK)
             break;
         cr_assert_str_neq(pl.name, "v", "a view has a placement of its own");
@@ -442,7 +442,7 @@ Test(fuse, the_hazard_checker_sees_a_view_as_its_sources_bytes, .init = setup, .
     reel_plan_debug dbg = {.not_capturable_node = -1, .drop_waits_of = vk + 1};
     cr_assert_eq(reel_compile_debug(g, &o, &dbg, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
     cr_assert_eq(reel_plan_set_input(p, "x", data(REEL_F32, ROWS * D, 99), ROWS), REEL_OK);
-    reel_step_info s = {.num_tokens = ROWS};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = ROWS};
     cr_assert_eq(reel_step(p, &s), REEL_E_HAZARD);
     const char *msg = reel_ctx_last_error(ctx);
     cr_assert(strstr(msg, "'v'") || strstr(msg, "view_cols#"), "the report names the view: %s", msg);

@@ -75,7 +75,7 @@ static void run(reel_plan *p, int32_t n)
     float x[64 * 4];
     for (int i = 0; i < n * 4; i++) x[i] = (float)i;
     cr_assert_eq(reel_plan_set_input(p, "x", x, n), REEL_OK);
-    reel_step_info s = {.num_tokens = n};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = n};
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
 }
 
@@ -165,7 +165,7 @@ Test(introspect, binding_a_state_logs_each_graph_re_instantiated, .init = setup,
 Test(introspect, the_plans_device_memory_is_known_at_compile, .init = setup, .fini = teardown)
 {
     reel_plan *p = two_streams(3, (int32_t[]){1, 8, 64});
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     reel_plan_memory m = REEL_PLAN_MEMORY_INIT;
     cr_assert_eq(reel_plan_memory_get(p, &m), REEL_OK);
@@ -195,6 +195,7 @@ Test(introspect, an_older_shorter_struct_is_filled_to_its_size_only, .init = set
     memset(&m, 0xab, sizeof m);
     m.size = offsetof(reel_plan_memory, graph_bytes_known);
     m.version = REEL_VERSION_NUMBER;
+    m.magic = REEL_PLAN_MEMORY_MAGIC;
     cr_assert_eq(reel_plan_memory_get(p, &m), REEL_OK);
     cr_assert_eq(m.num_buckets, 1);
     cr_assert_eq(m.device_bytes, (size_t)0xabababababababab, "past the caller's size: untouched");
@@ -209,7 +210,7 @@ Test(introspect, an_older_shorter_struct_is_filled_to_its_size_only, .init = set
 Test(introspect, node_info_names_kernel_stream_operands_and_why, .init = setup, .fini = teardown)
 {
     reel_plan *p = two_streams(2, (int32_t[]){1, 4});
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(p, &st);
     cr_assert_eq(st.num_nodes, 4);
     int h = -1, u = -1;
@@ -247,7 +248,7 @@ Test(introspect, node_info_names_kernel_stream_operands_and_why, .init = setup, 
 Test(introspect, op_spans_cover_each_node_of_a_replay_on_its_stream, .init = setup, .fini = teardown)
 {
     reel_plan *p = two_streams(2, (int32_t[]){1, 4});
-    reel_op_span sp[64];
+    reel_op_span sp[64] = { REEL_OP_SPAN_INIT };
     int n = -1;
     cr_assert_eq(reel_plan_take_op_spans(p, sp, 64, &n), REEL_OK);
     cr_assert_eq(n, 0, "nothing recorded before tracing starts");

@@ -55,7 +55,7 @@ Test(messages, compile_stats_and_placement_refusals_say_why, .init = setup, .fin
     SAYS(ctx, reel_plan_stats_get(p, NULL), REEL_E_INVALID_ARG, "stats");
     reel_plan_destroy(p);
     p = fresh_plan(g);
-    reel_placement pl;
+    reel_placement pl = REEL_PLACEMENT_INIT;
     SAYS(ctx, reel_plan_placement(p, 99, 0, &pl), REEL_E_NOT_FOUND, "bucket 99");
     reel_plan_destroy(p);
     p = fresh_plan(g);
@@ -81,11 +81,11 @@ Test(messages, introspection_refusals_say_why, .init = setup, .fini = teardown)
     reel_plan_destroy(p);
     p = fresh_plan(g);
     reel_node_info zero = {0};
-    SAYS(ctx, reel_plan_node_info(p, 0, &zero), REEL_E_VERSION, "node_info");
+    SAYS(ctx, reel_plan_node_info(p, 0, &zero), REEL_E_VERSION, "REEL_NODE_INFO_INIT");
     reel_plan_destroy(p);
     p = fresh_plan(g);
     reel_plan_memory mem = {0};
-    SAYS(ctx, reel_plan_memory_get(p, &mem), REEL_E_VERSION, "memory_get");
+    SAYS(ctx, reel_plan_memory_get(p, &mem), REEL_E_VERSION, "REEL_PLAN_MEMORY_INIT");
     reel_plan_destroy(p);
     p = fresh_plan(g);
     int n;
@@ -98,8 +98,8 @@ Test(messages, introspection_refusals_say_why, .init = setup, .fini = teardown)
 
 Test(messages, calls_without_a_handle_say_why_in_the_threads_last_error)
 {
-    reel_plan_stats st;
-    reel_placement pl;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
+    reel_placement pl = REEL_PLACEMENT_INIT;
     reel_plan *p = NULL;
     SAYS(NULL, reel_compile(NULL, NULL, &p), REEL_E_INVALID_ARG, "graph");
     SAYS(NULL, reel_compile(NULL, NULL, NULL), REEL_E_INVALID_ARG, NULL);

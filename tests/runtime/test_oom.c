@@ -88,7 +88,7 @@ static reel_graph *branches(float *w)
 
 static reel_status step_n(reel_plan *p, const float *x, int32_t n)
 {
-    reel_step_info s = {.num_tokens = n};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = n};
     reel_status st = reel_plan_set_input(p, "x", x, n);
     return st ? st : reel_step(p, &s);
 }

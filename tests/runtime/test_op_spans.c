@@ -51,7 +51,7 @@ static void step(reel_plan *p, int32_t n)
     for (int i = 0; i < 8 * 256; i++)
         x[i] = (float)(i % 17) * 0.1f;
     cr_assert_eq(reel_plan_set_input(p, "x", x, n), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    reel_step_info s = {.num_tokens = n};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = n};
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
 }
 
@@ -60,14 +60,14 @@ static double mono_us(void) { return reel_now_ms() * 1e3; }
 Test(op_spans, an_eager_step_times_each_op_once_in_order, .init = setup, .fini = teardown)
 {
     reel_plan *p = chain(false);
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     cr_assert_eq(reel_plan_trace_ops(p, 1), REEL_OK, "%s", reel_ctx_last_error(ctx));
     for (int rep = 0; rep < 3; rep++) {
         double t0 = mono_us();
         step(p, 5);
         double t1 = mono_us();
-        reel_op_span sp[16];
+        reel_op_span sp[16] = { REEL_OP_SPAN_INIT };
         int n = 0;
         cr_assert_eq(reel_plan_take_op_spans(p, sp, 16, &n), REEL_OK, "%s", reel_ctx_last_error(ctx));
         cr_assert_eq(n, st.num_nodes, "step %d: %d spans for %d ops", rep, n, st.num_nodes);
@@ -98,11 +98,11 @@ Test(op_spans, a_replayed_step_records_none, .init = setup, .fini = teardown)
     reel_plan *p = chain(true);
     cr_assert_eq(reel_plan_trace_ops(p, 1), REEL_OK, "%s", reel_ctx_last_error(ctx));
     step(p, 8);
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     cr_assert_eq(st.replays, 1, "the step was not replayed");
     int n = -1;
-    reel_op_span sp[16];
+    reel_op_span sp[16] = { REEL_OP_SPAN_INIT };
     cr_assert_eq(reel_plan_take_op_spans(p, sp, 16, &n), REEL_OK, "%s", reel_ctx_last_error(ctx));
     cr_assert_eq(n, 0, "a replay recorded %d op spans", n);
     reel_plan_destroy(p);

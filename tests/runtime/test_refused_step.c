@@ -39,8 +39,8 @@ static reel_plan *two_cache_plan(void)
         int64_t d[] = {cache_blocks[c], cache_bs[c], 1, D};
         st[c] = reel_state(g, caches[c], REEL_F32, 4, d);
     }
-    reel_attn_params pb = {.num_heads = 1, .num_kv_heads = 1, .head_dim = D, .block_size = 1};
-    reel_attn_params pa = {.num_heads = 1, .num_kv_heads = 1, .head_dim = D, .block_size = 8};
+    reel_attn_params pb = { REEL_ATTN_PARAMS_HEAD, .num_heads = 1, .num_kv_heads = 1, .head_dim = D, .block_size = 1};
+    reel_attn_params pa = { REEL_ATTN_PARAMS_HEAD, .num_heads = 1, .num_kv_heads = 1, .head_dim = D, .block_size = 8};
     reel_tensor ob = reel_paged_attention(g, q, k, v, st[0], st[1], &pb);
     reel_tensor oa = reel_paged_attention(g, q, k, v, st[2], st[3], &pa);
     reel_set_name(g, ob, "attn_b");
@@ -93,7 +93,7 @@ Test(refused_step, a_block_entry_valid_for_one_cache_and_past_another_is_refused
     /* Context 3, one new token at position 2 into slot 2 (inside both
      * caches). Entry 0 is block 5: cache b has 10 blocks, cache a only 4. */
     int32_t qs[2] = {0, 1}, pos[1] = {2}, slot[1] = {2}, lens[1] = {3}, bt[8] = {5, 1, 2, 0, 0, 0, 0, 0};
-    reel_step_info s = {.num_tokens = 1, .num_seqs = 1, .query_start = qs, .positions = pos, .slot_mapping = slot,
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 1, .num_seqs = 1, .query_start = qs, .positions = pos, .slot_mapping = slot,
                         .context_lens = lens, .block_tables = bt, .block_table_stride = 8};
     cr_assert_eq(reel_step(p, &s), REEL_E_INVALID_ARG, "%s", reel_ctx_last_error(ctx));
     HAS("block table");
@@ -113,7 +113,7 @@ Test(refused_step, a_slot_inside_one_cache_and_past_another_is_refused_before_an
     fill_caches(p, saved);
     /* Slot 20: cache a has 32 slots, cache b 10. */
     int32_t qs[2] = {0, 1}, pos[1] = {2}, slot[1] = {20}, lens[1] = {3}, bt[8] = {3, 1, 2, 0, 0, 0, 0, 0};
-    reel_step_info s = {.num_tokens = 1, .num_seqs = 1, .query_start = qs, .positions = pos, .slot_mapping = slot,
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 1, .num_seqs = 1, .query_start = qs, .positions = pos, .slot_mapping = slot,
                         .context_lens = lens, .block_tables = bt, .block_table_stride = 8};
     cr_assert_eq(reel_step(p, &s), REEL_E_INVALID_ARG, "%s", reel_ctx_last_error(ctx));
     HAS("slot");

@@ -53,7 +53,7 @@ static void check_kind(int kind)
         cr_assert_eq(reel_compile(ga.g, &o, &pa), REEL_OK, "%s: %s", og_name(kind), reel_ctx_last_error(ctx));
         o.no_capture = true;
         cr_assert_eq(reel_compile(gb.g, &o, &pb), REEL_OK, "%s", reel_ctx_last_error(ctx));
-        reel_plan_stats s0;
+        reel_plan_stats s0 = REEL_PLAN_STATS_INIT;
         reel_plan_stats_get(pa, &s0);
         cr_assert_eq(s0.graphs_captured, 4, "%s: %llu graphs captured", og_name(kind),
                      (unsigned long long)s0.graphs_captured);
@@ -67,7 +67,7 @@ static void check_kind(int kind)
             cr_assert_eq(reel_plan_last_fallback(pb), REEL_FALLBACK_NO_BUCKET);
             compare_outputs(pa, pb, kind, dts[d], n);
         }
-        reel_plan_stats s1;
+        reel_plan_stats s1 = REEL_PLAN_STATS_INIT;
         reel_plan_stats_get(pa, &s1);
         cr_assert_eq(s1.replays, 8);
         cr_assert_eq(s1.op_dispatches, s0.op_dispatches, "replay went back through the executor");

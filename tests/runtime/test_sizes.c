@@ -37,14 +37,14 @@ Test(sizes, a_plan_without_paged_attention_gets_no_block_tables_whatever_the_lim
     o.max_seqs = 1 << 16;
     reel_plan *p = NULL;
     cr_assert_eq(reel_compile(g, &o, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     /* Error word and the inputs and positions of 64 tokens. */
     cr_assert_lt(st.static_bytes, 8192, "static region of %zu bytes for one add", st.static_bytes);
     float x[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     cr_assert_eq(reel_plan_set_input(p, "a", x, 3), REEL_OK);
     cr_assert_eq(reel_plan_set_input(p, "b", x, 3), REEL_OK);
-    reel_step_info s = {.num_tokens = 3};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 3};
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
     const float *sum;
     int64_t rows;
@@ -68,7 +68,7 @@ Test(sizes, a_plan_with_paged_attention_still_gets_its_block_tables, .init = set
     cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
     int64_t tok[] = {REEL_DIM_TOKENS, 4}, cd[] = {8, 4, 1, 4};
     reel_tensor q = reel_input(g, "q", REEL_F32, 2, tok);
-    reel_attn_params ap = {.num_heads = 1, .num_kv_heads = 1, .head_dim = 4, .block_size = 4};
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, .num_heads = 1, .num_kv_heads = 1, .head_dim = 4, .block_size = 4};
     reel_tensor o = reel_paged_attention(g, q, q, q, reel_state(g, "kc", REEL_F32, 4, cd),
                                          reel_state(g, "vc", REEL_F32, 4, cd), &ap);
     cr_assert_eq(reel_output(g, "o", o), REEL_OK, "%s", reel_ctx_last_error(ctx));
@@ -77,7 +77,7 @@ Test(sizes, a_plan_with_paged_attention_still_gets_its_block_tables, .init = set
     co.max_seqs = 16;
     reel_plan *p = NULL;
     cr_assert_eq(reel_compile(g, &co, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     cr_assert_geq(st.static_bytes, 16 * 1024 * 4, "block tables of 16 x 1024 entries in %zu bytes", st.static_bytes);
     reel_plan_destroy(p);
@@ -94,7 +94,7 @@ static reel_graph *attn_graph(int heads, int kv_heads)
     reel_graph *g;
     cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
     int64_t qd[] = {REEL_DIM_TOKENS, heads * 4}, kd[] = {REEL_DIM_TOKENS, kv_heads * 4}, cd[] = {8, 4, kv_heads, 4};
-    reel_attn_params ap = {.num_heads = heads, .num_kv_heads = kv_heads, .head_dim = 4, .block_size = 4};
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = 4, .block_size = 4};
     reel_tensor k = reel_input(g, "k", REEL_F32, 2, kd);
     reel_tensor o = reel_paged_attention(g, reel_input(g, "q", REEL_F32, 2, qd), k, k,
                                          reel_state(g, "kc", REEL_F32, 4, cd), reel_state(g, "vc", REEL_F32, 4, cd), &ap);
@@ -197,7 +197,7 @@ Test(sizes, the_attention_workspace_is_a_planned_activation_of_every_bucket, .in
     const size_t ws = (size_t)REEL_ATTN_SPLIT_SLOTS * (H * DH + H) * sizeof(float);
     for (int b = 0; b < 2; b++) {
         int found = 0;
-        reel_placement pl;
+        reel_placement pl = REEL_PLACEMENT_INIT;
         for (int i = 0; reel_plan_placement(p, b, i, &pl) == REEL_OK; i++)
             if (pl.bytes == ws) {
                 found++;
@@ -218,7 +218,7 @@ Test(sizes, the_attention_workspace_is_a_planned_activation_of_every_bucket, .in
     cr_assert_eq(reel_plan_set_input(p, "k", kv, 2), REEL_OK);
     int32_t qs[] = {0, 1, 2}, pos[] = {4, 8}, slots[] = {1 * BS, 6 * BS}, ctxl[] = {5, 9};
     int32_t tables[] = {0, 1, 2, 3, 4, 5, 6, 7};
-    reel_step_info s = {.num_tokens = 2, .num_seqs = 2, .query_start = qs, .positions = pos, .slot_mapping = slots,
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 2, .num_seqs = 2, .query_start = qs, .positions = pos, .slot_mapping = slots,
                         .context_lens = ctxl, .block_tables = tables, .block_table_stride = 4};
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
     reel_plan_destroy(p);

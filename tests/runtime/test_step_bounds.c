@@ -55,7 +55,7 @@ Test(step_bounds, query_start_past_num_tokens_is_refused_before_positions_are_re
         pos[t] = t;
     /* Sequence 0 claims tokens 0..39 of a 4-token step; query_start ends at 4. */
     int32_t qs[3] = {0, 40, 4}, lens[2] = {40, 20}, slots[4] = {-1, -1, -1, -1};
-    reel_step_info bad = {.num_tokens = 4, .num_seqs = 2, .query_start = qs, .positions = pos,
+    reel_step_info bad = { REEL_STEP_INFO_HEAD, .num_tokens = 4, .num_seqs = 2, .query_start = qs, .positions = pos,
                           .slot_mapping = slots, .context_lens = lens, .block_tables = s.bt,
                           .block_table_stride = 16};
     cr_assert_eq(reel_step(p, &bad), REEL_E_INVALID_ARG);
@@ -75,7 +75,7 @@ Test(step_bounds, a_context_whose_block_count_overflows_int32_is_refused_by_the_
     og_step s;
     cr_assert_eq(og_make_step(p, OG_ATTENTION, REEL_F32, 1, 1, 20, &s), REEL_OK);
     int32_t qs[2] = {0, 1}, lens[1] = {INT32_MAX}, pos[1] = {0}, slots[1] = {-1};
-    reel_step_info bad = {.num_tokens = 1, .num_seqs = 1, .query_start = qs, .positions = pos,
+    reel_step_info bad = { REEL_STEP_INFO_HEAD, .num_tokens = 1, .num_seqs = 1, .query_start = qs, .positions = pos,
                           .slot_mapping = slots, .context_lens = lens, .block_tables = s.bt,
                           .block_table_stride = 16};
     cr_assert_eq(reel_step(p, &bad), REEL_E_INVALID_ARG);
@@ -94,7 +94,7 @@ Test(step_bounds, a_context_near_int32_max_in_large_blocks_runs_eagerly_instead_
     reel_graph *g;
     cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
     int64_t row[2] = {REEL_DIM_TOKENS, 2}, cd[4] = {1, BS, 1, 2};
-    reel_attn_params ap = {1, 1, 2, BS, 1.f};
+    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, 1, 1, 2, BS, 1.f};
     reel_tensor q = reel_input(g, "q", REEL_F32, 2, row), k = reel_input(g, "k", REEL_F32, 2, row),
                 v = reel_input(g, "v", REEL_F32, 2, row);
     reel_tensor y = reel_paged_attention(g, q, k, v, reel_state(g, "k_cache", REEL_F32, 4, cd),
@@ -113,7 +113,7 @@ Test(step_bounds, a_context_near_int32_max_in_large_blocks_runs_eagerly_instead_
     cr_assert_eq(reel_plan_set_input(p, "v", vv, 1), REEL_OK);
     int32_t *bt = calloc(NBT, sizeof *bt); /* every entry block 0 */
     int32_t qs[2] = {0, 1}, lens[1] = {INT32_MAX - 100}, pos[1] = {0}, slots[1] = {0};
-    reel_step_info s = {.num_tokens = 1, .num_seqs = 1, .query_start = qs, .positions = pos,
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 1, .num_seqs = 1, .query_start = qs, .positions = pos,
                         .slot_mapping = slots, .context_lens = lens, .block_tables = bt,
                         .block_table_stride = NBT};
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));

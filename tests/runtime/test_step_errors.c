@@ -34,7 +34,7 @@ Test(step_errors, compile_options_follow_the_option_struct_rule, .init = setup, 
     reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
     o.version = REEL_VERSION_NUMBER + 100;
     cr_assert_eq(reel_compile(og.g, &o, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(p, &st), REEL_OK);
     cr_assert_eq(st.num_buckets, 7); /* num_buckets undefined: the default buckets */
     reel_plan_destroy(p);
@@ -79,7 +79,7 @@ Test(step_errors, unset_missing_or_misshapen_inputs_are_named, .init = setup, .f
     reel_plan *p;
     cr_assert_eq(reel_compile(og.g, NULL, &p), REEL_OK);
     float x[64] = {0};
-    reel_step_info s = {.num_tokens = 4};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 4};
     cr_assert_eq(reel_step(p, &s), REEL_E_INVALID_USAGE);
     HAS("was not set");
     cr_assert_eq(reel_plan_set_input(p, "nope", x, 4), REEL_E_NOT_FOUND);
@@ -107,7 +107,7 @@ Test(step_errors, bad_sequence_metadata_is_refused_before_any_kernel_runs, .init
 {
     og_graph og;
     reel_plan *p = attention_plan(&og);
-    reel_plan_stats before, after;
+    reel_plan_stats before = REEL_PLAN_STATS_INIT, after = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(p, &before);
     size_t kv = (size_t)OG_BLOCKS * OG_BLOCK * OG_KV_HEADS * OG_HEAD_DIM * sizeof(float);
     float *cache = malloc(kv);
@@ -161,7 +161,7 @@ Test(step_errors, a_deferred_parameter_must_be_written_before_a_step, .init = se
     cr_assert_eq(reel_compile(g, NULL, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
     reel_graph_destroy(g);
     float xs[8] = {1, 2, 3, 4, 5, 6, 7, 8}, ws[4] = {2, 2, 2, 2};
-    reel_step_info s = {.num_tokens = 2};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 2};
     cr_assert_eq(reel_plan_set_input(p, "x", xs, 2), REEL_OK);
     cr_assert_eq(reel_step(p, &s), REEL_E_UNBOUND);
     HAS("'w'");
@@ -221,7 +221,7 @@ Test(step_errors, a_plan_without_attention_ignores_sequence_arrays, .init = setu
     float x[64] = {1};
     cr_assert_eq(reel_plan_set_input(p, "x", x, 4), REEL_OK);
     cr_assert_eq(reel_plan_set_input(p, "b", x, 4), REEL_OK);
-    reel_step_info s = {.num_tokens = 4, .num_seqs = 3}; /* arrays NULL */
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 4, .num_seqs = 3}; /* arrays NULL */
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
     cr_assert_eq(reel_plan_last_fallback(p), REEL_FALLBACK_NONE);
     reel_plan_destroy(p);

@@ -26,7 +26,7 @@ Test(step_inputs, every_deferred_parameter_must_be_written_once_whatever_the_ord
     cr_assert_eq(reel_compile(g, NULL, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
     reel_graph_destroy(g);
     float xs[8] = {1, 2, 3, 4, 5, 6, 7, 8}, ws[4] = {2, 2, 2, 2}, bs[4] = {1, 1, 1, 1};
-    reel_step_info s = {.num_tokens = 2};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 2};
     cr_assert_eq(reel_plan_set_input(p, "x", xs, 2), REEL_OK);
     /* Writing one parameter twice does not count as writing the other. */
     cr_assert_eq(reel_plan_write_param(p, "w", ws, sizeof ws), REEL_OK);

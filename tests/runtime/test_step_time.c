@@ -54,7 +54,7 @@ static double step(reel_plan *p, int32_t n)
     for (int i = 0; i < n * 8; i++) x[i] = (float)i;
     double t0 = now_us();
     cr_assert_eq(reel_plan_set_input(p, "x", x, n), REEL_OK);
-    reel_step_info s = {.num_tokens = n};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = n};
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
     return now_us() - t0;
 }
@@ -100,7 +100,7 @@ Test(step_time, lies_within_the_step_on_replay_and_eager, .init = setup, .fini =
                       i, us, wall);
         }
     }
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(ps[0], &st);
     cr_assert_eq(st.replays, 14, "buckets 1 and 4 replay every step of at most 4 tokens");
     reel_plan_destroy(ps[0]);
@@ -135,7 +135,7 @@ Test(step_time, a_failed_step_leaves_no_time, .init = setup, .fini = teardown)
     step(p, 1);
     double us;
     cr_assert_eq(reel_plan_last_step_device_us(p, &us), REEL_OK);
-    reel_step_info s = {.num_tokens = 3}; /* x was not set */
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 3}; /* x was not set */
     cr_assert_neq(reel_step(p, &s), REEL_OK);
     cr_assert_eq(reel_plan_last_step_device_us(p, &us), REEL_E_INVALID_USAGE);
     reel_plan_destroy(p);

@@ -68,7 +68,7 @@ Test(streams, a_graph_forked_over_three_streams_matches_one_stream, .init = setu
     reel_host_set_jitter(ctx->be, 200, 5);
     reel_plan *one = branches(false, true, w1, w2, nw), *rep = branches(true, true, w1, w2, nw),
               *eag = branches(true, false, w1, w2, nw);
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(rep, &st);
     cr_assert_eq(st.num_streams, 3);
     for (int step = 0; step < 30; step++) {
@@ -78,7 +78,7 @@ Test(streams, a_graph_forked_over_three_streams_matches_one_stream, .init = setu
         reel_plan *ps[3] = {one, rep, eag};
         const void *out[3];
         for (int k = 0; k < 3; k++) {
-            reel_step_info s = {.num_tokens = n};
+            reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = n};
             cr_assert_eq(reel_plan_set_input(ps[k], "x", x, n), REEL_OK);
             cr_assert_eq(reel_step(ps[k], &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
             cr_assert_eq(reel_plan_output(ps[k], "sum", &out[k], NULL), REEL_OK);
@@ -104,11 +104,11 @@ Test(streams, a_multi_stream_plan_runs_clean_under_the_hazard_checker, .init = s
     reel_plan *p = branches_dbg(&dbg, w1, w2, nw);
     for (int step = 0; step < 12; step++) {
         int32_t n = 1 + step % 10; /* replays and overflow steps */
-        reel_step_info s = {.num_tokens = n};
+        reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = n};
         cr_assert_eq(reel_plan_set_input(p, "x", x, n), REEL_OK);
         cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
     }
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(p, &st);
     cr_assert_eq(st.hazards, 0);
     cr_assert_gt(st.replays, 0);
@@ -121,14 +121,14 @@ Test(streams, a_missing_cross_stream_edge_is_reported_with_both_ops, .init = set
     static float w1[32 * 32], w2[32 * 32], nw[32], x[16 * 32];
     reel_plan_debug dbg = {.not_capturable_node = -1, .drop_waits_of = 4 + 1}; /* the add */
     reel_plan *p = branches_dbg(&dbg, w1, w2, nw);
-    reel_step_info s = {.num_tokens = 3};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 3};
     cr_assert_eq(reel_plan_set_input(p, "x", x, 3), REEL_OK);
     cr_assert_eq(reel_step(p, &s), REEL_E_HAZARD);
     const char *m = reel_ctx_last_error(ctx);
     cr_assert(strstr(m, "RAW") != NULL, "%s", m);
     cr_assert(strstr(m, "add") != NULL && strstr(m, "rmsnorm") != NULL, "%s", m);
     cr_assert(strstr(m, "normed") != NULL, "the allocation is named: %s", m);
-    reel_plan_stats st;
+    reel_plan_stats st = REEL_PLAN_STATS_INIT;
     reel_plan_stats_get(p, &st);
     cr_assert_gt(st.hazards, 0);
     reel_plan_destroy(p);

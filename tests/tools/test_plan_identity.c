@@ -45,7 +45,7 @@ static reel_plan *compile_model(reel_ctx *ctx, const model_config *m, int stream
 
 static void expect_same_plans(const reel_plan *a, const reel_plan *b)
 {
-    reel_plan_stats sa, sb;
+    reel_plan_stats sa = REEL_PLAN_STATS_INIT, sb = REEL_PLAN_STATS_INIT;
     cr_assert_eq(reel_plan_stats_get(a, &sa), REEL_OK);
     cr_assert_eq(reel_plan_stats_get(b, &sb), REEL_OK);
     cr_assert_eq(sa.arena_bytes, sb.arena_bytes);
@@ -56,7 +56,7 @@ static void expect_same_plans(const reel_plan *a, const reel_plan *b)
         cr_expect_eq(sb.bucket_lower_bound[k], sa.bucket_lower_bound[k]);
         cr_expect_eq(sb.bucket_node_bound[k], sa.bucket_node_bound[k]);
         int n = 0;
-        reel_placement pa, pb;
+        reel_placement pa = REEL_PLACEMENT_INIT, pb = REEL_PLACEMENT_INIT;
         while (reel_plan_placement(a, k, n, &pa) == REEL_OK) {
             cr_assert_eq(reel_plan_placement(b, k, n, &pb), REEL_OK);
             cr_assert(pa.offset == pb.offset && pa.bytes == pb.bytes && pa.first == pb.first && pa.last == pb.last,

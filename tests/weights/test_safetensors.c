@@ -91,7 +91,7 @@ Test(safetensors, reads_names_dtypes_shapes_and_data_of_a_valid_file)
     reel_safetensors *ck;
     cr_assert_eq(reel_safetensors_open_buffer(NULL, buf, len, &ck), REEL_OK, "%s", reel_ctx_last_error(NULL));
     cr_expect_eq(reel_safetensors_count(ck), 2);
-    reel_st_tensor t;
+    reel_st_tensor t = REEL_ST_TENSOR_INIT;
     cr_assert_eq(reel_safetensors_find(ck, "a", &t), REEL_OK);
     cr_expect_eq(t.dtype, REEL_F32);
     cr_expect_str_eq(t.dtype_name, "F32");
@@ -123,7 +123,7 @@ Test(safetensors, keeps_dtypes_reel_has_no_storage_for_and_scalars)
     size_t len = build(buf, h, &v, 8);
     reel_safetensors *ck;
     cr_assert_eq(reel_safetensors_open_buffer(NULL, buf, len, &ck), REEL_OK, "%s", reel_ctx_last_error(NULL));
-    reel_st_tensor t;
+    reel_st_tensor t = REEL_ST_TENSOR_INIT;
     cr_assert_eq(reel_safetensors_find(ck, "n", &t), REEL_OK);
     cr_expect_eq(t.dtype, REEL_DTYPE_COUNT);
     cr_expect_eq(t.ndim, 0);
@@ -185,7 +185,7 @@ Test(safetensors, opens_a_file_a_directory_and_says_what_is_missing)
     const char *p = write_file("model.safetensors", HDR_A, six, 24);
     reel_safetensors *ck;
     cr_assert_eq(reel_safetensors_open(NULL, p, &ck), REEL_OK, "%s", reel_ctx_last_error(NULL));
-    reel_st_tensor t;
+    reel_st_tensor t = REEL_ST_TENSOR_INIT;
     cr_expect_eq(reel_safetensors_find(ck, "a", &t), REEL_OK);
     cr_expect(strstr(t.file, "model.safetensors") != NULL);
     reel_safetensors_close(ck);
@@ -222,7 +222,7 @@ Test(safetensors, opens_a_sharded_checkpoint_through_its_index)
     reel_safetensors *ck;
     cr_assert_eq(reel_safetensors_open(NULL, dir, &ck), REEL_OK, "%s", reel_ctx_last_error(NULL));
     cr_expect_eq(reel_safetensors_count(ck), 2);
-    reel_st_tensor t;
+    reel_st_tensor t = REEL_ST_TENSOR_INIT;
     cr_assert_eq(reel_safetensors_find(ck, "y", &t), REEL_OK);
     cr_expect(strstr(t.file, "m-2.safetensors") != NULL);
     cr_expect_eq(memcmp(t.data, six + 2, 16), 0);
@@ -271,11 +271,11 @@ Test(safetensors, saves_files_it_reads_back)
     snprintf(p, sizeof p, "%s/out.safetensors", dir);
     int64_t d1[2] = {2, 3}, d2[1] = {2};
     uint16_t h[2] = {0x3c00, 0x4000};
-    reel_st_entry e[2] = {{"w", REEL_F32, 2, d1, six}, {"h", REEL_F16, 1, d2, h}};
+    reel_st_entry e[2] = {{ REEL_ST_ENTRY_HEAD, "w", REEL_F32, 2, d1, six}, { REEL_ST_ENTRY_HEAD, "h", REEL_F16, 1, d2, h}};
     cr_assert_eq(reel_safetensors_save(NULL, p, e, 2), REEL_OK, "%s", reel_ctx_last_error(NULL));
     reel_safetensors *ck;
     cr_assert_eq(reel_safetensors_open(NULL, p, &ck), REEL_OK, "%s", reel_ctx_last_error(NULL));
-    reel_st_tensor t;
+    reel_st_tensor t = REEL_ST_TENSOR_INIT;
     cr_assert_eq(reel_safetensors_find(ck, "h", &t), REEL_OK);
     cr_expect_eq(t.dtype, REEL_F16);
     cr_expect_eq(memcmp(t.data, h, 4), 0);
@@ -309,7 +309,7 @@ static void step_y(reel_plan *p, float *y, int n)
 {
     const float x[3] = {1, 10, 100};
     cr_assert_eq(reel_plan_set_input(p, "x", x, 1), REEL_OK);
-    reel_step_info s = {.num_tokens = 1};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 1};
     cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(NULL));
     const void *out;
     int64_t rows;
@@ -347,7 +347,7 @@ Test(safetensors, writes_a_parameter_with_its_dtype_and_shape_checked)
     cr_expect_eq(reel_safetensors_write_param(ck, p, "v", 1, w), REEL_E_NOT_FOUND);
     cr_expect(strstr(reel_ctx_last_error(ctx), "'v'") != NULL);
     /* refused writes left the parameter unwritten: the step says so */
-    reel_step_info s = {.num_tokens = 1};
+    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = 1};
     const float x[3] = {1, 10, 100};
     reel_plan_set_input(p, "x", x, 1);
     cr_expect_neq(reel_step(p, &s), REEL_OK);
