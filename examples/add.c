@@ -35,7 +35,7 @@ int main(void)
         for (int j = 0; j < COLS; j++) ha[i][j] = (float)i, hb[i][j] = (float)j / 2;
     reel_plan_set_input(p, "a", ha, ROWS);
     reel_plan_set_input(p, "b", hb, ROWS);
-    reel_step_info s = { REEL_STEP_INFO_HEAD, .num_tokens = ROWS};
+    reel_step_info s = {REEL_STEP_INFO_HEAD, .num_tokens = ROWS};
     if ((st = reel_step(p, &s)) != REEL_OK) return fail(ctx, "step", st);
 
     const void *out;

@@ -109,6 +109,7 @@ typedef struct reel_hazard {
     reel_hazard_side second;    /* ...the later one (the one being checked) */
 } reel_hazard;
 #define REEL_HAZARD_HEAD REEL_STRUCT_HEAD(reel_hazard, REEL_HAZARD_MAGIC)
+#define REEL_HAZARD_INIT REEL_STRUCT_INIT(reel_hazard, REEL_HAZARD_MAGIC)
 /* The i-th hazard of an array the checker returns: its elements are the
  * library's size (h->size), which a newer library may make larger. */
 #define REEL_HAZARD_AT(h, i) ((const reel_hazard *)(const void *)((const char *)(h) + (size_t)(i) * (h)->size))

@@ -105,9 +105,11 @@ typedef enum reel_backend_kind {
  * magic, or another struct's), a header of another major version or from
  * before the head had its magic (reel 0.1: rebuild), or a struct larger than
  * the library knows (a newer header's fields it cannot honour).
- * Arrays of such structs (reel_op_span, reel_check_access, reel_st_entry,
- * reel_hazard) are strided by their first element's size: initialise at
- * least that one. Handles (reel_tensor) and reel_comm_id (opaque bytes)
+ * Arrays of such structs are strided by their first element's size: every
+ * element of an input array (reel_check_access, reel_st_entry) has the head,
+ * of that same size; an output buffer (reel_op_span) needs it on its first
+ * element, and every element written gets it; a returned array
+ * (reel_hazard) is stepped through with REEL_HAZARD_AT. Handles (reel_tensor) and reel_comm_id (opaque bytes)
  * have no head: their layout is fixed for good. */
 #define REEL_MAGIC(a, b, c, d) \
     ((uint32_t)(a) | (uint32_t)(b) << 8 | (uint32_t)(c) << 16 | (uint32_t)(d) << 24)
@@ -551,8 +553,8 @@ reel_status reel_plan_memory_get(const reel_plan *p, reel_plan_memory *out);
 
 /* Op spans: the start and end of each kernel on its stream, for traces.
  * Host backend: taken on the stream's worker thread around each kernel
- * (replayed or eager), CLOCK_MONOTONIC in microseconds. CUDA: none
- * (REEL_E_UNSUPPORTED); a trace there has the steps' host times. */
+ * (replayed or eager), CLOCK_MONOTONIC in microseconds. CUDA: each kernel of
+ * an eager step, timed with CUDA events (reel_plan_trace_ops). */
 #define REEL_OP_SPAN_MAGIC REEL_MAGIC('r', 's', 'p', 'n')
 typedef struct reel_op_span {
     size_t size;               /* sizeof(reel_op_span) of the caller's header */

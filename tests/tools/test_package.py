@@ -37,7 +37,7 @@ int main(void)
 CMAKELISTS = """
 cmake_minimum_required(VERSION 3.16)
 project(reel_user C)
-find_package(reel 0.1 REQUIRED)
+find_package(reel 0.2 REQUIRED)
 add_executable(user_shared main.c)
 target_link_libraries(user_shared PRIVATE reel::reel)
 add_executable(user_static main.c)
@@ -157,7 +157,7 @@ def test_install(src, build):
                 f.write(CMAKELISTS)
             cb = os.path.join(work, "cmake-build")
             r = run(["cmake", "-S", work, "-B", cb, "-DCMAKE_PREFIX_PATH=" + root])
-            if check(r.returncode == 0, "cmake: find_package(reel 0.1) and its targets"):
+            if check(r.returncode == 0, "cmake: find_package(reel 0.2) and its targets"):
                 r = run(["cmake", "--build", cb])
                 if check(r.returncode == 0, "cmake --build (reel::reel and reel::reel_static)"):
                     check(run([os.path.join(cb, "user_shared")], run_env).returncode == 0, "cmake's shared program runs")
