@@ -1,8 +1,8 @@
-"""Plots of the decode matrix from its CSV (bench/decode_matrix.sh): for each
+"""Plots of the decode matrix from its CSVs (`bench/gpu.sh matrix`): for each
 hidden size, step time against batch, one panel per context, host wall on the
 top row and GPU time below, every variant, and the bandwidth floor dashed.
 
-    python3 bench/decode_plot.py bench/results/decode_matrix.csv --out docs/img
+    python3 bench/decode_plot.py bench/results/decode-matrix_h200_2026-12-06_674cb1c.csv --out docs/img
 
 writes decode_matrix_h<hidden>.png there. Needs matplotlib (Agg backend).
 """
@@ -25,7 +25,7 @@ def num(v):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("csv")
+    ap.add_argument("csv", nargs="+")
     ap.add_argument("--out", default=".")
     a = ap.parse_args()
     try:
@@ -34,10 +34,12 @@ def main():
         import matplotlib.pyplot as plt
     except ImportError:
         sys.exit("decode_plot.py: matplotlib is not installed (Debian: apt-get install python3-matplotlib)")
-    with open(a.csv, newline="") as fh:
-        rows = list(csv.DictReader(fh))
+    rows = []
+    for path in a.csv:
+        with open(path, newline="") as fh:
+            rows += list(csv.DictReader(fh))
     if not rows:
-        sys.exit(f"{a.csv}: no rows")
+        sys.exit(f"{' '.join(a.csv)}: no rows")
     os.makedirs(a.out, exist_ok=True)
     for h in sorted({int(r["hidden"]) for r in rows}):
         hr = [r for r in rows if int(r["hidden"]) == h]

@@ -1,7 +1,8 @@
-"""Markdown tables of the decode matrix from its CSV (bench/decode_matrix.sh).
+"""Markdown tables of the decode matrix from its CSVs (`bench/gpu.sh matrix`; one CSV
+a device call when the hidden sizes ran in separate calls).
 
-    python3 bench/decode_table.py bench/results/decode_matrix.csv          # prints
-    python3 bench/decode_table.py CSV --into docs/benchmarks.md            # replaces the
+    python3 bench/decode_table.py bench/results/decode-matrix_h200_2026-12-06_674cb1c.csv   # prints
+    python3 bench/decode_table.py CSV... --into docs/benchmarks.md      # replaces the
         block between <!-- decode-matrix:begin --> and <!-- decode-matrix:end -->
 
 Tables: step time per point (host wall and GPU, every variant, the floor and
@@ -138,13 +139,15 @@ def targets(rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("csv")
+    ap.add_argument("csv", nargs="+")
     ap.add_argument("--into", help="a markdown file whose decode-matrix block is replaced")
     a = ap.parse_args()
-    with open(a.csv, newline="") as fh:
-        rows = list(csv.DictReader(fh))
+    rows = []
+    for path in a.csv:
+        with open(path, newline="") as fh:
+            rows += list(csv.DictReader(fh))
     if not rows:
-        sys.exit(f"{a.csv}: no rows")
+        sys.exit(f"{' '.join(a.csv)}: no rows")
     rows.sort(key=lambda r: (int(r["hidden"]), int(r["context"]), int(r["batch"])))
     text = tables(rows)
     if not a.into:

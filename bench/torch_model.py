@@ -6,8 +6,8 @@ model.safetensors: the seeded DIR/model, or the one its --model named; the
 config line's model= field says which), runs the same model loaded from the
 same checkpoint, the same prompt tokens and the same decode steps, checks
 that both sides agree, and writes one CSV row per (batch, context) with both
-sides' figures (bench/decode_matrix.sh gathers them into
-bench/results/decode_matrix.csv):
+sides' figures (`bench/gpu.sh matrix` gathers them into
+$OUT/results/decode-matrix_DEVICE_DATE_COMMIT.csv):
 
     bench_decode --dir DIR && python3 bench/torch_model.py --dir DIR
 

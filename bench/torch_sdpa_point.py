@@ -1,6 +1,6 @@
 """One decode point of PyTorch's scaled_dot_product_attention (the shapes of
 bench/torch_attention.py), called a few times, for Nsight Compute to profile
-beside reel's kernel (bench/attn_cmp_gpu.sh).
+beside reel's kernel (`bench/gpu.sh ncu-attention`).
     python3 bench/torch_sdpa_point.py H HKV DH BATCH CONTEXT"""
 import sys
 
