@@ -9,12 +9,12 @@
  * 32 MiB; older parts do with 4 MiB. Classic cuBLAS launches of at most
  * REEL_CUDA_WS_SMALL_ROWS rows are given 4 MiB: the decode's GEMMs measured
  * the same step with it (docs/decisions.md). */
-#ifndef REEL_CUDA_WS_HOPPER_MIB /* bench/variants_ab.sh builds others */
+#ifndef REEL_CUDA_WS_HOPPER_MIB /* bench/gpu.sh ab builds others */
 #define REEL_CUDA_WS_HOPPER_MIB 32
 #endif
 #define REEL_CUDA_WS_HOPPER ((size_t)REEL_CUDA_WS_HOPPER_MIB << 20)
 #define REEL_CUDA_WS_DEFAULT ((size_t)4 << 20)
-#ifndef REEL_CUDA_WS_SMALL_ROWS /* bench/variants_ab.sh builds others (0: off) */
+#ifndef REEL_CUDA_WS_SMALL_ROWS /* bench/gpu.sh ab builds others (0: off) */
 #define REEL_CUDA_WS_SMALL_ROWS 64
 #endif
 #define REEL_CUDA_WS_SMALL ((size_t)4 << 20)

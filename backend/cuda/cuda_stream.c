@@ -31,7 +31,7 @@ reel_status reel_cuda_stream_reserve_ws(reel_backend *be, reel_stream *s, size_t
     if (!s)
         return reel_seterr(be->err, REEL_E_INVALID_ARG, "cuda stream_reserve_ws: the stream is NULL");
     bytes = bytes < REEL_CUDA_WS_MIN ? REEL_CUDA_WS_MIN : (bytes + 4095) / 4096 * 4096;
-#if defined(REEL_CUDA_WS_RESERVE) && !REEL_CUDA_WS_RESERVE /* bench/variants_ab.sh: every stream at the full size */
+#if defined(REEL_CUDA_WS_RESERVE) && !REEL_CUDA_WS_RESERVE /* bench/gpu.sh ab: every stream at the full size */
     bytes = s->ws_want;
 #endif
     if (s->ws && bytes != s->ws_bytes)

@@ -314,7 +314,7 @@ static void write_kv(const reel_launch *l, cudaStream_t st, const attn_geom &g, 
  * layout across ranks, and the plan's counters for this stream. A function
  * of the launch configuration and the device alone, so replay and eager
  * take the same path. */
-#ifndef REEL_ATTN_ONE_KERNEL /* 0: always the two-kernel path (bench/gemv_ab.sh's A/B build) */
+#ifndef REEL_ATTN_ONE_KERNEL /* 0: always the two-kernel path (bench/gpu.sh ab's A/B build) */
 #define REEL_ATTN_ONE_KERNEL 1
 #endif
 #ifndef REEL_ATTN_ONE_KERNEL_MAX /* fewer: the two-kernel path above that many tokens (A/B builds) */

@@ -146,7 +146,7 @@ __global__ void silu_and_mul_kernel(const U *x, U *out, I n, I fu, bool pdl)
 
 /* silu_and_mul is out of place only: its impl does not declare inplace_ok, so
  * no plan aliases its output onto its input (a column-batched in-place kernel
- * measured 2x to 3.2x slower on an H200, bench/RESULTS-h200.md). */
+ * measured 2x to 3.2x slower on an H200, bench/results/chain_h200_2026-11-30_72a2a27.md). */
 template <typename U>
 static cudaError_t silu_and_mul_grid(const reel_launch *l, cudaStream_t st, int64_t rows, int64_t fu)
 {

@@ -72,10 +72,10 @@ enum {
  * kernel's 3.2-3.5); inside a decode step the kernel (then prefetching its
  * weights into L2 before its programmatic wait) takes the fused epilogues,
  * and there the kernel on every [N, K] weight at up to 16 rows measured faster
- * (bench/gemv_ab.sh, same run: hidden 2048, batch 1, context 128, 715 ->
+ * (bench/gpu.sh ab, same run: hidden 2048, batch 1, context 128, 715 ->
  * 639 us a step; hidden 1024 unchanged within 1 %). The first rule (1 Mi
  * elements, then 16 Mi at K <= 1024 and 4 Mi beyond) is REEL_GEMV_NARROW. */
-#ifndef REEL_GEMV_NARROW /* 1: the first rule's limits (bench/gemv_ab.sh's A/B build) */
+#ifndef REEL_GEMV_NARROW /* 1: the first rule's limits (bench/gpu.sh ab's A/B build) */
 #define REEL_GEMV_NARROW 0
 #endif
 static const int64_t GV_IMPL_MAX_WEIGHTS = (int64_t)1 << (REEL_GEMV_NARROW ? 22 : 40); /* elements of w, any K */
@@ -90,7 +90,7 @@ static const int64_t GV_IMPL_MAX_ANY = REEL_GEMV_MAX_MI > 0 ? (int64_t)REEL_GEMV
  * weight has each row's first GV_PREFETCH_MAX / N bytes asked for). None by
  * default: in the decode step a prefetch of up to 24 MiB (half the H200's
  * L2) measured 3.2% and 4.6% slower a step at batch 1 (hidden 2048 and
- * 1024) and no faster at batches 8 and 32 (bench/variants_ab.sh,
+ * 1024) and no faster at batches 8 and 32 (bench/gpu.sh ab,
  * docs/benchmarks.md); -DREEL_GEMV_PREFETCH_MIB=24 builds it for A/B. */
 #ifndef REEL_GEMV_PREFETCH_MIB
 #define REEL_GEMV_PREFETCH_MIB 0
@@ -106,7 +106,7 @@ static const int64_t GV_PREFETCH_MAX = (int64_t)REEL_GEMV_PREFETCH_MIB << 20;
  * impl runs the kernel at up to REEL_GEMV_IMPL_ROWS (cuBLASLt above): in a
  * decode step at batches 24 and 32 two tiles measured faster than cuBLASLt
  * (docs/benchmarks.md); -DREEL_GEMV_IMPL_ROWS=16 builds the one-tile limit
- * for bench/variants_ab.sh. */
+ * for bench/gpu.sh ab. */
 static const int GV_NK_MAX_M = 32, GV_KN_MAX_M = 16;
 #ifndef REEL_GEMV_IMPL_ROWS
 #define REEL_GEMV_IMPL_ROWS 32
@@ -119,7 +119,7 @@ static const int64_t GV_IMPL_MAX_M = REEL_GEMV_IMPL_ROWS;
  * elements), cuBLASLt at 24 and 32 rows was 1-9% faster a step than the
  * kernel's two row tiles, and the kernel's one tile (its first weights
  * loaded before the programmatic wait) 5-10% faster than cuBLASLt at 9 and
- * 16 rows (bench/variants_ab.sh, docs/benchmarks.md), where at hidden 1024
+ * 16 rows (bench/gpu.sh ab, docs/benchmarks.md), where at hidden 1024
  * (every layer weight 8 Mi elements or fewer) the kernel stays faster to
  * 32. */
 static const int64_t GV_LARGE_WEIGHTS = (int64_t)REEL_GEMV_LARGE_MI << 20, GV_LARGE_MAX_M = REEL_GEMV_LARGE_ROWS;
@@ -514,7 +514,7 @@ static int64_t gv_blocks(int64_t n, bool wt, int epi)
 
 /* The cluster split of [N, K] weights up to 32 MiB: K halves while each
  * part keeps REEL_GEMV_SPLIT_CHUNK columns and the grid fits the
- * multiprocessors, up to REEL_GEMV_SPLIT_MAX parts (bench/variants_ab.sh
+ * multiprocessors, up to REEL_GEMV_SPLIT_MAX parts (bench/gpu.sh ab
  * builds others). */
 #ifndef REEL_GEMV_SPLIT_CHUNK
 #define REEL_GEMV_SPLIT_CHUNK 1024

@@ -21,7 +21,7 @@ extern "C" {
 
 /* The impl's launches: a weight of more than REEL_GEMV_LARGE_MI Mi elements
  * runs on the kernel at up to REEL_GEMV_LARGE_ROWS rows, on cuBLASLt beyond
- * (ops/cuda/gemv.cu says why); -D either for bench/variants_ab.sh. */
+ * (ops/cuda/gemv.cu says why); -D either for bench/gpu.sh ab. */
 #ifndef REEL_GEMV_LARGE_MI
 #define REEL_GEMV_LARGE_MI 8
 #endif

@@ -347,7 +347,7 @@ template <typename T> __global__ void argmax_cluster_kernel(const T *x, int32_t 
 }
 
 /* The most blocks a row (the portable cluster size); -DREEL_ARGMAX_CLUSTER=1
- * builds the one-block kernel only (bench/argmax_ab_gpu.sh compares the two;
+ * builds the one-block kernel only (bench/gpu.sh ab compares the two;
  * docs/decisions.md). */
 #ifndef REEL_ARGMAX_CLUSTER
 #define REEL_ARGMAX_CLUSTER 8
