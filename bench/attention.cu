@@ -8,7 +8,9 @@
  * Each point allocates L layers' caches (L copies, together past the 50 MB
  * L2, so K/V come from HBM as in a real step), captures one launch per layer
  * in a CUDA graph and replays it; the time per layer is the median of the
- * replays over L. Output: a markdown table.
+ * replays over L. Inputs are seeded values, the same in every build; the
+ * last column hashes the output (FNV-1a of its bytes), so an A/B run also
+ * shows whether two builds compute the same bits. Output: a markdown table.
  *   bench_attention [reps [point | prefill | decode]]  (point: one row's
  *   index, from 0, for profiling; prefill, decode: those rows only)
  * A build with -DREEL_ATTN_DM_TRACE (`bench/gpu.sh ab` with the build
@@ -162,7 +164,41 @@ static void trace_point(cudaGraphExec_t exec, cudaStream_t st)
 #endif
 
 /* One point: returns us per layer; *kv_bytes the K/V bytes a layer reads. */
-static double run_point(reel_ctx *ctx, const reel_op_impl *impl, const point &pt, int reps, double *kv_bytes)
+/* Seeded values in [-0.25, 0.25), the same in every build: the output hash
+ * then tells whether two builds compute the same bits. */
+__global__ void fill_bf16_kernel(uint16_t *p, int64_t n, uint32_t seed)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t x = (uint32_t)i * 2654435761u ^ seed * 2246822519u;
+        x ^= x >> 15;
+        x *= 2246822519u;
+        x ^= x >> 13;
+        float f = ((float)(x & 1023) - 512.0f) / 2048.0f;
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        p[i] = (uint16_t)(b >> 16);
+    }
+}
+
+static void fill_bf16(void *p, int64_t n, uint32_t seed)
+{
+    fill_bf16_kernel<<<1024, 256>>>((uint16_t *)p, n, seed);
+    CK(cudaGetLastError());
+}
+
+/* FNV-1a over the bytes of a device buffer. */
+static uint64_t device_fnv(const void *dev, size_t bytes)
+{
+    std::vector<unsigned char> h(bytes);
+    CK(cudaMemcpy(h.data(), dev, bytes, cudaMemcpyDeviceToHost));
+    uint64_t x = 1469598103934665603ull;
+    for (unsigned char c : h)
+        x = (x ^ c) * 1099511628211ull;
+    return x;
+}
+
+static double run_point(reel_ctx *ctx, const reel_op_impl *impl, const point &pt, int reps, double *kv_bytes,
+                        uint64_t *out_hash)
 {
     reel_backend *be = ctx->be;
     const int bs = 16;
@@ -213,15 +249,15 @@ static double run_point(reel_ctx *ctx, const reel_op_impl *impl, const point &pt
     CK(cudaMalloc(&v, (size_t)(rows * kvrow) * 2));
     CK(cudaMalloc(&out, (size_t)(rows * qrow) * 2));
     CK(cudaMalloc(&ws, (size_t)REEL_ATTN_SPLIT_SLOTS * (size_t)(qrow + pt.h) * 4));
-    CK(cudaMemset(q, 0x3c, (size_t)(rows * qrow) * 2)); /* bf16 ~ 0.011 */
-    CK(cudaMemset(k, 0x3c, (size_t)(rows * kvrow) * 2));
-    CK(cudaMemset(v, 0x3c, (size_t)(rows * kvrow) * 2));
+    fill_bf16(q, rows * qrow, 1);
+    fill_bf16(k, rows * kvrow, 2);
+    fill_bf16(v, rows * kvrow, 3);
     std::vector<void *> kc(layers), vc(layers);
     for (int L = 0; L < layers; L++) {
         CK(cudaMalloc(&kc[L], cache_bytes));
         CK(cudaMalloc(&vc[L], cache_bytes));
-        CK(cudaMemset(kc[L], 0x3c, cache_bytes));
-        CK(cudaMemset(vc[L], 0x3b, cache_bytes));
+        fill_bf16(kc[L], (int64_t)(cache_bytes / 2), 100 + 2 * (uint32_t)L);
+        fill_bf16(vc[L], (int64_t)(cache_bytes / 2), 101 + 2 * (uint32_t)L);
     }
 
     reel_shape in[5], os[2];
@@ -236,7 +272,12 @@ static double run_point(reel_ctx *ctx, const reel_op_impl *impl, const point &pt
     os[1] = reel_shape{REEL_F32, 2, {REEL_ATTN_SPLIT_SLOTS, qrow + pt.h, 0, 0}, false};
     reel_op_attrs attrs;
     memset(&attrs, 0, sizeof attrs);
-    attrs.attn.p = reel_attn_params{pt.h, pt.hkv, pt.dh, bs, 1.0f / sqrtf((float)pt.dh)};
+    attrs.attn.p = REEL_ATTN_PARAMS_INIT;
+    attrs.attn.p.num_heads = pt.h;
+    attrs.attn.p.num_kv_heads = pt.hkv;
+    attrs.attn.p.head_dim = pt.dh;
+    attrs.attn.p.block_size = bs;
+    attrs.attn.p.scale = 1.0f / sqrtf((float)pt.dh);
     if (!impl->can_use(in, 5, os, &attrs, &be->caps)) {
         fprintf(stderr, "%s refuses the point\n", impl->name);
         exit(1);
@@ -302,6 +343,7 @@ static double run_point(reel_ctx *ctx, const reel_op_impl *impl, const point &pt
         fprintf(stderr, "error word %d\n", herr);
         exit(1);
     }
+    *out_hash = device_fnv(out, (size_t)(rows * qrow) * 2);
     CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));
     be->vt->stream_destroy(be, rs);
@@ -349,8 +391,8 @@ int main(int argc, char **argv)
     printf("copy probe: 512 MiB D2D in %.1f us = %.2f TB/s (read + write)\n", copy_us, copy_tbs);
     printf("read probe: 1 GiB read once in %.1f us = %.2f TB/s\n\n", read_us, read_tbs);
     printf("| kind | dh | H/Hkv | batch | q tokens | context | reel us/layer | K/V MB | TB/s | of copy BW "
-           "| of read BW |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+           "| of read BW | out fnv |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     std::vector<point> pts;
     int dhs[2] = {64, 128}, hs[2] = {16, 32};
     for (int di = 0; di < 2; di++)
@@ -368,11 +410,12 @@ int main(int argc, char **argv)
         if ((only >= 0 && (size_t)only != i) || (kind == 2 && pt.qlen == 1) || (kind == 1 && pt.qlen > 1))
             continue;
         double kvb;
-        double us = run_point(ctx, impl, pt, reps, &kvb);
+        uint64_t hash;
+        double us = run_point(ctx, impl, pt, reps, &kvb, &hash);
         double tbs = kvb / (us * 1e-6) / 1e12;
-        printf("| %s | %d | %d/%d | %d | %d | %d | %.2f | %.1f | %.2f | %.0f%% | %.0f%% |\n",
+        printf("| %s | %d | %d/%d | %d | %d | %d | %.2f | %.1f | %.2f | %.0f%% | %.0f%% | %016llx |\n",
                pt.qlen > 1 ? "prefill" : "decode", pt.dh, pt.h, pt.hkv, pt.batch, pt.qlen * pt.batch, pt.ctx, us,
-               kvb / 1e6, tbs, 100.0 * tbs / copy_tbs, 100.0 * tbs / read_tbs);
+               kvb / 1e6, tbs, 100.0 * tbs / copy_tbs, 100.0 * tbs / read_tbs, (unsigned long long)hash);
         fflush(stdout);
     }
     reel_ctx_destroy(ctx);
