@@ -322,8 +322,9 @@ reel_status reel_plan_take_op_spans(reel_plan *p, reel_op_span *buf, int cap, in
     reel_span_buf *b = p->spans;
     if (!b)
         return REEL_OK;
-    reel_struct_head head;
-    memcpy(&head, buf, sizeof head);
+    reel_struct_head head = { 0, 0, 0 };
+    if (cap)
+        memcpy(&head, buf, sizeof head);
     pthread_mutex_lock(&b->mu);
     size_t k = b->n < (size_t)cap ? b->n : (size_t)cap;
     if (k) { /* b->v is NULL until the first span; each span gets buf[0]'s head */
