@@ -87,6 +87,12 @@ typedef struct reel_backend_vt {
     reel_status (*stream_reserve_ws)(reel_backend *be, reel_stream *s, size_t bytes);
     /* Optional (NULL: none): the bytes of s's kernel workspace allocated now. */
     size_t (*stream_ws_held)(reel_backend *be, reel_stream *s);
+    /* Optional (NULL: unknown): the memory dev_alloc draws from, as bytes it
+     * can still give now and its total (CUDA: cudaMemGetInfo; host: the
+     * machine's available memory within the process's limits). *bound (may
+     * be NULL) gets what bounds *avail now and what *total is, for messages:
+     * "RLIMIT_DATA; physical memory". */
+    reel_status (*mem_info)(reel_backend *be, size_t *avail, size_t *total, const char **bound);
 } reel_backend_vt;
 
 struct reel_backend {

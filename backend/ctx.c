@@ -54,6 +54,18 @@ const char *reel_ctx_last_error(const reel_ctx *ctx)
 
 reel_backend_kind reel_ctx_backend(const reel_ctx *ctx) { return ctx ? ctx->kind : REEL_BACKEND_AUTO; }
 
+reel_status reel_ctx_memory(const reel_ctx *ctx, size_t *avail, size_t *total)
+{
+    if (!ctx || !avail || !total)
+        return reel_seterr(ctx ? (reel_err *)&ctx->err : NULL, REEL_E_INVALID_ARG, "ctx_memory: %s is NULL",
+                           !ctx ? "the context" : !avail ? "avail" : "total");
+    reel_backend *be = ctx->be;
+    if (!be->vt->mem_info)
+        return reel_seterr((reel_err *)&ctx->err, REEL_E_UNSUPPORTED, "ctx_memory: backend '%s' cannot tell its memory",
+                           reel_backend_name(ctx->kind));
+    return be->vt->mem_info(be, avail, total, NULL);
+}
+
 /* REEL_BACKEND_AUTO: the environment's choice, else the first available
  * backend of the table (CUDA where a device is visible, else the host). */
 static reel_backend_kind resolve_auto(void)

@@ -2,6 +2,7 @@
 #include "core/halloc.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,72 @@ bool reel_hmem_fits(size_t bytes, char *why, size_t len)
     if (why && len)
         snprintf(why, len, "%s", buf);
     return false;
+}
+
+/* The first number on the line of `key` in a /proc-style file, times
+ * scale; 0 if absent. */
+static unsigned long long read_value(const char *path, const char *key, unsigned long long scale)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long v = 0;
+    size_t kl = key ? strlen(key) : 0;
+    while (fgets(line, sizeof line, f))
+        if (!key || strncmp(line, key, kl) == 0) {
+            const char *p = line + kl;
+            while (*p && (*p < '0' || *p > '9'))
+                p++;
+            v = strtoull(p, NULL, 10) * scale;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+static void cap(size_t *x, unsigned long long lim, int *by, int which)
+{
+    if (lim && lim < *x) {
+        *x = (size_t)lim;
+        *by = which;
+    }
+}
+
+void reel_hmem_info(size_t *avail, size_t *total, const char **bound)
+{
+    static const char *const why[2][4] = {
+        { "MemAvailable; physical memory", "the cgroup's limit; physical memory", "RLIMIT_AS; physical memory",
+          "RLIMIT_DATA; physical memory" },
+        { "MemAvailable; the cgroup's limit", "the cgroup's limit less its usage; the cgroup's limit",
+          "RLIMIT_AS; the cgroup's limit", "RLIMIT_DATA; the cgroup's limit" },
+    };
+    int by = 0, cg = 0;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE), avp = sysconf(_SC_AVPHYS_PAGES);
+    size_t t = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
+    unsigned long long ma = read_value("/proc/meminfo", "MemAvailable:", 1024);
+    size_t a = ma ? (size_t)ma : avp > 0 && page > 0 ? (size_t)avp * (size_t)page : t;
+    /* cgroup v2, then v1: a container's limit, less what it uses */
+    unsigned long long lim = read_value("/sys/fs/cgroup/memory.max", NULL, 1);
+    unsigned long long used = read_value("/sys/fs/cgroup/memory.current", NULL, 1);
+    if (!lim) {
+        lim = read_value("/sys/fs/cgroup/memory/memory.limit_in_bytes", NULL, 1);
+        used = read_value("/sys/fs/cgroup/memory/memory.usage_in_bytes", NULL, 1);
+    }
+    if (lim && lim < (unsigned long long)t) {
+        t = (size_t)lim;
+        cg = 1;
+        cap(&a, lim > used ? lim - used : 1, &by, 1);
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        cap(&a, rl.rlim_cur, &by, 2);
+    if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        cap(&a, rl.rlim_cur, &by, 3);
+    *avail = a;
+    *total = t;
+    if (bound)
+        *bound = why[cg][by];
 }
 
 /* Requests the machine can never give fail here, at once, instead of being

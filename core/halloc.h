@@ -27,4 +27,13 @@ void *reel_haligned(size_t align, size_t bytes);
 #define REEL_HMEM_CHECK_MIN ((size_t)64 << 20)
 bool reel_hmem_fits(size_t bytes, char *why, size_t len);
 
+/* Host memory a process can still use now, as the budget of a plan on the
+ * host backend: the kernel's MemAvailable (/proc/meminfo; else free
+ * physical pages), within a cgroup's memory.max (v2) or limit_in_bytes (v1)
+ * less its usage, and within RLIMIT_AS / RLIMIT_DATA; *total: physical
+ * memory (or the cgroup's limit, if smaller). *bound (may be NULL): which
+ * of those bounds *avail and what *total is ("RLIMIT_DATA; physical
+ * memory"), a static string. */
+void reel_hmem_info(size_t *avail, size_t *total, const char **bound);
+
 #endif

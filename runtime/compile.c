@@ -218,9 +218,9 @@ static reel_status alloc_tensors(reel_plan *p)
     return vt->stream_sync(p->be, s0);
 }
 
-static reel_status build_buckets(reel_plan *p)
+/* Every bucket's layout (offsets only, nothing allocated yet). */
+static reel_status lay_out_buckets(reel_plan *p)
 {
-    const reel_backend_vt *vt = p->be->vt;
     int32_t top = p->buckets[p->nbuckets - 1];
     int32_t max_blocks = (p->opts.max_context + p->block_size - 1) / p->block_size;
     for (int b = 0; b < p->nbuckets; b++) {
@@ -237,6 +237,14 @@ static reel_status build_buckets(reel_plan *p)
         p->st.bucket_node_bound[b] = p->bucket[b].node_bound;
     }
     p->stat_bytes = p->bucket[0].stat_bytes;
+    return REEL_OK;
+}
+
+/* The arena, the step region and its staging, bound into every bucket. */
+static reel_status alloc_buckets(reel_plan *p)
+{
+    const reel_backend_vt *vt = p->be->vt;
+    int32_t top = p->buckets[p->nbuckets - 1];
     /* The backend's reason after what the bytes were for, like parameters and states. */
     size_t arena = p->arena_bytes ? p->arena_bytes : REEL_PLAN_ALIGN;
     reel_status st = vt->dev_alloc(p->be, arena, (void **)&p->arena);
@@ -288,12 +296,14 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile
     reel_log(p->ctx, REEL_LOG_INFO, "compile: %d nodes on %d streams ordered, kernels chosen in %.1f ms", p->nnodes,
              p->nstreams, reel_now_ms() - t0);
     t0 = reel_now_ms();
+    REEL_TRY(lay_out_buckets(p));
+    REEL_TRY(reel_plan_budget(p));
     REEL_TRY(alloc_tensors(p));
     reel_log(p->ctx, REEL_LOG_INFO, "compile: parameters and states allocated (%zu + %zu bytes) in %.1f ms",
              p->st.param_bytes, p->st.state_bytes, reel_now_ms() - t0);
     REEL_TRY(reel_ws_create(p->be, &(reel_ws_opts){.policy = REEL_WS_DEFER_FREE}, &p->ws));
     REEL_TRY(reel_pinned_create(p->be, &p->pinned));
-    REEL_TRY(build_buckets(p));
+    REEL_TRY(alloc_buckets(p));
     REEL_TRY(reel_plan_comm_agree(p));
     REEL_TRY(reel_capture_all(p));
     return reel_plan_check_open(p);

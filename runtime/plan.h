@@ -127,6 +127,7 @@ struct reel_plan {
         size_t arena_bytes;
         char *stat_dev, *stat_host;  /* the static region (staging.c lays it out) */
         size_t stat_bytes;
+        size_t ws_plan_bytes;        /* the streams' kernel workspaces reserved (schedule.c) */
 
         /* Buckets. */
         int nbuckets;
@@ -264,6 +265,10 @@ reel_status reel_plan_ensure_events(reel_plan *p, const reel_layout *L);
 const char *reel_plan_node_label(const reel_plan *p, int i, char *buf, size_t len);
 const char *reel_plan_node_name(const reel_plan *p, int i, char *buf, size_t len);
 void reel_plan_node_shapes(const reel_plan *p, int i, int64_t rows, reel_shape *in, reel_shape *out);
+
+/* budget.c: the plan's memory, known before any of it is allocated, against
+ * what the backend can give now: REEL_E_OOM naming the largest parts. */
+reel_status reel_plan_budget(reel_plan *p);
 
 /* layout.c: the planner problem, offsets, launches. */
 reel_status reel_layout_build(reel_plan *p, reel_layout *L, int64_t rows, int32_t stat_tokens, int32_t max_seqs,

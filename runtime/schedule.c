@@ -36,9 +36,12 @@ static reel_status reserve_stream_ws(reel_plan *p)
                 want[n->stream] = bytes;
         }
     }
+    p->ws_plan_bytes = 0;
     for (int s = 0; s < p->nstreams; s++)
-        if (any[s])
+        if (any[s]) {
             REEL_TRY(vt->stream_reserve_ws(p->be, p->streams[s], want[s]));
+            p->ws_plan_bytes += want[s];
+        }
     return REEL_OK;
 }
 

@@ -181,6 +181,7 @@ static const reel_backend_vt cuda_vt = {
     .graph_destroy = reel_cuda_graph_destroy,
     .graph_update = reel_cuda_graph_update,
     .graph_kernels = reel_cuda_graph_kernels,
+    .mem_info = reel_cuda_mem_info,
 };
 
 static reel_status select_device(reel_err *err, int device)

@@ -74,6 +74,7 @@ reel_status reel_cuda_event_sync(reel_backend *be, reel_event *e);
 reel_status reel_cuda_timer_create(reel_backend *be, reel_event **out);
 reel_status reel_cuda_timer_elapsed_us(reel_backend *be, reel_event *a, reel_event *b, double *us);
 reel_status reel_cuda_dev_alloc(reel_backend *be, size_t bytes, void **out);
+reel_status reel_cuda_mem_info(reel_backend *be, size_t *avail, size_t *total, const char **bound);
 void reel_cuda_dev_free(reel_backend *be, void *p);
 reel_status reel_cuda_pinned_alloc(reel_backend *be, size_t bytes, void **out);
 void reel_cuda_pinned_free(reel_backend *be, void *p);

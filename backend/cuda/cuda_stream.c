@@ -182,6 +182,14 @@ reel_status reel_cuda_event_sync(reel_backend *be, reel_event *e)
     return REEL_CK(be, cudaEventSynchronize(e->ev));
 }
 
+reel_status reel_cuda_mem_info(reel_backend *be, size_t *avail, size_t *total, const char **bound)
+{
+    if (bound)
+        *bound = "the device's free memory; device memory";
+    REEL_TRY(reel_cuda_use_device(be));
+    return REEL_CK(be, cudaMemGetInfo(avail, total));
+}
+
 reel_status reel_cuda_dev_alloc(reel_backend *be, size_t bytes, void **out)
 {
     *out = NULL;

@@ -116,6 +116,14 @@ static void host_set_trace(reel_backend *be, reel_kernel_trace_fn fn, void *user
     pthread_mutex_unlock(&hb->mu);
 }
 
+/* The host backend's "device" memory is the process's. */
+static reel_status host_mem_info(reel_backend *be, size_t *avail, size_t *total, const char **bound)
+{
+    (void)be;
+    reel_hmem_info(avail, total, bound);
+    return REEL_OK;
+}
+
 static const reel_backend_vt host_vt = {
     .destroy = host_destroy,
     .stream_create = reel_host_stream_create,
@@ -145,6 +153,7 @@ static const reel_backend_vt host_vt = {
     .set_trace = host_set_trace,
     .timer_create = reel_host_timer_create,
     .timer_elapsed_us = reel_host_timer_elapsed_us,
+    .mem_info = host_mem_info,
 };
 
 reel_status reel_host_launch(reel_backend *be, reel_stream *s, reel_host_fn fn, const void *args, size_t size)

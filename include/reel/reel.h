@@ -159,6 +159,15 @@ void reel_ctx_destroy(reel_ctx *ctx);
  * Every call that returns a status other than REEL_OK leaves a message. */
 const char *reel_ctx_last_error(const reel_ctx *ctx);
 reel_backend_kind reel_ctx_backend(const reel_ctx *ctx);
+/* The memory the context's backend allocates from: *avail bytes it can
+ * still give now, of *total (CUDA: the device's free and total memory,
+ * cudaMemGetInfo; host backend: the machine's available memory within the
+ * process's cgroup and rlimits). What a serving stack sizes its KV cache
+ * from; reel_compile refuses (REEL_E_OOM, naming the largest parts) a plan
+ * whose parameters, states, arena, step region and workspaces exceed
+ * *avail, before allocating any of it. REEL_E_UNSUPPORTED where the backend
+ * cannot tell. */
+reel_status reel_ctx_memory(const reel_ctx *ctx, size_t *avail, size_t *total);
 /* "auto", "host", "cuda"; NULL for an unknown value. */
 const char *reel_backend_name(reel_backend_kind k);
 /* Parses "auto" | "host" | "cuda". */

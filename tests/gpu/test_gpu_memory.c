@@ -5,6 +5,7 @@
  * libraries' kernels, which stay resident for the process. */
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tests/runtime/opgraphs.h"
@@ -119,4 +120,63 @@ Test(gpu_memory, device_memory_returns_to_its_starting_level_after_destroy)
     size_t f2 = free_bytes();
     cr_assert(f1 + SLACK >= f0, "backend destroy left %zu bytes in use", f0 - f1);
     cr_assert(f2 + SLACK >= f0, "plan and context destroy left %zu bytes in use", f0 - f2);
+}
+
+/* The sum of each state's rows picked by the token ids: n states of `each`
+ * bytes (bf16, 8 columns). */
+static reel_graph *states_graph(reel_ctx *ctx, int n, size_t each)
+{
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    reel_tensor ids = reel_input(g, "ids", REEL_I32, 1, (int64_t[]){REEL_DIM_TOKENS});
+    reel_tensor y = {0};
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "s%d", i);
+        reel_tensor e = reel_embedding(g, reel_state(g, name, REEL_BF16, 2, (int64_t[]){(int64_t)(each / 16), 8}), ids);
+        y = i ? reel_add(g, y, e) : e;
+    }
+    cr_assert_eq(reel_output(g, "y", y), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    return g;
+}
+
+/* What the budget counts (parameters, states, the arena, the step region,
+ * the streams' workspaces) against the drop in cudaMemGetInfo's free bytes
+ * over compile: the rest is the library's own (graphs, allocation rounding). */
+Test(gpu_memory, the_budget_predicts_what_compile_takes_and_refuses_what_cannot_fit)
+{
+    exercise_backend();
+    reel_ctx *ctx;
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_CUDA), &ctx), REEL_OK);
+    size_t avail, total;
+    cr_assert_eq(reel_ctx_memory(ctx, &avail, &total), REEL_OK);
+    reel_graph *g = states_graph(ctx, 2, (size_t)256 << 20);
+    size_t f0 = free_bytes();
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(g, NULL, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    size_t f1 = free_bytes();
+    reel_plan_memory m = REEL_PLAN_MEMORY_INIT;
+    cr_assert_eq(reel_plan_memory_get(p, &m), REEL_OK);
+    size_t predicted = m.param_bytes + m.state_bytes + m.arena_bytes + m.static_bytes + m.stream_ws_bytes;
+    size_t measured = f0 - f1;
+    cr_log_info("budget: predicted %zu bytes, cudaMemGetInfo dropped %zu (%+.2f MiB)", predicted, measured,
+                ((double)measured - (double)predicted) / 1048576.0);
+    fprintf(stderr, "budget: predicted %zu bytes, cudaMemGetInfo dropped %zu (%+.2f MiB)\n", predicted, measured,
+            ((double)measured - (double)predicted) / 1048576.0);
+    cr_assert_geq(measured + SLACK, predicted, "compile took less than the budget counted");
+    cr_assert_leq(measured, predicted + ((size_t)64 << 20), "compile took more than the budget and 64 MiB");
+    reel_plan_destroy(p);
+    reel_graph_destroy(g);
+
+    /* Two states, each under the free memory, together over it. */
+    size_t each = (avail / 5 * 3) & ~(size_t)15;
+    g = states_graph(ctx, 2, each);
+    f0 = free_bytes();
+    p = (reel_plan *)1;
+    cr_assert_eq(reel_compile(g, NULL, &p), REEL_E_OOM);
+    cr_assert_null(p);
+    cr_assert(strstr(reel_ctx_last_error(ctx), "states"), "%s", reel_ctx_last_error(ctx));
+    cr_assert_geq(free_bytes() + SLACK, f0, "a refused compile kept memory");
+    reel_graph_destroy(g);
+    reel_ctx_destroy(ctx);
 }

@@ -84,12 +84,13 @@ Test(introspect, the_log_hook_hears_what_compile_is_doing_before_it_does_it, .in
     logbook lb = {0};
     cr_assert_eq(reel_set_log_hook(ctx, hook, &lb, REEL_LOG_DEBUG), REEL_OK);
     reel_plan *p = two_streams(3, (int32_t[]){1, 2, 4});
-    /* phases in order: kernels, allocation, a layout per bucket (INFO, and
-     * the planner's figures at DEBUG), the warm-up announced before it runs,
-     * then the captures */
-    const char *order[] = {"compile: 4 nodes on 2 streams", "compile: parameters and states allocated",
-                           "compile: memory plan of 1 rows", "compile: bucket 0 (1 tokens) laid out",
-                           "compile: bucket 2 (4 tokens) laid out", "capture: warm-up, one eager run of bucket 2 (4 tokens",
+    /* phases in order: kernels, a layout per bucket (INFO, and the planner's
+     * figures at DEBUG), the memory budget, allocation, the warm-up announced
+     * before it runs, then the captures */
+    const char *order[] = {"compile: 4 nodes on 2 streams", "compile: memory plan of 1 rows",
+                           "compile: bucket 0 (1 tokens) laid out", "compile: bucket 2 (4 tokens) laid out",
+                           "compile: memory before allocating", "compile: parameters and states allocated",
+                           "capture: warm-up, one eager run of bucket 2 (4 tokens",
                            "capture: warm-up done", "capture: bucket 2 (4 tokens) captured",
                            "capture: bucket 0 (1 tokens) captured"};
     int at = 0;

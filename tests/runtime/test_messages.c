@@ -171,10 +171,9 @@ Test(messages, compile_refuses_an_arena_it_cannot_allocate_naming_the_arena, .in
     cr_assert_eq(reel_output(g, "y", reel_softmax(g, reel_add(g, a, a))), REEL_OK);
     reel_compile_opts o = huge_bucket();
     reel_plan *p = NULL;
-    SAYS(ctx, reel_compile(g, &o, &p), REEL_E_OOM, "compile: cannot allocate");
-    cr_assert(strstr(reel_ctx_last_error(ctx), "for the activation arena"), "%s", reel_ctx_last_error(ctx));
-    cr_assert(strstr(reel_ctx_last_error(ctx), "host dev_alloc"), "the backend's reason is kept: %s",
-              reel_ctx_last_error(ctx));
+    /* refused by the budget, before anything is allocated, naming the arena */
+    SAYS(ctx, reel_compile(g, &o, &p), REEL_E_OOM, "compile: the plan needs");
+    cr_assert(strstr(reel_ctx_last_error(ctx), "the activation arena"), "%s", reel_ctx_last_error(ctx));
     cr_assert_null(p);
     reel_graph_destroy(g);
 }
@@ -189,8 +188,8 @@ Test(messages, compile_refuses_a_step_region_it_cannot_allocate_naming_the_step_
     cr_assert_eq(reel_output(g, "i", reel_argmax(g, a)), REEL_OK);
     reel_compile_opts o = huge_bucket();
     reel_plan *p = NULL;
-    SAYS(ctx, reel_compile(g, &o, &p), REEL_E_OOM, "compile: cannot allocate");
-    cr_assert(strstr(reel_ctx_last_error(ctx), "for the step region"), "%s", reel_ctx_last_error(ctx));
+    SAYS(ctx, reel_compile(g, &o, &p), REEL_E_OOM, "compile: the plan needs");
+    cr_assert(strstr(reel_ctx_last_error(ctx), "the step region"), "%s", reel_ctx_last_error(ctx));
     cr_assert_null(p);
     reel_graph_destroy(g);
 }
