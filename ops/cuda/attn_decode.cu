@@ -35,6 +35,176 @@ template <int G> struct dec_occupancy {
     static constexpr int blocks = G <= 2 ? 6 : G <= 4 ? 4 : 3;
 };
 
+/* The query rows of heads h0 .. h0 + G - 1 (this thread's VEC dims, in
+ * base 2: pre-scaled by qscale; zeros for heads past nh) and their empty
+ * online softmax states (acc, running max mx, sum sm). */
+template <typename T, int DH, int G>
+__device__ __forceinline__ void dec_begin_rows(const T *q, const attn_geom &g, int64_t t, int64_t h0, int nh, int kl,
+                                               float qscale, float (&qr)[G][pack<T>::n],
+                                               float (&acc)[G][pack<T>::n], float (&mx)[G], float (&sm)[G])
+{
+    typedef pack<T> P;
+#pragma unroll
+    for (int i = 0; i < G; i++) {
+        P qp;
+        if (i < nh)
+            qp = *(const P *)(q + t * g.qrow + (h0 + i) * DH + kl * P::n);
+#pragma unroll
+        for (int e = 0; e < P::n; e++) {
+            qr[i][e] = i < nh ? to_f(qp.v[e]) * qscale : 0.0f;
+            acc[i][e] = 0.0f;
+        }
+        mx[i] = -INFINITY;
+        sm[i] = 0.0f;
+    }
+}
+
+/* A tile's nb block ids from b0 into s_blk, read once by the whole block
+ * and checked there: returns (to every thread) whether one breaches. */
+__device__ __forceinline__ int dec_read_ids(const attn_geom &g, const int32_t *bt, int32_t b0, int32_t nb,
+                                            int32_t *s_blk)
+{
+    __syncthreads(); /* the previous tile's ids are no longer read */
+    int mybad = 0;
+    for (int i = threadIdx.x; i < nb; i += DEC_THREADS) {
+        int32_t blk = bt[b0 + i];
+        mybad |= blk < 0 || blk >= g.nblocks;
+        s_blk[i] = blk;
+    }
+    return __syncthreads_or(mybad);
+}
+
+/* The load phase: this thread's 16-byte slice of the K and V rows of its U
+ * keys of the iteration at j0 (u KPB apart), all loads issued before any
+ * arithmetic; a key at tile1 or past is not live, and zeros. */
+template <typename T, int U, int KPB, int KPW>
+__device__ __forceinline__ void dec_load_kv(pack<T> (&kp)[U], pack<T> (&vp)[U], bool (&live)[U], const T *kb,
+                                            const T *vb, const int32_t *s_blk, int32_t b0, int32_t j0,
+                                            int32_t tile1, int warp, int ks, const attn_geom &g, int32_t bs)
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int32_t j = j0 + u * KPB + warp * KPW + ks;
+        live[u] = j < tile1;
+        if (live[u]) {
+            int64_t row = ((int64_t)s_blk[attn_blk(g, j) - b0] * bs + attn_in_blk(g, j)) * g.kvrow;
+            kp[u] = *(const pack<T> *)(kb + row);
+            vp[u] = *(const pack<T> *)(vb + row);
+        } else {
+#pragma unroll
+            for (int e = 0; e < pack<T>::n; e++)
+                kp[u].v[e] = vp[u].v[e] = from_f<T>(0.0f);
+        }
+    }
+}
+
+/* The scores phase of one head: its row's dot products with the U keys,
+ * reduced over the TPK lanes of a key by shuffles (-inf where not live).
+ * Returns the head's new running max. */
+template <typename T, int TPK, int U>
+__device__ __forceinline__ float dec_scores(const float (&qr)[pack<T>::n], const pack<T> (&kp)[U],
+                                            const bool (&live)[U], float mx, float (&sc)[U])
+{
+    float mnew = mx;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < pack<T>::n; e++)
+            d = fmaf(qr[e], to_f(kp[u].v[e]), d);
+#pragma unroll
+        for (int o = TPK / 2; o > 0; o >>= 1)
+            d += __shfl_xor_sync(0xffffffffu, d, o);
+        sc[u] = live[u] ? d : -INFINITY;
+        mnew = fmaxf(mnew, sc[u]);
+    }
+    return mnew;
+}
+
+/* The online softmax update (base 2) of one head by U scores under the new
+ * max mnew (finite), and acc += p V. */
+template <typename T, int U>
+__device__ __forceinline__ void dec_softmax_pv(const float (&sc)[U], float mnew, const pack<T> (&vp)[U],
+                                               float (&acc)[pack<T>::n], float &mx, float &sm)
+{
+    float corr = merge_scale(mx, mnew);
+    float psum = 0.0f, pu[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        pu[u] = exp2f(sc[u] - mnew);
+        psum += pu[u];
+    }
+    sm = sm * corr + psum;
+#pragma unroll
+    for (int e = 0; e < pack<T>::n; e++) {
+        float a = acc[e] * corr;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            a = fmaf(pu[u], to_f(vp[u].v[e]), a);
+        acc[e] = a;
+    }
+    mx = mnew;
+}
+
+/* The key slots of a warp merged (xor over lanes TPK, 2 TPK, ..., a fixed
+ * order), so every lane of a key slot holds the warp's state. */
+template <int G, int VEC, int TPK>
+__device__ __forceinline__ void dec_merge_lanes(float (&acc)[G][VEC], float (&mx)[G], float (&sm)[G])
+{
+#pragma unroll
+    for (int o = TPK; o < 32; o <<= 1) {
+#pragma unroll
+        for (int i = 0; i < G; i++) {
+            float mo = __shfl_xor_sync(0xffffffffu, mx[i], o);
+            float so = __shfl_xor_sync(0xffffffffu, sm[i], o);
+            float M = fmaxf(mx[i], mo);
+            float f1 = M == -INFINITY ? 0.0f : merge_scale(mx[i], M);
+            float f2 = M == -INFINITY ? 0.0f : merge_scale(mo, M);
+            sm[i] = sm[i] * f1 + so * f2;
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                float ao = __shfl_xor_sync(0xffffffffu, acc[i][e], o);
+                acc[i][e] = acc[i][e] * f1 + ao * f2;
+            }
+            mx[i] = M;
+        }
+    }
+}
+
+/* The warps' merge, in warp order, of heads h0 .. h0 + nh - 1 (each warp's
+ * state in s_red: [warp][head][DH dims, max, sum]), stored as the output
+ * (and lse) where the token has one chunk, else as the chunk's partial. */
+template <typename T, int DH, int G>
+__device__ __forceinline__ void dec_merge_store(const float (&s_red)[DEC_WARPS][G][DH + 2], const attn_geom &g,
+                                                float *ws, T *orow, int64_t t, int c, int nchunks, int nact,
+                                                int64_t h0, int nh)
+{
+    float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
+    for (int x = threadIdx.x; x < nh * DH; x += DEC_THREADS) {
+        int i = x / DH, d = x % DH;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++)
+            M = fmaxf(M, s_red[w][i][DH]);
+        float L = 0.0f, o = 0.0f;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) {
+            float f = merge_scale(s_red[w][i][DH], M);
+            L += s_red[w][i][DH + 1] * f;
+            o += s_red[w][i][d] * f;
+        }
+        if (nact == 1) {
+            orow[x] = from_f<T>(o / L);
+            if (g.lse && d == 0)
+                g.lse[t * g.h + h0 + i] = (M + log2f(L)) * REEL_ATTN_LN2;
+        } else {
+            slot[(h0 + i) * DH + d] = o / L;
+            if (d == 0)
+                slot[g.qrow + h0 + i] = M + log2f(L);
+        }
+    }
+}
+
 template <typename T, int DH, int G, int U>
 __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
     attn_decode_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
@@ -73,19 +243,7 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
 
     const float qscale = g.scale * 1.4426950408889634f; /* scores in base 2 */
     float qr[G][VEC], acc[G][VEC], mx[G], sm[G];
-#pragma unroll
-    for (int i = 0; i < G; i++) {
-        P qp;
-        if (i < nh)
-            qp = *(const P *)(q + t * g.qrow + (h0 + i) * DH + kl * VEC);
-#pragma unroll
-        for (int e = 0; e < VEC; e++) {
-            qr[i][e] = i < nh ? to_f(qp.v[e]) * qscale : 0.0f;
-            acc[i][e] = 0.0f;
-        }
-        mx[i] = -INFINITY;
-        sm[i] = 0.0f;
-    }
+    dec_begin_rows<T, DH, G>(q, g, t, h0, nh, kl, qscale, qr, acc, mx, sm);
 
     const int32_t *bt = m.block_tables + (int64_t)s * m.max_blocks;
     const int32_t bs = (int32_t)g.bs;
@@ -94,69 +252,21 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
     for (int32_t tile0 = k0; tile0 < k1; tile0 += DEC_TILE) {
         const int32_t tile1 = min(k1, tile0 + (int32_t)DEC_TILE);
         const int32_t b0 = tile0 / bs, nb = (tile1 - 1) / bs - b0 + 1;
-        __syncthreads(); /* the previous tile's ids are no longer read */
-        int mybad = 0;
-        for (int i = threadIdx.x; i < nb; i += DEC_THREADS) {
-            int32_t blk = bt[b0 + i];
-            mybad |= blk < 0 || blk >= g.nblocks;
-            s_blk[i] = blk;
-        }
-        if (__syncthreads_or(mybad)) {
+        if (dec_read_ids(g, bt, b0, nb, s_blk)) {
             bad = 1;
             break;
         }
         for (int32_t j0 = tile0; j0 < tile1; j0 += KIT) {
             P kp[U], vp[U];
             bool live[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                int32_t j = j0 + u * KPB + warp * KPW + ks;
-                live[u] = j < tile1;
-                if (live[u]) {
-                    int64_t row = ((int64_t)s_blk[attn_blk(g, j) - b0] * bs + attn_in_blk(g, j)) * g.kvrow;
-                    kp[u] = *(const P *)(kb + row);
-                    vp[u] = *(const P *)(vb + row);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < VEC; e++)
-                        kp[u].v[e] = vp[u].v[e] = from_f<T>(0.0f);
-                }
-            }
+            dec_load_kv<T, U, KPB, KPW>(kp, vp, live, kb, vb, s_blk, b0, j0, tile1, warp, ks, g, bs);
 #pragma unroll
             for (int i = 0; i < G; i++) {
                 float sc[U];
-                float mnew = mx[i];
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    float d = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < VEC; e++)
-                        d = fmaf(qr[i][e], to_f(kp[u].v[e]), d);
-#pragma unroll
-                    for (int o = TPK / 2; o > 0; o >>= 1)
-                        d += __shfl_xor_sync(0xffffffffu, d, o);
-                    sc[u] = live[u] ? d : -INFINITY;
-                    mnew = fmaxf(mnew, sc[u]);
-                }
+                const float mnew = dec_scores<T, TPK, U>(qr[i], kp, live, mx[i], sc);
                 if (mnew == -INFINITY)
-                    continue;
-                float corr = merge_scale(mx[i], mnew);
-                float psum = 0.0f, pu[U];
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    pu[u] = exp2f(sc[u] - mnew);
-                    psum += pu[u];
-                }
-                sm[i] = sm[i] * corr + psum;
-#pragma unroll
-                for (int e = 0; e < VEC; e++) {
-                    float a = acc[i][e] * corr;
-#pragma unroll
-                    for (int u = 0; u < U; u++)
-                        a = fmaf(pu[u], to_f(vp[u].v[e]), a);
-                    acc[i][e] = a;
-                }
-                mx[i] = mnew;
+                    continue; /* no key of the head yet: its state stays empty */
+                dec_softmax_pv<T, U>(sc, mnew, vp, acc[i], mx[i], sm[i]);
             }
         }
     }
@@ -167,24 +277,7 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
     }
 
     /* The key slots of a warp, then the warps, in a fixed order. */
-#pragma unroll
-    for (int o = TPK; o < 32; o <<= 1) {
-#pragma unroll
-        for (int i = 0; i < G; i++) {
-            float mo = __shfl_xor_sync(0xffffffffu, mx[i], o);
-            float so = __shfl_xor_sync(0xffffffffu, sm[i], o);
-            float M = fmaxf(mx[i], mo);
-            float f1 = M == -INFINITY ? 0.0f : merge_scale(mx[i], M);
-            float f2 = M == -INFINITY ? 0.0f : merge_scale(mo, M);
-            sm[i] = sm[i] * f1 + so * f2;
-#pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                float ao = __shfl_xor_sync(0xffffffffu, acc[i][e], o);
-                acc[i][e] = acc[i][e] * f1 + ao * f2;
-            }
-            mx[i] = M;
-        }
-    }
+    dec_merge_lanes<G, VEC, TPK>(acc, mx, sm);
     if (ks == 0) {
 #pragma unroll
         for (int i = 0; i < G; i++) {
@@ -198,30 +291,7 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
         }
     }
     __syncthreads();
-    float *slot = ws + (t * nchunks + c) * (g.qrow + g.h);
-    for (int x = threadIdx.x; x < nh * DH; x += DEC_THREADS) {
-        int i = x / DH, d = x % DH;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++)
-            M = fmaxf(M, s_red[w][i][DH]);
-        float L = 0.0f, o = 0.0f;
-#pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++) {
-            float f = merge_scale(s_red[w][i][DH], M);
-            L += s_red[w][i][DH + 1] * f;
-            o += s_red[w][i][d] * f;
-        }
-        if (nact == 1) {
-            orow[x] = from_f<T>(o / L);
-            if (g.lse && d == 0)
-                g.lse[t * g.h + h0 + i] = (M + log2f(L)) * REEL_ATTN_LN2;
-        } else {
-            slot[(h0 + i) * DH + d] = o / L;
-            if (d == 0)
-                slot[g.qrow + h0 + i] = M + log2f(L);
-        }
-    }
+    dec_merge_store<T, DH, G>(s_red, g, ws, orow, t, c, nchunks, nact, h0, nh);
 }
 
 /* The most chunks the in-block combine merges (attn_decode_inblock). */
@@ -235,6 +305,60 @@ __global__ void __launch_bounds__(DEC_THREADS, dec_occupancy<G>::blocks)
 #define REEL_ATTN_COMBINE_PREFETCH 0
 #endif
 enum { COMBINE_PF = 8 };
+
+/* The chunks' largest log-sum-exp of head h (chunk c's at base + c stride),
+ * a refused chunk's mark (REEL_ATTN_BAD_LSE) noted in s_bad instead; the
+ * block's max, returned to every thread. */
+__device__ __forceinline__ float combine_max(const float *base, int64_t stride, const attn_geom &g, int64_t h,
+                                             int nact, int &s_bad)
+{
+    float l = -INFINITY;
+    for (int c = threadIdx.x; c < nact; c += DEC_THREADS) {
+        float x = base[c * stride + g.qrow + h];
+        if (__float_as_uint(x) == REEL_ATTN_BAD_LSE)
+            s_bad = 1;
+        else
+            l = fmaxf(l, x);
+    }
+    return block_reduce<true>(l);
+}
+
+/* The chunks' weights exp2(lse - M) into s_w, and their sum L: up to
+ * REEL_ATTN_INBLOCK_MAX chunks (serial) in the in-block combine's order
+ * (dm_arrive_and_combine: chunk by chunk from chunk 0), so a token's row
+ * has the same bits whichever of the two merges it; past that a block sum.
+ * Its barriers publish s_w and s_bad. */
+__device__ __forceinline__ float combine_weights(const float *base, int64_t stride, const attn_geom &g, int64_t h,
+                                                 int nact, float M, bool serial, float *s_w)
+{
+    float lsum = 0.0f;
+    for (int c = threadIdx.x; c < nact; c += DEC_THREADS) {
+        float w = merge_scale(base[c * stride + g.qrow + h], M);
+        s_w[c] = w;
+        lsum += w;
+    }
+    float L;
+    if (serial) {
+        __syncthreads(); /* s_w and s_bad */
+        L = 0.0f;
+        for (int c = 0; c < nact; c++)
+            L += s_w[c];
+    } else {
+        L = block_reduce<false>(lsum);
+    }
+    return L;
+}
+
+/* The weighted sum of dimension d over this thread's share of the chunks
+ * (c, c + ng, ...; partials at ob), continued from o. */
+__device__ __forceinline__ float combine_share(const float *s_w, const float *ob, int64_t stride, int64_t d, int c,
+                                               int ng, int nact, float o)
+{
+#pragma unroll 4
+    for (; c < nact; c += ng)
+        o = fmaf(s_w[c], ob[c * stride + d], o);
+    return o;
+}
 
 /* One block per (token, head): the chunks' weights exp2(lse - max) into
  * shared memory, then each thread sums a dimension over a share of the
@@ -290,33 +414,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
     if (threadIdx.x == 0)
         s_bad = 0;
     __syncthreads();
-    float l = -INFINITY;
-    for (int c = threadIdx.x; c < nact; c += DEC_THREADS) {
-        float x = base[c * stride + g.qrow + h];
-        if (__float_as_uint(x) == REEL_ATTN_BAD_LSE)
-            s_bad = 1;
-        else
-            l = fmaxf(l, x);
-    }
-    const float M = block_reduce<true>(l);
-    float lsum = 0.0f;
-    for (int c = threadIdx.x; c < nact; c += DEC_THREADS) {
-        float w = merge_scale(base[c * stride + g.qrow + h], M);
-        s_w[c] = w;
-        lsum += w;
-    }
-    /* Up to REEL_ATTN_INBLOCK_MAX chunks, the in-block combine's order
-     * (dm_arrive_and_combine: L and O summed chunk by chunk from chunk 0),
-     * so a token's row has the same bits whichever of the two merges it. */
-    float L;
-    if (serial) {
-        __syncthreads(); /* s_w and s_bad */
-        L = 0.0f;
-        for (int c = 0; c < nact; c++)
-            L += s_w[c];
-    } else {
-        L = block_reduce<false>(lsum); /* its barriers publish s_w and s_bad */
-    }
+    const float M = combine_max(base, stride, g, h, nact, s_bad);
+    const float L = combine_weights(base, stride, g, h, nact, M, serial, s_w);
     T *orow = out + t * g.qrow + h * g.dh;
     if (s_bad || L == 0.0f) {
         for (int64_t d = threadIdx.x; d < g.dh; d += DEC_THREADS)
@@ -338,9 +437,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
                         o = fmaf(s_w[c], pre[i], o);
             }
 #endif
-#pragma unroll 4
-            for (; c < nact; c += ng)
-                o = fmaf(s_w[c], ob[c * stride + d], o);
+            o = combine_share(s_w, ob, stride, d, c, ng, nact, o);
         }
         s_part[threadIdx.x] = o;
         __syncthreads();

@@ -24,6 +24,7 @@
  * here), so the cache and the rope outputs are whole whoever reads them. */
 #include "ops/cuda/rope.cuh"
 #include "ops/cuda/attention.cuh"
+#include "ops/cuda/attn_tile.cuh"
 #include "ops/cuda/mma.cuh"
 
 namespace reel_cu {
@@ -260,31 +261,64 @@ __device__ __forceinline__ bool dm_pow2(const attn_geom &g, int32_t span, int ca
            g.kvrow <= INT32_MAX;
 }
 
-/* One tile of a warp's 16 keys (from kw; those at k1 or past are masked):
- * S = Q K^T, the online softmax in base 2, O += P V, on the tile's K and V
- * in shared memory. The decode kernels' one copy of the arithmetic, so a
- * chunk's partial has the same bits whichever kernel computes it. */
-template <typename T, int DH, int LD>
-__device__ __forceinline__ void dm_tile(const T *ks, const T *vs, const uint32_t (&qf)[DH / 16][4], int32_t kw,
-                                        int32_t k1, float qscale, float (&o)[DH / 8][4], float &m0, float &m1,
-                                        float &l0, float &l1, int warp, int lane)
+/* Where an item's K/V tiles come from: the caches, the end of its keys
+ * (k1; keys at or past it are zero-filled), its block ids from block b0
+ * (the first CAP of them in shared memory at sbt, all in the table at bt),
+ * its kv head, and whether the shift path applies (dm_pow2). */
+template <typename T> struct dm_src {
+    const T *kc, *vc;
+    const int32_t *sbt, *bt;
+    int32_t b0, k1;
+    int64_t kvh;
+    bool pow2;
+};
+
+/* The load phase of both decode kernels: tile kt's K and V rows into one
+ * stage (ks, vs), one commit group. */
+template <typename T, int DH, int LD, int CAP>
+__device__ __forceinline__ void dm_load_tile(T *ks, T *vs, const dm_src<T> &s, int32_t kt, const attn_geom &g)
 {
-    constexpr int KSTEPS = DH / 16, DTILES = DH / 8;
-    const int ti = lane & 3;
-    float sc[2][4];
-#pragma unroll
-    for (int n = 0; n < 2; n++)
-        sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS; kk++) {
-        uint32_t b[4];
-        int key = warp * 16 + (lane >> 4) * 8 + (lane & 7);
-        int dim = kk * 16 + ((lane >> 3) & 1) * 8;
-        ldsm_x4(b, &ks[key * LD + dim]);
-        mma_op<T>::run(sc[0], qf[kk], b);
-        mma_op<T>::run(sc[1], qf[kk], b + 2);
+    if (s.pow2) {
+        cp_async_kv_tile_pow2<T, DH, DM_BN, DM_THREADS, LD>(ks, vs, s.kc, s.vc, kt, s.k1, s.sbt, s.b0, g.bs_shift,
+                                                           (int32_t)g.kvrow, (int32_t)(s.kvh * DH));
+        return;
     }
-    float mx0 = m0, mx1 = m1;
+    const int32_t bs = (int32_t)g.bs;
+    cp_async_kv_tile<T, DH, DM_BN, DM_THREADS, LD>(
+        ks, vs, s.kc, s.vc, kt, [&](int32_t j) { return j < s.k1; },
+        [&](int32_t j) {
+            const int32_t bj = attn_blk(g, j);
+            const int32_t blk = bj - s.b0 < CAP ? s.sbt[bj - s.b0] : s.bt[bj];
+            return ((int64_t)blk * bs + attn_in_blk(g, j)) * g.kvrow + s.kvh * DH;
+        });
+}
+
+/* Where an item of the decode grid is: head group y (of hkv x hsplit) of
+ * token and chunk tc (t x nchunks + c), its kv head, head group hs, and its
+ * heads h0 .. h0 + nh - 1 (rows 0 .. nh - 1 of the tile). */
+struct dm_where {
+    int64_t t, kvh, h0;
+    int c, hs, nh;
+};
+
+__device__ __forceinline__ dm_where dm_where_of(const attn_geom &g, int nchunks, int hsplit, int64_t y, int64_t tc)
+{
+    dm_where w;
+    w.t = tc / nchunks;
+    w.c = (int)(tc % nchunks);
+    w.kvh = y / hsplit;
+    w.hs = (int)(y % hsplit);
+    w.h0 = w.kvh * g.group + (int64_t)w.hs * DM_ROWS;
+    w.nh = (int)min((int64_t)DM_ROWS, g.group - (int64_t)w.hs * DM_ROWS);
+    return w;
+}
+
+/* The scores of a warp's 16 keys (from kw) in base 2, keys at k1 or past
+ * masked to -inf, and the rows' maxima folded into mx0, mx1. Where all 16
+ * keys are live (warp-uniform) the mask is skipped: the same products. */
+__device__ __forceinline__ void dm_scale_max(float (&sc)[2][4], int32_t kw, int32_t k1, float qscale, int ti,
+                                             float &mx0, float &mx1)
+{
     if (!REEL_ATTN_DM_LEAN || kw + 16 > k1) {
 #pragma unroll
         for (int n = 0; n < 2; n++) {
@@ -297,7 +331,7 @@ __device__ __forceinline__ void dm_tile(const T *ks, const T *vs, const uint32_t
                 mx1 = fmaxf(mx1, sc[n][2 + e]);
             }
         }
-    } else { /* all 16 keys live (warp-uniform): the same products, no mask */
+    } else {
 #pragma unroll
         for (int n = 0; n < 2; n++) {
 #pragma unroll
@@ -311,7 +345,15 @@ __device__ __forceinline__ void dm_tile(const T *ks, const T *vs, const uint32_t
     }
     mx0 = quad_max(mx0);
     mx1 = quad_max(mx1);
-    /* The warp's first key is live, so mx0 and mx1 are finite. */
+}
+
+/* The online softmax update (base 2) of rows gi (m0, l0) and gi + 8 (m1,
+ * l1) by a tile whose row maxima are mx0, mx1 (finite: the warp's first
+ * key is live): o and l rescaled, and sc made P. */
+template <int DT>
+__device__ __forceinline__ void dm_softmax(float (&sc)[2][4], float mx0, float mx1, float (&o)[DT][4], float &m0,
+                                           float &m1, float &l0, float &l1)
+{
     float c0 = ex2_ftz(m0 - mx0), c1 = ex2_ftz(m1 - mx1);
     /* Where no row's maximum moved, c0 and c1 are exactly 1 and the
      * rescale multiplies by 1: skipping it keeps every bit (a running
@@ -332,17 +374,23 @@ __device__ __forceinline__ void dm_tile(const T *ks, const T *vs, const uint32_t
         l0 += sc[n][0] + sc[n][1];
         l1 += sc[n][2] + sc[n][3];
     }
-    uint32_t a[4];
-    c_to_a<T>(sc[0], sc[1], a);
-#pragma unroll
-    for (int n = 0; n < DTILES; n += 2) {
-        uint32_t b[4];
-        int key = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-        int dim = (n + (lane >> 4)) * 8;
-        ldsm_x4_t(b, &vs[key * LD + dim]);
-        mma_op<T>::run(o[n], a, b);
-        mma_op<T>::run(o[n + 1], a, b + 2);
-    }
+}
+
+/* One tile of a warp's 16 keys (from kw; those at k1 or past are masked):
+ * S = Q K^T, the online softmax in base 2, O += P V, on the tile's K and V
+ * in shared memory. The decode kernels' one copy of the arithmetic, so a
+ * chunk's partial has the same bits whichever kernel computes it. */
+template <typename T, int DH, int LD>
+__device__ __forceinline__ void dm_tile(const T *ks, const T *vs, const uint32_t (&qf)[DH / 16][4], int32_t kw,
+                                        int32_t k1, float qscale, float (&o)[DH / 8][4], float &m0, float &m1,
+                                        float &l0, float &l1, int warp, int lane)
+{
+    float sc[2][4];
+    attn_qk<T, DH / 16, 2, LD>(sc, qf, ks, warp * 16, lane);
+    float mx0 = m0, mx1 = m1;
+    dm_scale_max(sc, kw, k1, qscale, lane & 3, mx0, mx1);
+    dm_softmax(sc, mx0, mx1, o, m0, m1, l0, l1);
+    attn_pv<T, 2, DH / 8, LD>(o, sc, vs, warp * 16, lane);
 }
 
 /* The warps' merge of one item: each warp leaves its rows' (O, m, l) in
@@ -411,6 +459,297 @@ __device__ __forceinline__ void dm_merge_store(const float *lo, const float *hi,
     }
 }
 
+/* The chunk's block ids from b0 (those of a chunk that may attend, spec),
+ * the first DM_BT of them into s_bt: read once before the wait, so a
+ * tile's loads need no dependent global read of the table. Returns whether
+ * one breaches. */
+__device__ __forceinline__ int dm_read_ids(const attn_geom &g, const attn_dec_tok &tk, const int32_t *bt, int32_t b0,
+                                           int32_t *s_bt)
+{
+    int mybad = 0;
+    if (tk.spec)
+        for (int32_t b = b0 + threadIdx.x; b <= attn_blk(g, tk.k1 - 1); b += DM_THREADS) {
+            const int32_t blk = bt[b];
+            mybad |= blk < 0 || blk >= g.nblocks;
+            if (b - b0 < DM_BT)
+                s_bt[b - b0] = blk;
+        }
+    return mybad;
+}
+
+/* The one-kernel decode's shared state of an item (dm_item declares it):
+ * the step's slots (slot; sblk, soff: its cache block and offset, -1 where
+ * none), a hash of the blocks that hold one, the other tokens' slots the
+ * chunk reads (put: a bit a token), the token's own key in the chunk (jown:
+ * its index, nown: how many), and the rope's cosines and sines (cs). */
+struct dm_fw_sh {
+    int64_t *slot;
+    int32_t *sblk, *soff;
+    unsigned long long *put;
+    uint32_t *hash;
+    int32_t *jown, *nown;
+    float *cs;
+};
+
+/* The one-kernel decode's view of the step's slots before the wait, a
+ * thread a token (my_slot: its slot), and the rope's frequency of this
+ * thread's pair (no input at all), with its angle's cosine or sine where
+ * the position is readable now (pos_early). Returns the frequency. */
+__device__ __forceinline__ double dm_fw_prepare(const attn_fw &fw, int64_t rows, int64_t t, int32_t bs,
+                                                int64_t my_slot, bool pos_early, const dm_fw_sh &sh)
+{
+    double freq = 0.0;
+    if (threadIdx.x < DM_HASH / 32)
+        sh.hash[threadIdx.x] = 0u;
+    __syncthreads();
+    if (threadIdx.x < rows) {
+        const int64_t sl = my_slot;
+        bool in = sl >= 0 && sl < fw.nslots;
+        sh.slot[threadIdx.x] = sl;
+        sh.sblk[threadIdx.x] = in ? (int32_t)(sl / bs) : -1;
+        sh.soff[threadIdx.x] = in ? (int32_t)(sl % bs) : 0;
+        if (in) {
+            uint32_t hb = dm_hash((int32_t)(sl / bs));
+            atomicOr(&sh.hash[hb / 32], 1u << (hb % 32));
+        }
+    }
+    if (threadIdx.x == 0) {
+        *sh.put = 0ull;
+        *sh.jown = INT32_MAX;
+        *sh.nown = 0;
+    }
+    if ((int)threadIdx.x < 2 * fw.half) {
+        int32_t j = (int32_t)threadIdx.x;
+        freq = rope_freq(j < fw.half ? j : j - fw.half, fw.half, fw.theta);
+        if (pos_early) {
+            double ang = (double)fw.pos[t] * freq;
+            sh.cs[j] = j < fw.half ? (float)cos(ang) : (float)sin(ang);
+        }
+    }
+    __syncthreads();
+    DM_TR(2);
+    return freq;
+}
+
+/* With fw.on, which slots of the step the chunk's block ids (read by
+ * dm_read_ids; the barriers before make them whole) hold at a key of the
+ * chunk [k0, k1): the token's own (jown, nown: patched into shared memory
+ * after the load) and the others' (put: written and read back). */
+__device__ __forceinline__ void dm_fw_match(const attn_geom &g, const attn_fw &fw, int64_t rows, int64_t t,
+                                            int32_t b0, int32_t k0, int32_t k1, const int32_t *s_bt,
+                                            const int32_t *bt, const dm_fw_sh &sh)
+{
+    const int32_t bs = (int32_t)g.bs;
+    for (int32_t b = b0 + threadIdx.x; fw.on && b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
+        const int32_t blk = b - b0 < DM_BT ? s_bt[b - b0] : bt[b];
+        const uint32_t hb = dm_hash(blk);
+        if (sh.hash[hb / 32] >> (hb % 32) & 1u)
+            for (int u = 0; u < (int)rows; u++) {
+                int32_t j = b * bs + sh.soff[u];
+                if (sh.sblk[u] != blk || j < k0 || j >= k1)
+                    continue;
+                if (u == t) {
+                    atomicMin(sh.jown, j);
+                    atomicAdd(sh.nown, 1);
+                } else {
+                    atomicOr(sh.put, 1ull << u);
+                }
+            }
+    }
+}
+
+/* Where there is a kernel before to overlap (pdl), the chunk's first K/V
+ * rows [k0, k0 + pf_keys) asked of L2 before the wait: nothing before this
+ * kernel writes them in the step (pf_keys: the launch's L2 budget, dm_run). */
+template <typename T, int DH>
+__device__ __forceinline__ void dm_prefetch_l2(const T *kc, const T *vc, const attn_geom &g, const int32_t *bt,
+                                               int32_t k0, int32_t k1, int64_t kvh, int32_t pf_keys, bool pdl)
+{
+    const int32_t bs = (int32_t)g.bs;
+    constexpr int LINES = DH * (int)sizeof(T) / 128; /* 128-byte lines of a row's head */
+    const int32_t npf = min(k1 - k0, pf_keys);
+    for (int32_t i = threadIdx.x; pdl && i < npf * LINES; i += DM_THREADS) {
+        int32_t j = k0 + i / LINES, bi = bt[attn_blk(g, j)];
+        if (bi < 0 || bi >= g.nblocks)
+            continue;
+        int64_t row =
+            ((int64_t)bi * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + (i % LINES) * (128 / (int)sizeof(T));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(kc + row));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(vc + row));
+    }
+}
+
+/* The token's own new key and value, dimension d = threadIdx.x (the key
+ * rotated by rope_apply's formula for the pair d belongs to, cs its
+ * cosines and sines): stored into the tile after its load, instead of a
+ * round trip through the cache. */
+template <typename T, int DH>
+__device__ __forceinline__ float2 dm_own_kv(const attn_fw &fw, const attn_geom &g, int64_t t, int64_t kvh,
+                                            int32_t half, const float *cs)
+{
+    float kown, vown;
+    const T *kx = (const T *)fw.k + t * g.kvrow + kvh * DH;
+    const int d = (int)threadIdx.x;
+    vown = to_f(((const T *)fw.v)[t * g.kvrow + kvh * DH + d]);
+    if (half <= 0 || d >= 2 * half) {
+        kown = to_f(kx[d]);
+    } else {
+        const int w = d < half ? d : d - half;
+        const float x1 = to_f(kx[w]), x2 = to_f(kx[half + w]), cw = cs[w], sw = cs[half + w];
+        kown = d < half ? to_f(from_f<T>(__fsub_rn(__fmul_rn(x1, cw), __fmul_rn(x2, sw))))
+                        : to_f(from_f<T>(__fadd_rn(__fmul_rn(x2, cw), __fmul_rn(x1, sw))));
+    }
+    return make_float2(kown, vown);
+}
+
+/* This block's q heads h0 .. h0 + nh - 1 of token t, rotated into s_q
+ * (their one rotation: the writer stores them as the rope's result too). */
+template <typename T, int DH>
+__device__ __forceinline__ void dm_rotate_q(const T *q, const attn_geom &g, int64_t t, int64_t h0, int nh,
+                                            int32_t half, const float *cs, T *s_q)
+{
+    for (int i = threadIdx.x; i < nh * (DH - half); i += DM_THREADS) {
+        int hh = i / (DH - half), w = i % (DH - half);
+        float cw = w < half ? cs[w] : 0.0f, sw = w < half ? cs[half + w] : 0.0f;
+        rope_apply<T, int32_t>(q + t * g.qrow + (h0 + hh) * DH, s_q + hh * DH, w, half, cw, sw);
+    }
+}
+
+/* What the one-kernel decode's writes leave an item: whether it goes on
+ * to attend (attn_decode_act), whether the token's own key is in the chunk
+ * (own; kown, vown: this thread's dimension of it), and whether its first
+ * tile is already loading (early). */
+struct dm_own {
+    bool go, own, early;
+    float kown, vown;
+};
+
+/* The one-kernel decode's writes, after the wait: the rope's cosines and
+ * sines where the position was not readable before, the token's own write
+ * (its writer block, hs 0), the other slots the chunk reads, this block's
+ * rotated q heads (to qr too by the writer). The first tile's loads go
+ * before the writes where no slot of the step is read back from the cache
+ * (its own key, if any, is patched in after the load). */
+template <typename T, int DH, int LD>
+__device__ __forceinline__ dm_own dm_fw_write(const T *q, const reel_meta_view &m, const attn_geom &g,
+                                              const attn_fw &fw, const attn_dec_tok &tk, const dm_where &wh,
+                                              T *orow, const dm_src<T> &src, T *ks0, T *vs0, T *s_q, bool writer,
+                                              bool pos_early, double freq, int mybad, const dm_fw_sh &sh)
+{
+    dm_own r = {false, false, false, 0.0f, 0.0f};
+    const int64_t t = wh.t;
+    const int32_t half = fw.half;
+    if (half > 0 && !pos_early && (int)threadIdx.x < 2 * half) {
+        double ang = (double)fw.pos[t] * freq;
+        sh.cs[threadIdx.x] = (int)threadIdx.x < half ? (float)cos(ang) : (float)sin(ang);
+    }
+    /* cs, the matches complete, and whether any block id breaches */
+    const int anybad = __syncthreads_or(mybad);
+    unsigned long long more = *sh.put;
+    r.own = *sh.nown == 1;
+    if (*sh.nown > 1)
+        more |= 1ull << t; /* two keys of the chunk at the slot: through the cache */
+    r.early = tk.attend && !anybad && !more;
+    if (r.early)
+        dm_load_tile<T, DH, LD, DM_BT>(ks0, vs0, src, tk.k0, g);
+    if (writer && wh.hs == 0) {
+        /* The token's own write, whatever it attends (the KV write
+         * kernel's guard: slot -1 skipped, out of range reported). */
+        const int64_t slot = sh.slot[t];
+        const bool put = slot >= 0 && slot < fw.nslots;
+        if (!put && slot != -1 && threadIdx.x == 0)
+            report(&m, REEL_E_LIMIT);
+        dm_put_kv<T, DH>(fw, g, t, wh.kvh, put ? slot : -1, half > 0, sh.cs);
+    }
+    if (r.own && (int)threadIdx.x < DH) {
+        const float2 kv = dm_own_kv<T, DH>(fw, g, t, wh.kvh, half, sh.cs);
+        r.kown = kv.x;
+        r.vown = kv.y;
+    }
+    for (int u = 0; more; u++, more >>= 1)
+        if (more & 1u)
+            dm_put_kv<T, DH>(fw, g, u, wh.kvh, sh.slot[u], false, u == t ? sh.cs : nullptr);
+    if (half > 0)
+        dm_rotate_q<T, DH>(q, g, t, wh.h0, wh.nh, half, sh.cs, s_q);
+    if (*sh.put | (*sh.nown > 1 ? 1ull : 0ull))
+        __threadfence(); /* the rows written above, before this block reads them back */
+    __syncthreads();
+    DM_TR_DEP(5, __float_as_int(r.kown) ^ __float_as_int(r.vown));
+    if (writer && half > 0) {
+        typedef pack<T> P;
+        for (int i = threadIdx.x; i < wh.nh * DH / P::n; i += DM_THREADS)
+            ((P *)((T *)fw.qr + t * g.qrow + wh.h0 * DH))[i] = ((const P *)s_q)[i];
+    }
+    r.go = attn_decode_act(m, g, tk, t, wh.c, orow, wh.h0, wh.nh);
+    return r;
+}
+
+/* An item's prologue: its first tile's loads (unless dm_fw_write issued
+ * them: early), Q's fragments of rows gi and gi + 8 (heads h0 + gi and
+ * h0 + gi + 8; rot: rotated into s_q by the one-kernel decode), then the
+ * other stages but one (tiles 1 .. NS - 2, one commit group each). */
+template <typename T, int DH>
+__device__ __forceinline__ void dm_prologue(T (*ks_all)[DM_BN * (DH + DM_PAD)], T (*vs_all)[DM_BN * (DH + DM_PAD)],
+                                            const dm_src<T> &src, const attn_geom &g, int32_t k0, int ntiles,
+                                            bool early, const T *q, const T *s_q, bool rot, int64_t t, int64_t h0,
+                                            int nh, int gi, int ti, uint32_t (&qf)[DH / 16][4])
+{
+    constexpr int LD = DH + DM_PAD, NS = dm_stages<DH>();
+    if (!early)
+        dm_load_tile<T, DH, LD, DM_BT>(ks_all[0], vs_all[0], src, k0, g);
+    const T *q0 = rot ? s_q + gi * DH : q + t * g.qrow + (h0 + gi) * DH, *q1 = q0 + 8 * DH;
+    attn_q_frags<T, DH / 16>(qf, q0, q1, gi < nh, gi + 8 < nh, ti);
+    if (rot)
+        __syncthreads(); /* s_q is the second K stage, which the second tile fills */
+#pragma unroll
+    for (int st = 1; st < NS - 1; st++) {
+        if (st < ntiles)
+            dm_load_tile<T, DH, LD, DM_BT>(ks_all[st], vs_all[st], src, k0 + st * DM_BN, g);
+        else
+            cp_async_commit();
+    }
+}
+
+/* An item's main loop over its ntiles tiles from k0: NS stages, tile
+ * it + NS - 1 in flight while tile it is computed (dm_tile, each warp 16
+ * of its keys), the token's own key and value (own) patched over what the
+ * cache held in the tile that holds it. */
+template <typename T, int DH>
+__device__ __forceinline__ void dm_mainloop(T (*ks_all)[DM_BN * (DH + DM_PAD)], T (*vs_all)[DM_BN * (DH + DM_PAD)],
+                                            const dm_src<T> &src, const attn_geom &g, int32_t k0, int ntiles,
+                                            const uint32_t (&qf)[DH / 16][4], float qscale, const dm_own &own,
+                                            const int32_t &s_jown, float (&o)[DH / 8][4], float &m0, float &m1,
+                                            float &l0, float &l1)
+{
+    constexpr int LD = DH + DM_PAD, NS = dm_stages<DH>();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int it = 0; it < ntiles; it++) {
+        const int32_t kt = k0 + it * DM_BN;
+        const int stage = it % NS;
+        if (it + NS - 1 < ntiles)
+            dm_load_tile<T, DH, LD, DM_BT>(ks_all[(it + NS - 1) % NS], vs_all[(it + NS - 1) % NS], src,
+                                           kt + (NS - 1) * DM_BN, g);
+        else
+            cp_async_commit();
+        cp_async_wait<NS - 1>(); /* tile it has landed */
+        __syncthreads();
+        if (it == 0)
+            DM_TR(7);
+        if (own.own && s_jown >= kt && s_jown < kt + DM_BN) {
+            if ((int)threadIdx.x < DH) {
+                ks_all[stage][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(own.kown);
+                vs_all[stage][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(own.vown);
+            }
+            __syncthreads();
+        }
+        const T *ks = ks_all[stage], *vs = vs_all[stage];
+        const int32_t kw = kt + warp * 16; /* this warp's 16 keys */
+        if (kw < src.k1)
+            dm_tile<T, DH, LD>(ks, vs, qf, kw, src.k1, qscale, o, m0, m1, l0, l1, warp, lane);
+        __syncthreads(); /* the next iteration's load reuses this stage */
+    }
+}
+
 /* One item of the decode grid: head group y (of ny = hkv x hsplit) of the
  * token and chunk tc (t x nchunks + c). Every return is the whole block's. */
 template <typename T, int DH>
@@ -421,41 +760,26 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
                                         int64_t tc)
 {
     constexpr int LD = DH + DM_PAD, NS = dm_stages<DH>();
-    constexpr int KSTEPS = DH / 16, DTILES = DH / 8;
     extern __shared__ __align__(16) unsigned char dm_smem_raw[];
     T(*ks_all)[DM_BN * LD] = (T(*)[DM_BN * LD])dm_smem_raw;
     T(*vs_all)[DM_BN * LD] = (T(*)[DM_BN * LD])(dm_smem_raw + sizeof(T) * NS * DM_BN * LD);
     float *mrg = (float *)dm_smem_raw; /* after the loop: the warp merge (dm_merge_put) */
-
     const int64_t ny = g.hkv * hsplit;
-    const int64_t t = tc / nchunks;
-    const int c = (int)(tc % nchunks);
-    const int64_t kvh = y / hsplit;
-    const int hs = (int)(y % hsplit);
-    const int64_t h0 = kvh * g.group + (int64_t)hs * DM_ROWS;
-    const int nh = (int)min((int64_t)DM_ROWS, g.group - (int64_t)hs * DM_ROWS);
+    const dm_where wh = dm_where_of(g, nchunks, hsplit, y, tc);
+    const int64_t t = wh.t, h0 = wh.h0;
+    const int c = wh.c, nh = wh.nh;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gi = lane >> 2, ti = lane & 3;
-
     T *orow = out + t * g.qrow + h0 * DH;
     /* The metadata in two dependent reads: the step's slots (the one-kernel
      * decode) with the token's sequence and position; then its context
      * length with the chunk's block ids, which need only the first. */
     const int64_t my_slot = fw.on && threadIdx.x < rows ? m.slot_mapping[threadIdx.x] : -1;
     attn_dec_tok tk = attn_decode_classify_pre(m, g, t, rows, c, nchunks, skip_runs);
-    /* The chunk's first DM_BT block ids, read once before the wait: a
-     * tile's loads then need no dependent global read of the table. */
     __shared__ int32_t s_bt[DM_BT];
     const int32_t *bt = m.block_tables + (int64_t)(tk.spec ? tk.seq : 0) * m.max_blocks;
     const int32_t b0 = tk.spec ? attn_blk(g, tk.k0) : 0;
-    int mybad = 0;
-    if (tk.spec)
-        for (int32_t b = b0 + threadIdx.x; b <= attn_blk(g, tk.k1 - 1); b += DM_THREADS) {
-            const int32_t blk = bt[b];
-            mybad |= blk < 0 || blk >= g.nblocks;
-            if (b - b0 < DM_BT)
-                s_bt[b - b0] = blk;
-        }
+    int mybad = dm_read_ids(g, tk, bt, b0, s_bt);
     attn_decode_classify_fin(m, g, c, &tk);
     mybad &= tk.attend ? 1 : 0; /* a chunk the guard refuses reads nothing */
     DM_TR_DEP(1, tk.k1 + tk.nact + tk.seq + mybad);
@@ -470,7 +794,6 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
         return;
     const int32_t k0 = tk.k0, k1 = tk.k1;
     const int nact = tk.nact;
-    const int32_t bs = (int32_t)g.bs;
     static_assert(REEL_ATTN_ONE_KERNEL_ROWS <= 64 && REEL_ATTN_ONE_KERNEL_ROWS <= DM_THREADS,
                   "a token a bit of s_put, a thread each");
     __shared__ int64_t s_slot[REEL_ATTN_ONE_KERNEL_ROWS];
@@ -482,6 +805,7 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     __shared__ uint32_t s_hash[DM_HASH / 32];
     __shared__ int32_t s_jown, s_nown;
     __shared__ float s_cs[DH];
+    const dm_fw_sh sh = {s_slot, s_sblk, s_soff, &s_put, s_hash, &s_jown, &s_nown, s_cs};
     /* The rotated q heads of the one-kernel decode ([16][DH]) in the second
      * K stage, which no load fills before the q fragments are read. */
     T *s_q = ks_all[1];
@@ -491,163 +815,26 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
      * step: readable before the wait) when they are that tensor. */
     const bool pos_early = fw.on && fw.half > 0 && fw.pos == m.positions;
     double freq = 0.0;
-    if (fw.on) {
-        if (threadIdx.x < DM_HASH / 32)
-            s_hash[threadIdx.x] = 0u;
-        __syncthreads();
-        if (threadIdx.x < rows) {
-            const int64_t sl = my_slot;
-            bool in = sl >= 0 && sl < fw.nslots;
-            s_slot[threadIdx.x] = sl;
-            s_sblk[threadIdx.x] = in ? (int32_t)(sl / bs) : -1;
-            s_soff[threadIdx.x] = in ? (int32_t)(sl % bs) : 0;
-            if (in) {
-                uint32_t hb = dm_hash((int32_t)(sl / bs));
-                atomicOr(&s_hash[hb / 32], 1u << (hb % 32));
-            }
-        }
-        if (threadIdx.x == 0) {
-            s_put = 0ull;
-            s_jown = INT32_MAX;
-            s_nown = 0;
-        }
-        if ((int)threadIdx.x < 2 * fw.half) {
-            /* the frequency of this thread's pair (no input at all), and
-             * its angle's cosine or sine where the position is readable */
-            int32_t j = (int32_t)threadIdx.x;
-            freq = rope_freq(j < fw.half ? j : j - fw.half, fw.half, fw.theta);
-            if (pos_early) {
-                double ang = (double)fw.pos[t] * freq;
-                s_cs[j] = j < fw.half ? (float)cos(ang) : (float)sin(ang);
-            }
-        }
-        __syncthreads();
-        DM_TR(2);
-    }
-
-    /* With fw.on, which slots of the step the chunk's block ids (read
-     * above; the barriers of the block before make them whole) hold at a
-     * key of the chunk: the token's own (s_jown, s_nown: patched into shared
-     * memory below) and the others' (s_put: written and read back). Then,
-     * where there is a kernel before to overlap, the chunk's K/V rows asked
-     * of L2: nothing before this kernel writes them in the step. */
+    if (fw.on)
+        freq = dm_fw_prepare(fw, rows, t, (int32_t)g.bs, my_slot, pos_early, sh);
     if (tk.attend) {
-        for (int32_t b = b0 + threadIdx.x; fw.on && b <= attn_blk(g, k1 - 1); b += DM_THREADS) {
-            const int32_t blk = b - b0 < DM_BT ? s_bt[b - b0] : bt[b];
-            const uint32_t hb = dm_hash(blk);
-            if (s_hash[hb / 32] >> (hb % 32) & 1u)
-                for (int u = 0; u < (int)rows; u++) {
-                    int32_t j = b * bs + s_soff[u];
-                    if (s_sblk[u] != blk || j < k0 || j >= k1)
-                        continue;
-                    if (u == t) {
-                        atomicMin(&s_jown, j);
-                        atomicAdd(&s_nown, 1);
-                    } else {
-                        atomicOr(&s_put, 1ull << u);
-                    }
-                }
-        }
-        constexpr int LINES = DH * (int)sizeof(T) / 128; /* 128-byte lines of a row's head */
-        const int32_t npf = min(k1 - k0, pf_keys); /* the launch's L2 budget (dm_run) */
-        for (int32_t i = threadIdx.x; pdl && i < npf * LINES; i += DM_THREADS) {
-            int32_t j = k0 + i / LINES, bi = bt[attn_blk(g, j)];
-            if (bi < 0 || bi >= g.nblocks)
-                continue;
-            int64_t row = ((int64_t)bi * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH + (i % LINES) * (128 / (int)sizeof(T));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(kc + row));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(vc + row));
-        }
+        dm_fw_match(g, fw, rows, t, b0, k0, k1, s_bt, bt, sh);
+        dm_prefetch_l2<T, DH>(kc, vc, g, bt, k0, k1, wh.kvh, pf_keys, pdl);
     }
     DM_TR_DEP(3, mybad);
     /* Every id of the chunk in s_bt and a power-of-two block size: a
      * tile's row addresses from shifts (dm_pow2, the same bytes). */
-    const bool pow2 = dm_pow2(g, tk.attend ? attn_blk(g, k1 - 1) - b0 : 0, DM_BT);
-    auto load_tile = [&](int32_t kt, int stage) {
-        if (pow2) {
-            cp_async_kv_tile_pow2<T, DH, DM_BN, DM_THREADS, LD>(ks_all[stage], vs_all[stage], kc, vc, kt, k1, s_bt,
-                                                               b0, g.bs_shift, (int32_t)g.kvrow, (int32_t)(kvh * DH));
-            return;
-        }
-        cp_async_kv_tile<T, DH, DM_BN, DM_THREADS, LD>(
-            ks_all[stage], vs_all[stage], kc, vc, kt, [&](int32_t j) { return j < k1; },
-            [&](int32_t j) {
-                const int32_t bj = attn_blk(g, j);
-                const int32_t blk = bj - b0 < DM_BT ? s_bt[bj - b0] : bt[bj];
-                return ((int64_t)blk * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH;
-            });
-    };
+    const dm_src<T> src = {kc, vc, s_bt, bt, b0, k1, wh.kvh,
+                           dm_pow2(g, tk.attend ? attn_blk(g, k1 - 1) - b0 : 0, DM_BT)};
     /* Launched as a programmatic dependent, everything above overlapped the
      * kernel before it; q, k, v and the cache are read after. */
     if (pdl)
         dm_wait_producer();
-    /* The token's own new key and value (rotated), where the chunk reads
-     * them: thread d holds dimension d, stored into the tile after its
-     * load (own), instead of a round trip through the cache. */
-    bool own = false, early = false;
-    float kown = 0.0f, vown = 0.0f;
+    dm_own own = {true, false, false, 0.0f, 0.0f};
     if (fw.on) {
-        const int32_t half = fw.half;
-        if (half > 0 && !pos_early && (int)threadIdx.x < 2 * half) {
-            double ang = (double)fw.pos[t] * freq;
-            s_cs[threadIdx.x] = (int)threadIdx.x < half ? (float)cos(ang) : (float)sin(ang);
-        }
-        /* s_cs, the matches complete, and whether any block id breaches */
-        const int anybad = __syncthreads_or(mybad);
-        unsigned long long more = s_put;
-        own = s_nown == 1;
-        if (s_nown > 1)
-            more |= 1ull << t; /* two keys of the chunk at the slot: through the cache */
-        /* No slot of the step to read back from the cache (its own key, if
-         * any, is patched in after the load): the first tile's loads go
-         * now, under the writes below, instead of after them. */
-        early = tk.attend && !anybad && !more;
-        if (early)
-            load_tile(k0, 0);
-        if (writer && hs == 0) {
-            /* The token's own write, whatever it attends (the KV write
-             * kernel's guard: slot -1 skipped, out of range reported). */
-            const int64_t slot = s_slot[t];
-            const bool put = slot >= 0 && slot < fw.nslots;
-            if (!put && slot != -1 && threadIdx.x == 0)
-                report(&m, REEL_E_LIMIT);
-            dm_put_kv<T, DH>(fw, g, t, kvh, put ? slot : -1, half > 0, s_cs);
-        }
-        if (own && (int)threadIdx.x < DH) {
-            const T *kx = (const T *)fw.k + t * g.kvrow + kvh * DH;
-            const int d = (int)threadIdx.x;
-            vown = to_f(((const T *)fw.v)[t * g.kvrow + kvh * DH + d]);
-            if (half <= 0 || d >= 2 * half) {
-                kown = to_f(kx[d]);
-            } else {
-                /* rope_apply's formula for the pair d belongs to */
-                const int w = d < half ? d : d - half;
-                const float x1 = to_f(kx[w]), x2 = to_f(kx[half + w]), cw = s_cs[w], sw = s_cs[half + w];
-                kown = d < half ? to_f(from_f<T>(__fsub_rn(__fmul_rn(x1, cw), __fmul_rn(x2, sw))))
-                                : to_f(from_f<T>(__fadd_rn(__fmul_rn(x2, cw), __fmul_rn(x1, sw))));
-            }
-        }
-        for (int u = 0; more; u++, more >>= 1)
-            if (more & 1u)
-                dm_put_kv<T, DH>(fw, g, u, kvh, s_slot[u], false, u == t ? s_cs : nullptr);
-        /* This block's q heads, rotated (their one rotation: the writer
-         * stores them as the rope's result too). */
-        if (half > 0)
-            for (int i = threadIdx.x; i < nh * (DH - half); i += DM_THREADS) {
-                int hh = i / (DH - half), w = i % (DH - half);
-                float cw = w < half ? s_cs[w] : 0.0f, sw = w < half ? s_cs[half + w] : 0.0f;
-                rope_apply<T, int32_t>(q + t * g.qrow + (h0 + hh) * DH, s_q + hh * DH, w, half, cw, sw);
-            }
-        if (s_put | (s_nown > 1 ? 1ull : 0ull))
-            __threadfence(); /* the rows written above, before this block reads them back */
-        __syncthreads();
-        DM_TR_DEP(5, __float_as_int(kown) ^ __float_as_int(vown));
-        if (writer && half > 0) {
-            typedef pack<T> P;
-            for (int i = threadIdx.x; i < nh * DH / P::n; i += DM_THREADS)
-                ((P *)((T *)fw.qr + t * g.qrow + h0 * DH))[i] = ((const P *)s_q)[i];
-        }
-        if (!attn_decode_act(m, g, tk, t, c, orow, h0, nh))
+        own = dm_fw_write<T, DH, LD>(q, m, g, fw, tk, wh, orow, src, ks_all[0], vs_all[0], s_q, writer, pos_early,
+                                     freq, mybad, sh);
+        if (!own.go)
             return;
     }
     if (__syncthreads_or(mybad)) {
@@ -659,66 +846,14 @@ __device__ __forceinline__ void dm_item(const T *__restrict__ q, const T *__rest
     }
 
     const int ntiles = (k1 - k0 + DM_BN - 1) / DM_BN;
-    if (!early)
-        load_tile(k0, 0);
-
-    /* Rows gi and gi + 8 are heads h0 + gi and h0 + gi + 8. */
-    uint32_t qf[KSTEPS][4];
-    {
-        const bool in0 = gi < nh, in1 = gi + 8 < nh;
-        const bool rot = fw.on && fw.half > 0; /* q rotated above, in s_q */
-        const T *q0 = rot ? s_q + gi * DH : q + t * g.qrow + (h0 + gi) * DH, *q1 = q0 + 8 * DH;
-#pragma unroll
-        for (int kk = 0; kk < KSTEPS; kk++) {
-            int d = kk * 16 + ti * 2;
-            qf[kk][0] = in0 ? *(const uint32_t *)(q0 + d) : 0u;
-            qf[kk][1] = in1 ? *(const uint32_t *)(q1 + d) : 0u;
-            qf[kk][2] = in0 ? *(const uint32_t *)(q0 + d + 8) : 0u;
-            qf[kk][3] = in1 ? *(const uint32_t *)(q1 + d + 8) : 0u;
-        }
-        if (rot)
-            __syncthreads(); /* s_q is the second K stage, which the second tile fills */
-    }
-    /* The other stages but one: tiles 1 .. NS-2, one commit group each. */
-#pragma unroll
-    for (int st = 1; st < NS - 1; st++) {
-        if (st < ntiles)
-            load_tile(k0 + st * DM_BN, st);
-        else
-            cp_async_commit();
-    }
+    uint32_t qf[DH / 16][4];
+    dm_prologue<T, DH>(ks_all, vs_all, src, g, k0, ntiles, own.early, q, s_q, fw.on && fw.half > 0, t, h0, nh, gi,
+                       ti, qf);
     const float qscale = g.scale * 1.4426950408889634f;
-    float o[DTILES][4];
-#pragma unroll
-    for (int n = 0; n < DTILES; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float o[DH / 8][4];
+    attn_zero_frags(o);
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-
-    for (int it = 0; it < ntiles; it++) {
-        const int32_t kt = k0 + it * DM_BN;
-        const int stage = it % NS;
-        if (it + NS - 1 < ntiles)
-            load_tile(kt + (NS - 1) * DM_BN, (it + NS - 1) % NS);
-        else
-            cp_async_commit();
-        cp_async_wait<NS - 1>(); /* tile it has landed */
-        __syncthreads();
-        if (it == 0)
-            DM_TR(7);
-        if (own && s_jown >= kt && s_jown < kt + DM_BN) {
-            /* the token's own key and value over what the cache held */
-            if ((int)threadIdx.x < DH) {
-                ks_all[stage][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(kown);
-                vs_all[stage][(s_jown - kt) * LD + threadIdx.x] = from_f<T>(vown);
-            }
-            __syncthreads();
-        }
-        const T *ks = ks_all[stage], *vs = vs_all[stage];
-        const int32_t kw = kt + warp * 16; /* this warp's 16 keys */
-        if (kw < k1)
-            dm_tile<T, DH, LD>(ks, vs, qf, kw, k1, qscale, o, m0, m1, l0, l1, warp, lane);
-        __syncthreads(); /* the next iteration's load reuses this stage */
-    }
+    dm_mainloop<T, DH>(ks_all, vs_all, src, g, k0, ntiles, qf, qscale, own, s_jown, o, m0, m1, l0, l1);
 
     DM_TR(8);
     float *mhi = mrg + DM_WARPS * 8 * (DH + 2);
@@ -783,6 +918,145 @@ __global__ void __launch_bounds__(DM_THREADS)
  * combine kernel. Only where the KV write ran before (no attn_fw). */
 enum { PS_MAXI = 8, PS_BT = 128 };
 
+/* A block's items in its shared memory (the kernel declares the arrays):
+ * per item its keys [k0, k1), the chunks its token uses, its sequence,
+ * what it does (0 nothing, 1 attends, 2 zeros: attn_decode_act), its guard
+ * (attn_token_ok), a breach of its block ids, and the first PS_BT ids. */
+struct ps_items {
+    int32_t *k0, *k1, *nact, *seq;
+    int *what, *ok, *bad;
+    int32_t (*bt)[PS_BT];
+};
+
+/* The launch's items: the grid (G blocks), the head groups of a token
+ * (ny = hkv x hsplit) and its chunks. */
+struct ps_grid {
+    int64_t G, ny;
+    int nchunks, hsplit;
+};
+
+/* The block's item k: item blockIdx.x + k G of the one-item grid. */
+__device__ __forceinline__ dm_where ps_item_at(const attn_geom &g, const ps_grid &pg, int k)
+{
+    const int64_t i = (int64_t)blockIdx.x + (int64_t)k * pg.G, y = i % pg.ny, tc = i / pg.ny;
+    return dm_where_of(g, pg.nchunks, pg.hsplit, y, tc);
+}
+
+/* Every item's metadata, a thread an item, from the metadata alone. */
+__device__ __forceinline__ void ps_classify(const reel_meta_view &m, const attn_geom &g, const ps_grid &pg,
+                                            int64_t rows, bool skip_runs, int nk, const ps_items &s)
+{
+    if ((int)threadIdx.x < nk) {
+        const dm_where wh = ps_item_at(g, pg, (int)threadIdx.x);
+        attn_dec_tok tk = attn_decode_classify(m, g, wh.t, rows, wh.c, pg.nchunks, skip_runs);
+        s.k0[threadIdx.x] = tk.k0;
+        s.k1[threadIdx.x] = tk.k1;
+        s.nact[threadIdx.x] = tk.nact;
+        s.seq[threadIdx.x] = tk.seq;
+        s.ok[threadIdx.x] = tk.ok;
+        s.what[threadIdx.x] = tk.attend ? 1 : tk.run || wh.c >= tk.nact ? 0 : 2;
+        s.bad[threadIdx.x] = 0;
+    }
+}
+
+/* Every attending item's block ids, checked, the first PS_BT kept: the
+ * whole block, one item after another. */
+__device__ __forceinline__ void ps_read_ids(const reel_meta_view &m, const attn_geom &g, int nk, const ps_items &s)
+{
+    for (int k = 0; k < nk; k++) {
+        if (s.what[k] != 1)
+            continue;
+        const int32_t *bt = m.block_tables + (int64_t)s.seq[k] * m.max_blocks;
+        const int32_t b0 = attn_blk(g, s.k0[k]), b1 = attn_blk(g, s.k1[k] - 1);
+        int bad = 0;
+        for (int32_t b = b0 + threadIdx.x; b <= b1; b += DM_THREADS) {
+            const int32_t blk = bt[b];
+            bad |= blk < 0 || blk >= g.nblocks;
+            if (b - b0 < PS_BT)
+                s.bt[k][b - b0] = blk;
+        }
+        if (bad)
+            s.bad[k] = 1;
+    }
+}
+
+/* The outputs of the items that attend nothing (zeros, a breach reported)
+ * or whose ids breach (attn_chunk_refuse), before any tile is loaded. */
+template <typename T, int DH>
+__device__ __forceinline__ void ps_finish_idle(T *out, float *ws, const reel_meta_view &m, const attn_geom &g,
+                                               const ps_grid &pg, int nk, const ps_items &s)
+{
+    for (int k = 0; k < nk; k++) {
+        if (s.what[k] == 0 || (s.what[k] == 1 && !s.bad[k]))
+            continue;
+        const dm_where wh = ps_item_at(g, pg, k);
+        T *orow = out + wh.t * g.qrow + wh.h0 * DH;
+        if (s.what[k] == 2) {
+            for (int64_t i = threadIdx.x; i < wh.nh * DH; i += DM_THREADS)
+                orow[i] = from_f<T>(0.0f);
+            attn_put_lse(g, wh.t, wh.h0, wh.nh, -INFINITY);
+            if (s.ok[k] < 0 && threadIdx.x == 0)
+                report(&m, REEL_E_LIMIT);
+        } else {
+            attn_chunk_refuse(m, g, ws, wh.t, wh.c, pg.nchunks, s.nact[k], wh.h0, wh.nh, orow);
+        }
+    }
+}
+
+/* Whether item k attends with whole ids; the first such item from k; its tiles. */
+__device__ __forceinline__ bool ps_live(const ps_items &s, int nk, int k)
+{
+    return k < nk && s.what[k] == 1 && !s.bad[k];
+}
+
+__device__ __forceinline__ int ps_next_live(const ps_items &s, int nk, int k)
+{
+    while (k < nk && !ps_live(s, nk, k))
+        k++;
+    return k;
+}
+
+__device__ __forceinline__ int ps_ntiles(const ps_items &s, int k)
+{
+    return (s.k1[k] - s.k0[k] + DM_BN - 1) / DM_BN;
+}
+
+/* The producer of the block's stream of tiles: tile pt of item pk into
+ * stage (an empty commit group past the last item), then (pk, pt) steps to
+ * the next tile of the live items. */
+template <typename T, int DH>
+__device__ __forceinline__ void ps_produce(T (*ks_all)[DM_BN * (DH + DM_PAD)], T (*vs_all)[DM_BN * (DH + DM_PAD)],
+                                           const T *kc, const T *vc, const reel_meta_view &m, const attn_geom &g,
+                                           const ps_grid &pg, int nk, const ps_items &s, int stage, int &pk, int &pt)
+{
+    if (pk >= nk) {
+        cp_async_commit();
+        return;
+    }
+    const dm_where wh = ps_item_at(g, pg, pk);
+    const int32_t k0 = s.k0[pk], k1 = s.k1[pk], b0 = attn_blk(g, k0);
+    const int32_t *bt = m.block_tables + (int64_t)s.seq[pk] * m.max_blocks;
+    const dm_src<T> src = {kc, vc, s.bt[pk], bt, b0, k1, wh.kvh, dm_pow2(g, attn_blk(g, k1 - 1) - b0, PS_BT)};
+    dm_load_tile<T, DH, DH + DM_PAD, PS_BT>(ks_all[stage], vs_all[stage], src, k0 + pt * DM_BN, g);
+    if (++pt == ps_ntiles(s, pk)) {
+        pk = ps_next_live(s, nk, pk + 1);
+        pt = 0;
+    }
+}
+
+/* An item's start: Q's fragments of its heads, and an empty (o, m, l). */
+template <typename T, int DH>
+__device__ __forceinline__ void ps_item_begin(const T *q, const attn_geom &g, const dm_where &wh,
+                                              int gi, int ti, uint32_t (&qf)[DH / 16][4],
+                                              float (&o)[DH / 8][4], float &m0, float &m1, float &l0, float &l1)
+{
+    const T *q0 = q + wh.t * g.qrow + (wh.h0 + gi) * DH, *q1 = q0 + 8 * DH;
+    attn_q_frags<T, DH / 16>(qf, q0, q1, gi < wh.nh, gi + 8 < wh.nh, ti);
+    attn_zero_frags(o);
+    m0 = m1 = -INFINITY;
+    l0 = l1 = 0.0f;
+}
+
 template <typename T, int DH>
 __global__ void __launch_bounds__(DM_THREADS, 3)
     attn_decode_ps_kernel(const T *__restrict__ q, const T *__restrict__ kc, const T *__restrict__ vc,
@@ -793,173 +1067,59 @@ __global__ void __launch_bounds__(DM_THREADS, 3)
     cudaTriggerProgrammaticLaunchCompletion();
 #endif
     constexpr int LD = DH + DM_PAD, NS = dm_stages<DH>();
-    constexpr int KSTEPS = DH / 16, DTILES = DH / 8;
     static_assert(DM_WARPS * 8 * (DH + 2) * sizeof(float) <= DM_BN * LD * sizeof(T),
                   "eight rows of the warp merge fit one K or V stage");
     extern __shared__ __align__(16) unsigned char dm_smem_raw[];
     T(*ks_all)[DM_BN * LD] = (T(*)[DM_BN * LD])dm_smem_raw;
     T(*vs_all)[DM_BN * LD] = (T(*)[DM_BN * LD])(dm_smem_raw + sizeof(T) * NS * DM_BN * LD);
-    /* Per item: its keys [k0, k1), chunks used, what it does (0 nothing,
-     * 1 attends, 2 zeros: attn_decode_act), a breach of its block ids, and
-     * the first PS_BT of those ids. */
     __shared__ int32_t s_k0[PS_MAXI], s_k1[PS_MAXI], s_nact[PS_MAXI], s_seq[PS_MAXI];
     __shared__ int s_what[PS_MAXI], s_ok[PS_MAXI], s_bad[PS_MAXI];
     __shared__ int32_t s_bt[PS_MAXI][PS_BT];
+    const ps_items s = {s_k0, s_k1, s_nact, s_seq, s_what, s_ok, s_bad, s_bt};
 
-    const int64_t G = gridDim.x, ny = g.hkv * hsplit;
-    const int nk = (int)((total - (int64_t)blockIdx.x + G - 1) / G);
+    const ps_grid pg = {gridDim.x, g.hkv * hsplit, nchunks, hsplit};
+    const int nk = (int)((total - (int64_t)blockIdx.x + pg.G - 1) / pg.G);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gi = lane >> 2, ti = lane & 3;
-    const int32_t bs = (int32_t)g.bs;
-    auto item_at = [&](int k, int64_t *t, int *c, int64_t *kvh, int64_t *h0, int *nh) {
-        const int64_t i = (int64_t)blockIdx.x + (int64_t)k * G, y = i % ny, tc = i / ny;
-        *t = tc / nchunks;
-        *c = (int)(tc % nchunks);
-        *kvh = y / hsplit;
-        const int hs = (int)(y % hsplit);
-        *h0 = *kvh * g.group + (int64_t)hs * DM_ROWS;
-        *nh = (int)min((int64_t)DM_ROWS, g.group - (int64_t)hs * DM_ROWS);
-    };
-
-    /* Every item's metadata, a thread an item; then every item's block ids. */
-    if ((int)threadIdx.x < nk) {
-        int64_t t, kvh, h0;
-        int c, nh;
-        item_at((int)threadIdx.x, &t, &c, &kvh, &h0, &nh);
-        attn_dec_tok tk = attn_decode_classify(m, g, t, rows, c, nchunks, skip_runs);
-        s_k0[threadIdx.x] = tk.k0;
-        s_k1[threadIdx.x] = tk.k1;
-        s_nact[threadIdx.x] = tk.nact;
-        s_seq[threadIdx.x] = tk.seq;
-        s_ok[threadIdx.x] = tk.ok;
-        s_what[threadIdx.x] = tk.attend ? 1 : tk.run || c >= tk.nact ? 0 : 2;
-        s_bad[threadIdx.x] = 0;
-    }
+    ps_classify(m, g, pg, rows, skip_runs, nk, s);
     __syncthreads();
-    for (int k = 0; k < nk; k++) {
-        if (s_what[k] != 1)
-            continue;
-        const int32_t *bt = m.block_tables + (int64_t)s_seq[k] * m.max_blocks;
-        const int32_t b0 = attn_blk(g, s_k0[k]), b1 = attn_blk(g, s_k1[k] - 1);
-        int bad = 0;
-        for (int32_t b = b0 + threadIdx.x; b <= b1; b += DM_THREADS) {
-            const int32_t blk = bt[b];
-            bad |= blk < 0 || blk >= g.nblocks;
-            if (b - b0 < PS_BT)
-                s_bt[k][b - b0] = blk;
-        }
-        if (bad)
-            s_bad[k] = 1;
-    }
+    ps_read_ids(m, g, nk, s);
     __syncthreads();
     if (pdl)
         dm_wait_producer();
-
-    /* Items that attend nothing, or whose ids breach: their outputs now. */
-    for (int k = 0; k < nk; k++) {
-        if (s_what[k] == 0 || (s_what[k] == 1 && !s_bad[k]))
-            continue;
-        int64_t t, kvh, h0;
-        int c, nh;
-        item_at(k, &t, &c, &kvh, &h0, &nh);
-        T *orow = out + t * g.qrow + h0 * DH;
-        if (s_what[k] == 2) {
-            for (int64_t i = threadIdx.x; i < nh * DH; i += DM_THREADS)
-                orow[i] = from_f<T>(0.0f);
-            attn_put_lse(g, t, h0, nh, -INFINITY);
-            if (s_ok[k] < 0 && threadIdx.x == 0)
-                report(&m, REEL_E_LIMIT);
-        } else {
-            attn_chunk_refuse(m, g, ws, t, c, nchunks, s_nact[k], h0, nh, orow);
-        }
-    }
-    auto live = [&](int k) { return k < nk && s_what[k] == 1 && !s_bad[k]; };
-    auto next_live = [&](int k) {
-        while (k < nk && !live(k))
-            k++;
-        return k;
-    };
-    auto ntiles = [&](int k) { return (s_k1[k] - s_k0[k] + DM_BN - 1) / DM_BN; };
-    auto load = [&](int k, int tile, int stage) {
-        int64_t t, kvh, h0;
-        int c, nh;
-        item_at(k, &t, &c, &kvh, &h0, &nh);
-        const int32_t k0 = s_k0[k], k1 = s_k1[k], b0 = attn_blk(g, k0);
-        const int32_t *bt = m.block_tables + (int64_t)s_seq[k] * m.max_blocks;
-        const int32_t *sb = s_bt[k];
-        if (dm_pow2(g, attn_blk(g, k1 - 1) - b0, PS_BT)) {
-            cp_async_kv_tile_pow2<T, DH, DM_BN, DM_THREADS, LD>(ks_all[stage], vs_all[stage], kc, vc,
-                                                               k0 + tile * DM_BN, k1, sb, b0, g.bs_shift,
-                                                               (int32_t)g.kvrow, (int32_t)(kvh * DH));
-            return;
-        }
-        cp_async_kv_tile<T, DH, DM_BN, DM_THREADS, LD>(
-            ks_all[stage], vs_all[stage], kc, vc, k0 + tile * DM_BN, [&](int32_t j) { return j < k1; },
-            [&](int32_t j) {
-                const int32_t bj = attn_blk(g, j);
-                const int32_t blk = bj - b0 < PS_BT ? sb[bj - b0] : bt[bj];
-                return ((int64_t)blk * bs + attn_in_blk(g, j)) * g.kvrow + kvh * DH;
-            });
-    };
+    ps_finish_idle<T, DH>(out, ws, m, g, pg, nk, s);
 
     /* The producer (pk, pt) runs NS - 1 tiles ahead of the consumer (ck, ct). */
-    int ck = next_live(0), ct = 0, pk = ck, pt = 0;
-    auto produce = [&](int stage) {
-        if (pk >= nk) {
-            cp_async_commit();
-            return;
-        }
-        load(pk, pt, stage);
-        if (++pt == ntiles(pk)) {
-            pk = next_live(pk + 1);
-            pt = 0;
-        }
-    };
+    int ck = ps_next_live(s, nk, 0), ct = 0, pk = ck, pt = 0;
 #pragma unroll
     for (int st = 0; st < NS - 1; st++)
-        produce(st);
+        ps_produce<T, DH>(ks_all, vs_all, kc, vc, m, g, pg, nk, s, st, pk, pt);
     const float qscale = g.scale * 1.4426950408889634f;
-    uint32_t qf[KSTEPS][4];
-    float o[DTILES][4];
+    uint32_t qf[DH / 16][4];
+    float o[DH / 8][4];
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     int stage = 0;
     while (ck < nk) {
-        produce((stage + NS - 1) % NS);
-        int64_t t, kvh, h0;
-        int c, nh;
-        item_at(ck, &t, &c, &kvh, &h0, &nh);
-        if (ct == 0) {
-            const bool in0 = gi < nh, in1 = gi + 8 < nh;
-            const T *q0 = q + t * g.qrow + (h0 + gi) * DH, *q1 = q0 + 8 * DH;
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS; kk++) {
-                int d = kk * 16 + ti * 2;
-                qf[kk][0] = in0 ? *(const uint32_t *)(q0 + d) : 0u;
-                qf[kk][1] = in1 ? *(const uint32_t *)(q1 + d) : 0u;
-                qf[kk][2] = in0 ? *(const uint32_t *)(q0 + d + 8) : 0u;
-                qf[kk][3] = in1 ? *(const uint32_t *)(q1 + d + 8) : 0u;
-            }
-#pragma unroll
-            for (int n = 0; n < DTILES; n++)
-                o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-            m0 = m1 = -INFINITY;
-            l0 = l1 = 0.0f;
-        }
+        ps_produce<T, DH>(ks_all, vs_all, kc, vc, m, g, pg, nk, s, (stage + NS - 1) % NS, pk, pt);
+        const dm_where wh = ps_item_at(g, pg, ck);
+        if (ct == 0)
+            ps_item_begin<T, DH>(q, g, wh, gi, ti, qf, o, m0, m1, l0, l1);
         const int32_t k1 = s_k1[ck], kw = s_k0[ck] + ct * DM_BN + warp * 16;
         cp_async_wait<NS - 1>(); /* tile (ck, ct) has landed */
         __syncthreads();
         if (kw < k1)
             dm_tile<T, DH, LD>(ks_all[stage], vs_all[stage], qf, kw, k1, qscale, o, m0, m1, l0, l1, warp, lane);
         __syncthreads(); /* the stage is free: the merge below, then the next load */
-        if (++ct == ntiles(ck)) {
+        if (++ct == ps_ntiles(s, ck)) {
             /* The warps' merge through the stage just read (rows 0-7 in its
              * K half, 8-15 in its V half). */
             float *mk = (float *)ks_all[stage], *mv = (float *)vs_all[stage];
             dm_merge_put<DH>(mk, mv, o, m0, m1, l0, l1, warp, lane);
             __syncthreads();
-            dm_merge_store<T, DH>(mk, mv, g, ws, out + t * g.qrow + h0 * DH, t, c, nchunks, s_nact[ck], h0, nh);
+            dm_merge_store<T, DH>(mk, mv, g, ws, out + wh.t * g.qrow + wh.h0 * DH, wh.t, wh.c, nchunks, s_nact[ck],
+                                  wh.h0, wh.nh);
             __syncthreads(); /* the merge's reads, before the stage is loaded again */
-            ck = next_live(ck + 1);
+            ck = ps_next_live(s, nk, ck + 1);
             ct = 0;
         }
         stage = (stage + 1) % NS;
