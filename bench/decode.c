@@ -4,13 +4,13 @@
  * heads, SwiGLU ffn 4 x hidden, vocab 32000, bf16, rmsnorm eps 1e-5, rope
  * theta 10000, untied embeddings, no biases, paged KV cache in blocks of
  * 16; --qkv-bias: q/k/v biases, as Qwen2 has; --tied: tied embeddings) is
- * declared through the public API only. Its weights come from a Hugging Face
- * Llama (or Qwen2) checkpoint (config.json and model.safetensors, the names
- * transformers writes) read by reel's loader (reel_safetensors_open): by default one
- * bench_decode writes first from a fixed seed (DIR/model), with --model an
- * existing one; every parameter is bound from the checkpoint's mapped bytes
- * (the fused q/k/v and gate/up from its tensors one after another). For
- * each context C:
+ * built by the library's models layer (include/reel/models.h, the one Llama
+ * definition of the tree; public API only) from a Hugging Face checkpoint
+ * (config.json and model.safetensors, the names transformers writes): by
+ * default one bench_decode writes first from a fixed seed (DIR/model), with
+ * --model an existing one; every parameter is written from the checkpoint's
+ * mapped bytes (reel_model_bind: the fused q/k/v and gate/up from its
+ * tensors one after another), inside the timed compile. For each context C:
  *   1. three plans share one KV cache (reel_plan_bind_state): "replay"
  *      (buckets = the batch list, one graph each), "eager" (no graphs, every
  *      op dispatched) and "logits" (eager, also outputs the logits); their
@@ -81,11 +81,12 @@
  * (--ffn 0: 4 x hidden. --max-context: the plans' limit and the blocks a
  * sequence's table holds, at least N; by default what the context and the
  * steps reach. A larger one is what a server sized for its longest request
- * runs short contexts at. --model: an existing Llama or Qwen2 checkpoint of
- * the layout above, bf16, without MLP biases, sliding windows or rope
- * scaling; the model's sizes, eps, rope theta, biases (Qwen2's on q/k/v,
- * Llama's attention_bias on q/k/v and o) and tied embeddings come from its
- * config.json, a size flag given beside it must agree, every tensor's dtype
+ * runs short contexts at. --model: an existing bf16 checkpoint of a family
+ * the library's models layer builds (include/reel/models.h: Llama, Mistral,
+ * Qwen2, Qwen3, rope scaling included), opened and checked by
+ * reel_model_open: the model's sizes, biases, norms and tied embeddings come
+ * from its config.json, what the layer does not build is refused with the
+ * key named, a size flag given beside it must agree, every tensor's dtype
  * and shape are checked, and --seed then only picks the prompt tokens.)
  * Exits 1 when replay and eager disagree on an id or a timed step did not
  * replay.
@@ -100,8 +101,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include <jansson.h>
-
+#include "reel/models.h"
 #include "reel/reel.h"
 #include "reel/safetensors.h"
 
@@ -121,11 +121,13 @@ typedef struct cfg {
     int steps, warmup, prefill_tokens, max_context;
     bool eager, logits, tuning;
     bool qkv_bias, o_bias, tied; /* the checkpoint's biases and tied embeddings */
+    bool qk_norm;                /* the checkpoint's per-head q and k norms (Qwen3) */
+    int hd;                      /* the checkpoint's head dim (0: hidden / heads, the seeded model's) */
     const char *dir;
     const char *model;  /* --model: an existing checkpoint; NULL: the seeded one */
 } cfg;
 
-static int head_dim(const cfg *c) { return c->hidden / c->heads; }
+static int head_dim(const cfg *c) { return c->hd ? c->hd : c->hidden / c->heads; }
 
 static reel_ctx *g_ctx;
 static double g_floor_tbps = FLOOR_TBPS_UNMEASURED;
@@ -134,7 +136,7 @@ static bool g_floor_measured;
 
 static void die(const char *what, reel_status st)
 {
-    fprintf(stderr, "bench_decode: %s: %s: %s\n", what, reel_status_str(st), g_ctx ? reel_ctx_last_error(g_ctx) : "");
+    fprintf(stderr, "bench_decode: %s: %s: %s\n", what, reel_status_str(st), reel_ctx_last_error(g_ctx));
     exit(1);
 }
 
@@ -435,280 +437,64 @@ static void save_seeded(const cfg *c, const char *dir)
     free(dims);
 }
 
-/* ---- an existing checkpoint's config.json --------------------------------- */
+/* ---- the checkpoint, through the library's models layer ------------------ */
 
-static void bad_config(const char *path, const char *key, const char *what)
-{
-    fprintf(stderr, "bench_decode: %s: \"%s\" %s\n", path, key, what);
-    exit(1);
-}
-
-/* Key `key` of config.json's object, NULL when absent or null. */
-static const json_t *config_get(const json_t *root, const char *key)
-{
-    const json_t *v = json_object_get(root, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
-
-/* An integer field of config.json into *out: absent, `def` (-1: required);
- * a flag given (*out != 0) must agree with it. */
-static void config_int(const json_t *root, const char *path, const char *key, const char *flag, int def, int *out)
-{
-    const json_t *v = config_get(root, key);
-    json_int_t x = def;
-    if (v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 24)
-            bad_config(path, key, "wants a whole number from 1 to 2^24");
-        x = json_integer_value(v);
-    } else if (def < 0) {
-        bad_config(path, key, "is missing");
-    }
-    if (*out != 0 && *out != (int)x) {
-        fprintf(stderr, "bench_decode: %s %d, but %s has \"%s\": %lld (leave the flag out with --model)\n", flag,
-                *out, path, key, (long long)x);
-        exit(1);
-    }
-    *out = (int)x;
-}
-
-static float config_float(const json_t *root, const char *path, const char *key, double def)
-{
-    const json_t *v = config_get(root, key);
-    if (!v) return (float)def;
-    double x = json_is_number(v) ? json_number_value(v) : -1.0;
-    if (!(x > 0) || !isfinite((float)x)) bad_config(path, key, "wants a positive number");
-    return (float)x;
-}
-
-/* A string field, when present, must be `want`. */
-static void config_str(const json_t *root, const char *path, const char *key, const char *want, const char *what)
-{
-    const json_t *v = config_get(root, key);
-    if (v && (!json_is_string(v) || strcmp(json_string_value(v), want) != 0)) bad_config(path, key, what);
-}
-
-/* A boolean field: absent or null is false. */
-static bool config_flag(const json_t *root, const char *path, const char *key)
-{
-    const json_t *v = config_get(root, key);
-    if (v && !json_is_boolean(v)) bad_config(path, key, "wants true or false");
-    return v && json_is_true(v);
-}
-
-/* Reads the model's sizes, eps, rope theta, biases and tied embeddings from
- * dir/config.json (jansson, as reel's loader reads headers), as the demo's
- * loader reads them (tools/hf.c): model_type llama or qwen2; Qwen2 has q/k/v
- * biases, Llama's attention_bias puts one on q, k, v and o. What this model
- * does not compute (MLP biases, sliding windows, rope scaling, other
- * activations) is refused; size flags given beside --model must agree. */
-static void read_config(cfg *c, const char *dir)
-{
-    char path[4096];
-    path_in(path, sizeof path, dir, "config.json");
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    if (!root || !json_is_object(root)) {
-        fprintf(stderr, "bench_decode: --model %s: %s: %s\n", dir, path, root ? "not a JSON object" : je.text);
-        exit(1);
-    }
-    const json_t *mt = config_get(root, "model_type");
-    const char *type = mt && json_is_string(mt) ? json_string_value(mt) : "";
-    const bool qwen2 = strcmp(type, "qwen2") == 0;
-    if (!qwen2 && strcmp(type, "llama") != 0)
-        bad_config(path, "model_type", "must be \"llama\" or \"qwen2\" (this bench builds their decoder only)");
-    config_str(root, path, "hidden_act", "silu", "must be \"silu\"");
-    if (config_get(root, "rope_scaling")) bad_config(path, "rope_scaling", "must be null (plain rotary embeddings only)");
-    const json_t *v = config_get(root, "partial_rotary_factor");
-    if (v && (!json_is_number(v) || json_number_value(v) != 1.0))
-        bad_config(path, "partial_rotary_factor", "other than 1 is not supported");
-    v = config_get(root, "mlp_bias");
-    if (v && !json_is_false(v)) bad_config(path, "mlp_bias", "must be false (no MLP biases)");
-    v = config_get(root, "use_sliding_window");
-    if (qwen2 && v && !json_is_false(v)) bad_config(path, "use_sliding_window", "must be false (full attention)");
-    c->o_bias = config_flag(root, path, "attention_bias");
-    c->qkv_bias = c->o_bias || qwen2;
-    c->tied = config_flag(root, path, "tie_word_embeddings");
-    config_int(root, path, "hidden_size", "--hidden", -1, &c->hidden);
-    config_int(root, path, "num_hidden_layers", "--layers", -1, &c->layers);
-    config_int(root, path, "num_attention_heads", "--heads", -1, &c->heads);
-    config_int(root, path, "num_key_value_heads", "--kv-heads", c->heads, &c->kv_heads);
-    config_int(root, path, "intermediate_size", "--ffn", -1, &c->ffn);
-    config_int(root, path, "vocab_size", "--vocab", -1, &c->vocab);
-    int hd = 0;
-    config_int(root, path, "head_dim", "", c->hidden / c->heads, &hd);
-    if (c->hidden % c->heads != 0 || hd != c->hidden / c->heads)
-        bad_config(path, "head_dim", "must be hidden_size / num_attention_heads");
-    c->eps = config_float(root, path, "rms_norm_eps", 1e-6); /* LlamaConfig's defaults */
-    c->theta = config_float(root, path, "rope_theta", 10000.0);
-    json_decref(root);
-}
-
-/* ---- the checkpoint, opened --------------------------------------------------- */
-
+/* The model: include/reel/models.h, the one Llama definition of the tree
+ * (config.json's keys, the graph, the weights written from the mapped
+ * checkpoint, q/k/v and gate/up stacked part by part). */
 typedef struct model {
-    reel_safetensors *ck;  /* open until every plan is compiled */
+    reel_model *mm;
     char dir[4096];        /* its absolute path */
-    uint16_t **qkv;        /* [layers] q, k, v rows one after another (param "l<i>.wqkv") */
-    uint16_t **qkv_b;      /* [layers] their biases, the same way (param "l<i>.bqkv"); NULL without */
-    uint16_t **gate_up;    /* [layers] gate rows, then up rows (param "l<i>.w_gate_up") */
 } model;
 
-/* The shape the model wants of checkpoint tensor `name` (the layout at the
- * top): its ndim, dims into d. */
-static int want_shape(const cfg *c, const char *name, int64_t *d)
+/* A size from config.json; a flag given beside --model (given != 0) must agree. */
+static void agree(const char *dir, const char *flag, const char *key, int value, int *out)
 {
-    const int64_t D = c->hidden, Q = (int64_t)c->heads * head_dim(c), KV = (int64_t)c->kv_heads * head_dim(c);
-    const int64_t F = c->ffn, V = c->vocab;
-    static const char *const sfx[] = {"embed_tokens.weight", "lm_head.weight", "layernorm.weight", "model.norm.weight",
-                                      "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
-                                      "gate_proj.weight", "up_proj.weight", "down_proj.weight",
-                                      "q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias"};
-    const int64_t shape[][2] = {{V, D}, {V, D}, {D, 0}, {D, 0}, {Q, D}, {KV, D}, {KV, D}, {D, Q},
-                                {F, D}, {F, D}, {D, F}, {Q, 0}, {KV, 0}, {KV, 0}, {D, 0}};
-    size_t n = strlen(name);
-    for (size_t i = 0; i < sizeof sfx / sizeof *sfx; i++) {
-        size_t m = strlen(sfx[i]);
-        if (n >= m && strcmp(name + n - m, sfx[i]) == 0) {
-            d[0] = shape[i][0];
-            d[1] = shape[i][1];
-            return shape[i][1] ? 2 : 1;
-        }
+    if (*out != 0 && *out != value) {
+        fprintf(stderr, "bench_decode: %s %d, but %s/config.json has \"%s\": %d (leave the flag out with --model)\n",
+                flag, *out, dir, key, value);
+        exit(1);
     }
-    fprintf(stderr, "bench_decode: no shape for %s\n", name);
-    exit(1);
+    *out = value;
 }
 
-/* Checkpoint tensor `name`, its dtype (bf16) and shape checked against the
- * model's; exits naming the tensor otherwise. */
-static reel_st_tensor ck_tensor(const cfg *c, const model *m, const char *name)
+/* Opens the checkpoint at dir with reel_model_open, which checks it before
+ * anything runs (config.json's keys, refusing what the layer does not build
+ * with the key named; every tensor the model reads there at its dtype and
+ * shape; no bias, norm or layer its config does not call for), and takes
+ * the model's sizes, eps, rope theta, biases and tied embeddings from it.
+ * Size flags given beside --model must agree; the model must be bf16. */
+static void open_model(cfg *c, model *m, const char *dir)
 {
-    reel_st_tensor t = REEL_ST_TENSOR_INIT;
-    reel_status st = reel_safetensors_find(m->ck, name, &t);
+    if (!realpath(dir, m->dir)) {
+        fprintf(stderr, "bench_decode: %s: %s\n", dir, strerror(errno));
+        exit(1);
+    }
+    reel_status st = reel_model_open(g_ctx, m->dir, &m->mm);
     if (st != REEL_OK) {
-        fprintf(stderr, "bench_decode: checkpoint %s: %s: %s\n", m->dir, reel_status_str(st),
-                reel_ctx_last_error(g_ctx));
+        fprintf(stderr, "bench_decode: --model %s: %s: %s\n", dir, reel_status_str(st), reel_ctx_last_error(g_ctx));
         exit(1);
     }
-    int64_t d[2];
-    int nd = want_shape(c, name, d);
-    if (t.dtype != REEL_BF16 || t.ndim != nd || t.dims[0] != d[0] || (nd == 2 && t.dims[1] != d[1])) {
-        char got[160] = "", want[64];
-        for (int i = 0, k = 0; i < t.ndim; i++)
-            k += snprintf(got + k, sizeof got - (size_t)k, "%s%" PRId64, i ? ", " : "", t.dims[i]);
-        if (nd == 2) snprintf(want, sizeof want, "%" PRId64 ", %" PRId64, d[0], d[1]);
-        else snprintf(want, sizeof want, "%" PRId64, d[0]);
-        fprintf(stderr,
-                "bench_decode: checkpoint tensor %s (%s) is %s [%s]; the model (%d layers, hidden %d, %d heads, "
-                "%d kv heads, ffn %d, vocab %d) wants BF16 [%s]\n",
-                name, t.file, t.dtype_name, got, c->layers, c->hidden, c->heads, c->kv_heads, c->ffn, c->vocab, want);
+    reel_model_info in = REEL_MODEL_INFO_INIT;
+    RK("the model's shape", reel_model_info_get(m->mm, &in));
+    if (in.dtype != REEL_BF16) {
+        fprintf(stderr, "bench_decode: --model %s: its weights are %s; this bench runs bf16 models\n", dir,
+                reel_dtype_name(in.dtype));
         exit(1);
     }
-    return t;
-}
-
-/* Checkpoint tensors of a layer (by suffix) and of the model, in file order. */
-static const char *const layer_tensors[] = {
-    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-    "mlp.down_proj.weight"};
-#define N_LAYER_TENSORS ((int)(sizeof layer_tensors / sizeof *layer_tensors))
-
-static bool ends_with(const char *s, const char *sfx)
-{
-    size_t n = strlen(s), m = strlen(sfx);
-    return n >= m && strcmp(s + n - m, sfx) == 0;
-}
-
-/* Rows of checkpoint tensors one after another, in one host buffer. */
-static uint16_t *concat_rows(const cfg *c, const model *m, int n, const char *const *names)
-{
-    reel_st_tensor t[3];
-    size_t bytes = 0;
-    for (int j = 0; j < n; j++) {
-        t[j] = ck_tensor(c, m, names[j]);
-        bytes += t[j].bytes;
-    }
-    uint16_t *data = xmalloc(bytes);
-    size_t at = 0;
-    for (int j = 0; j < n; j++) {
-        memcpy((char *)data + at, t[j].data, t[j].bytes);
-        at += t[j].bytes;
-    }
-    return data;
-}
-
-/* Opens the checkpoint at m->dir and checks it before anything runs: every
- * tensor the model reads is there in bf16 at its shape, there are no biases
- * the config does not call for and no layers past the config's. Builds the
- * fused q/k/v (and its bias) and gate/up. */
-static void open_model(const cfg *c, model *m)
-{
-    RK("opening the checkpoint", reel_safetensors_open(g_ctx, m->dir, &m->ck));
-    char n[128];
-    for (int i = 0, k = reel_safetensors_count(m->ck); i < k; i++) {
-        reel_st_tensor t = REEL_ST_TENSOR_INIT;
-        RK("listing the checkpoint", reel_safetensors_tensor(m->ck, i, &t));
-        if (ends_with(t.name, ".bias") &&
-            !(c->qkv_bias && (ends_with(t.name, ".q_proj.bias") || ends_with(t.name, ".k_proj.bias") ||
-                              ends_with(t.name, ".v_proj.bias"))) &&
-            !(c->o_bias && ends_with(t.name, ".o_proj.bias"))) {
-            fprintf(stderr, "bench_decode: checkpoint tensor %s (%s): a bias its config.json does not call for\n",
-                    t.name, t.file);
-            exit(1);
-        }
-        if (strncmp(t.name, "model.layers.", 13) == 0 && atol(t.name + 13) >= c->layers) {
-            fprintf(stderr, "bench_decode: checkpoint tensor %s (%s) is past the model's %d layers\n", t.name, t.file,
-                    c->layers);
-            exit(1);
-        }
-    }
-    ck_tensor(c, m, "model.embed_tokens.weight");
-    for (int i = 0; i < c->layers; i++) {
-        for (int j = 0; j < N_LAYER_TENSORS; j++) {
-            snprintf(n, sizeof n, "model.layers.%d.%s", i, layer_tensors[j]);
-            ck_tensor(c, m, n);
-        }
-        if (c->o_bias) {
-            snprintf(n, sizeof n, "model.layers.%d.self_attn.o_proj.bias", i);
-            ck_tensor(c, m, n);
-        }
-    }
-    ck_tensor(c, m, "model.norm.weight");
-    if (!c->tied) ck_tensor(c, m, "lm_head.weight"); /* tied: the embedding table (a stored copy is not read) */
-    m->qkv = xmalloc((size_t)c->layers * sizeof *m->qkv);
-    m->qkv_b = c->qkv_bias ? xmalloc((size_t)c->layers * sizeof *m->qkv_b) : NULL;
-    m->gate_up = xmalloc((size_t)c->layers * sizeof *m->gate_up);
-    for (int i = 0; i < c->layers; i++) {
-        char a[3][128];
-        const char *const parts[3] = {a[0], a[1], a[2]};
-        snprintf(a[0], sizeof a[0], "model.layers.%d.self_attn.q_proj.weight", i);
-        snprintf(a[1], sizeof a[1], "model.layers.%d.self_attn.k_proj.weight", i);
-        snprintf(a[2], sizeof a[2], "model.layers.%d.self_attn.v_proj.weight", i);
-        m->qkv[i] = concat_rows(c, m, 3, parts);
-        if (c->qkv_bias) {
-            snprintf(a[0], sizeof a[0], "model.layers.%d.self_attn.q_proj.bias", i);
-            snprintf(a[1], sizeof a[1], "model.layers.%d.self_attn.k_proj.bias", i);
-            snprintf(a[2], sizeof a[2], "model.layers.%d.self_attn.v_proj.bias", i);
-            m->qkv_b[i] = concat_rows(c, m, 3, parts);
-        }
-        snprintf(a[0], sizeof a[0], "model.layers.%d.mlp.gate_proj.weight", i);
-        snprintf(a[1], sizeof a[1], "model.layers.%d.mlp.up_proj.weight", i);
-        m->gate_up[i] = concat_rows(c, m, 2, parts);
-    }
-}
-
-static void close_model(const cfg *c, model *m)
-{
-    for (int i = 0; i < c->layers; i++) {
-        free(m->qkv[i]);
-        if (m->qkv_b) free(m->qkv_b[i]);
-        free(m->gate_up[i]);
-    }
-    free(m->qkv);
-    free(m->qkv_b);
-    free(m->gate_up);
-    reel_safetensors_close(m->ck);
-    m->ck = NULL;
+    agree(dir, "--hidden", "hidden_size", in.hidden, &c->hidden);
+    agree(dir, "--layers", "num_hidden_layers", in.layers, &c->layers);
+    agree(dir, "--heads", "num_attention_heads", in.heads, &c->heads);
+    agree(dir, "--kv-heads", "num_key_value_heads", in.kv_heads, &c->kv_heads);
+    agree(dir, "--ffn", "intermediate_size", in.ffn, &c->ffn);
+    agree(dir, "--vocab", "vocab_size", in.vocab, &c->vocab);
+    c->hd = in.head_dim;
+    c->eps = (float)in.rms_norm_eps;
+    c->theta = (float)in.rope_theta;
+    c->qkv_bias = in.qkv_bias;
+    c->o_bias = in.o_bias;
+    c->qk_norm = in.qk_norm;
+    c->tied = in.tied;
 }
 
 /* Bytes a decode step of B sequences must read at context C (see the top). */
@@ -716,7 +502,7 @@ static double floor_us(const cfg *c, int B, int C)
 {
     const double D = c->hidden, Q = (double)c->heads * head_dim(c), KV = (double)c->kv_heads * head_dim(c);
     const double F = c->ffn, V = c->vocab;
-    const double bias = (c->qkv_bias ? Q + 2 * KV : 0) + (c->o_bias ? D : 0);
+    const double bias = (c->qkv_bias ? Q + 2 * KV : 0) + (c->o_bias ? D : 0) + (c->qk_norm ? 2.0 * head_dim(c) : 0);
     /* but the embedding table (tied, it is the lm head's V * D) */
     double elems = c->layers * (2 * D + (Q + 2 * KV) * D + D * Q + 3 * F * D + bias) + D + V * D;
     double bytes = 2.0 * elems;
@@ -727,97 +513,20 @@ static double floor_us(const cfg *c, int B, int C)
 
 /* ---- graph ---------------------------------------------------------------- */
 
-/* Parameter `pname` bound to a [rows, cols] host buffer (borrowed: reel
- * copies it at each compile). */
-static reel_tensor param_data(reel_graph *g, const char *pname, int ndim, int64_t rows, int64_t cols,
-                              const void *data)
+/* What the models layer builds for a plan of this run. REEL_BENCH_QKV=0:
+ * three separate q/k/v projections, to measure what the fusion gives. */
+static reel_model_opts model_opts(const cfg *c, int num_blocks, int max_context, bool with_logits)
 {
-    int64_t dims[2] = {rows, cols};
-    reel_tensor p = reel_param(g, pname, REEL_BF16, ndim, dims);
-    if (p.id != 0) reel_param_bind(g, p, data);
-    return p;
-}
-
-/* Parameter `pname` bound to checkpoint tensor `tname`'s mapped bytes. */
-static reel_tensor param(reel_graph *g, const cfg *c, const model *m, const char *pname, const char *tname)
-{
-    reel_st_tensor t = ck_tensor(c, m, tname);
-    return param_data(g, pname, t.ndim, t.dims[0], t.ndim > 1 ? t.dims[1] : 1, t.data);
-}
-
-/* One transformer layer on the residual h: the model's code, one place. */
-static reel_tensor layer(reel_graph *g, const cfg *c, const model *m, int i, reel_tensor h, reel_tensor pos,
-                         int num_blocks)
-{
-    const int Dh = head_dim(c);
-    const int64_t D = c->hidden, Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
-    char n[48], t[128];
-    int64_t cache_dims[4] = {num_blocks, c->block_size, c->kv_heads, Dh};
-    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, c->heads, c->kv_heads, Dh, c->block_size, 0.0f};
-    /* Param l<i>.<pname> from checkpoint tensor model.layers.<i>.<tname>. */
-#define P(pname, tname) \
-    (snprintf(n, sizeof n, "l%d." pname, i), snprintf(t, sizeof t, "model.layers.%d." tname, i), param(g, c, m, n, t))
-#define PN(pname) (snprintf(n, sizeof n, "l%d." pname, i), n)
-    reel_tensor x = reel_rmsnorm(g, h, P("attn_norm", "input_layernorm.weight"), c->eps);
-    /* One q/k/v projection split by views, as the Hugging Face models run
-     * (tools/model.c): the checkpoint's three weights one after another
-     * (m->qkv), one kernel on the GPU. REEL_BENCH_QKV=0: three separate
-     * projections, to measure what the fusion gives. */
-    reel_tensor q, k, v;
-    if (!getenv("REEL_BENCH_QKV") || atoi(getenv("REEL_BENCH_QKV")) != 0) {
-        reel_tensor qkv = reel_matmul(g, x, param_data(g, PN("wqkv"), 2, Q + 2 * KV, D, m->qkv[i]), true);
-        if (c->qkv_bias) qkv = reel_add(g, qkv, param_data(g, PN("bqkv"), 1, Q + 2 * KV, 1, m->qkv_b[i]));
-        q = reel_view_cols(g, qkv, 0, Q);
-        k = reel_view_cols(g, qkv, Q, KV);
-        v = reel_view_cols(g, qkv, Q + KV, KV);
-    } else {
-        q = reel_matmul(g, x, P("wq", "self_attn.q_proj.weight"), true);
-        k = reel_matmul(g, x, P("wk", "self_attn.k_proj.weight"), true);
-        v = reel_matmul(g, x, P("wv", "self_attn.v_proj.weight"), true);
-        if (c->qkv_bias) {
-            q = reel_add(g, q, P("bq", "self_attn.q_proj.bias"));
-            k = reel_add(g, k, P("bk", "self_attn.k_proj.bias"));
-            v = reel_add(g, v, P("bv", "self_attn.v_proj.bias"));
-        }
-    }
-    q = reel_rope(g, q, pos, Dh, Dh, c->theta);
-    k = reel_rope(g, k, pos, Dh, Dh, c->theta);
-    snprintf(n, sizeof n, "l%d.k_cache", i);
-    reel_tensor kc = reel_state(g, n, REEL_BF16, 4, cache_dims);
-    snprintf(n, sizeof n, "l%d.v_cache", i);
-    reel_tensor vc = reel_state(g, n, REEL_BF16, 4, cache_dims);
-    reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
-    reel_tensor o = reel_matmul(g, a, P("wo", "self_attn.o_proj.weight"), true);
-    if (c->o_bias) o = reel_add(g, o, P("bo", "self_attn.o_proj.bias"));
-    h = reel_add(g, h, o);
-    x = reel_rmsnorm(g, h, P("ffn_norm", "post_attention_layernorm.weight"), c->eps);
-    /* gate and up as one [2F, D] weight, gate rows first (m->gate_up). */
-    reel_tensor gu = param_data(g, PN("w_gate_up"), 2, 2 * (int64_t)c->ffn, D, m->gate_up[i]);
-    reel_tensor f = reel_silu_and_mul(g, reel_matmul(g, x, gu, true));
-    h = reel_add(g, h, reel_matmul(g, f, P("w_down", "mlp.down_proj.weight"), true));
-#undef PN
-#undef P
-    return h;
-}
-
-static reel_graph *build(const cfg *c, const model *m, int num_blocks, bool with_logits)
-{
-    reel_graph *g;
-    RK("creating the graph", reel_graph_create(g_ctx, &g));
-    int64_t tok_dims[1] = {REEL_DIM_TOKENS};
-    reel_tensor ids = reel_input(g, "tokens", REEL_I32, 1, tok_dims);
-    reel_tensor pos = reel_positions(g);
-    reel_tensor embed = param(g, c, m, "embed", "model.embed_tokens.weight");
-    reel_tensor h = reel_embedding(g, embed, ids);
-    for (int i = 0; i < c->layers; i++) h = layer(g, c, m, i, h, pos, num_blocks);
-    h = reel_rmsnorm(g, h, param(g, c, m, "final_norm", "model.norm.weight"), c->eps);
-    reel_tensor head = c->tied ? embed : param(g, c, m, "lm_head", "lm_head.weight");
-    reel_tensor logits = reel_matmul(g, h, head, true);
-    reel_set_name(g, logits, "logits");
-    reel_output(g, "next_token", reel_argmax(g, logits));
-    if (with_logits) reel_output(g, "logits", logits);
-    RK("building the graph", reel_graph_status(g));
-    return g;
+    reel_model_opts o = REEL_MODEL_OPTS_INIT;
+    o.num_buckets = c->nbatches;
+    for (int i = 0; i < c->nbatches; i++) o.buckets[i] = c->batches[i];
+    o.max_context = max_context;
+    o.max_seqs = c->batches[c->nbatches - 1];
+    o.block_size = c->block_size;
+    o.num_blocks = num_blocks;
+    o.logits = with_logits;
+    o.separate_qkv = getenv("REEL_BENCH_QKV") && atoi(getenv("REEL_BENCH_QKV")) == 0;
+    return o;
 }
 
 /* ---- sequences and steps -------------------------------------------------- */
@@ -1003,10 +712,24 @@ static void usage(void)
             "                    [--matmul-tuning] [--max-context N] [--qkv-bias] [--tied] [--model CHECKPOINT_DIR]\n"
             "--qkv-bias, --tied: the seeded model with q/k/v biases (written as a Qwen2 checkpoint), with tied\n"
             "embeddings.\n"
-            "--model: a Hugging Face Llama or Qwen2 checkpoint (config.json, model.safetensors; bf16) instead of\n"
-            "the seeded one written into --dir/model; the sizes, biases and tied embeddings come from its\n"
-            "config.json (size flags given beside it must agree) and every tensor's dtype and shape are checked.\n");
+            "--model: a bf16 Hugging Face checkpoint of a family reel's models layer builds (Llama, Mistral,\n"
+            "Qwen2, Qwen3; config.json, safetensors) instead of the seeded one written into --dir/model; the\n"
+            "sizes, biases and tied embeddings come from its config.json (size flags given beside it must agree)\n"
+            "and every tensor's dtype and shape are checked.\n");
     exit(2);
+}
+
+/* The seeded model's defaults filled, the sizes and run options checked. */
+static void check_cfg(cfg *c)
+{
+    if (c->kv_heads == 0) c->kv_heads = c->heads;
+    if (c->ffn == 0) c->ffn = 4 * c->hidden;
+    if (c->layers < 1 || c->heads < 1 || c->hidden < 1 || (!c->hd && c->hidden % c->heads) || head_dim(c) % 2 ||
+        c->kv_heads < 1 || c->heads % c->kv_heads || c->ffn < 1 || c->vocab < 2 || c->steps < 1 ||
+        c->warmup < 0 || c->prefill_tokens < 1 || c->max_context < 0 || c->nbatches > REEL_MAX_BUCKETS) {
+        fprintf(stderr, "bench_decode: inconsistent model or run options\n");
+        usage();
+    }
 }
 
 static void parse(int argc, char **argv, cfg *c)
@@ -1058,21 +781,14 @@ static void parse(int argc, char **argv, cfg *c)
                             "checkpoint's config.json says\n");
             usage();
         }
-        read_config(c, c->model);
     } else {
         if (c->layers == 0) c->layers = 8;
         if (c->hidden == 0) c->hidden = 1024;
         if (c->heads == 0) c->heads = 16;
         if (c->vocab == 0) c->vocab = 32000;
     }
-    if (c->kv_heads == 0) c->kv_heads = c->heads;
-    if (c->ffn == 0) c->ffn = 4 * c->hidden;
-    if (c->layers < 1 || c->heads < 1 || c->hidden < 1 || c->hidden % c->heads || head_dim(c) % 2 ||
-        c->kv_heads < 1 || c->heads % c->kv_heads || c->ffn < 1 || c->vocab < 2 || c->steps < 1 ||
-        c->warmup < 0 || c->prefill_tokens < 1 || c->max_context < 0 || c->nbatches > REEL_MAX_BUCKETS) {
-        fprintf(stderr, "bench_decode: inconsistent model or run options\n");
-        usage();
-    }
+    if (!c->model) /* the checkpoint's sizes come at its open (open_model) */
+        check_cfg(c);
 }
 
 /* ---- device memory -------------------------------------------------------- */
@@ -1205,7 +921,10 @@ static long long process_once_bytes(void)
 static reel_plan *compile(const cfg *c, const model *m, int num_blocks, int max_context, bool no_capture,
                           bool with_logits, double *ms)
 {
-    reel_graph *g = build(c, m, num_blocks, with_logits);
+    reel_model_opts mo = model_opts(c, num_blocks, max_context, with_logits);
+    reel_graph *g;
+    RK("creating the graph", reel_graph_create(g_ctx, &g));
+    RK("building the graph", reel_model_build(m->mm, g, &mo));
     reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
     o.num_buckets = c->nbatches;
     for (int i = 0; i < c->nbatches; i++) o.buckets[i] = c->batches[i];
@@ -1215,6 +934,8 @@ static reel_plan *compile(const cfg *c, const model *m, int num_blocks, int max_
     reel_plan *p;
     double t0 = now_s();
     RK("compiling", reel_compile(g, &o, &p));
+    /* the weights, copied from the mapped checkpoint into the plan */
+    RK("writing the weights", reel_model_bind(m->mm, p, &mo));
     *ms = (now_s() - t0) * 1e3;
     reel_graph_destroy(g);
     return p;
@@ -1400,13 +1121,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_decode: seeded checkpoint written to %s in %.1f s\n", path, now_s() - t0);
         t0 = now_s();
     }
-    if (!realpath(c.model ? c.model : path, m.dir)) {
-        fprintf(stderr, "bench_decode: %s: %s\n", c.model ? c.model : path, strerror(errno));
-        return 1;
-    }
-    open_model(&c, &m);
+    open_model(&c, &m, c.model ? c.model : path);
+    check_cfg(&c);
     fprintf(stderr, "bench_decode: checkpoint %s: %d tensors, opened and checked in %.1f s\n", m.dir,
-            reel_safetensors_count(m.ck), now_s() - t0);
+            reel_model_tensor_count(m.mm), now_s() - t0);
 
     snprintf(path, sizeof path, "%s/reel_decode.txt", c.dir);
     FILE *res = fopen(path, "w");
@@ -1446,7 +1164,7 @@ int main(int argc, char **argv)
     printf("\nfloor: (weights but the embedding table + K/V of C+1 positions) / %.2f TB/s (%s).\n", g_floor_tbps,
            g_floor_measured ? "this device's copy bandwidth, measured at the start" : "not measured: no CUDA device");
     printf("results for bench/torch_model.py: %s/reel_decode.txt\n", c.dir);
-    close_model(&c, &m); /* every plan compiled (and destroyed) */
+    reel_model_close(m.mm); /* every plan compiled (and destroyed) */
     reel_ctx_destroy(g_ctx);
     if (!ok) {
         fprintf(stderr, "bench_decode: replay and eager (or the logits plan) disagree, or steps did not replay\n");

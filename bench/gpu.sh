@@ -26,6 +26,7 @@
 #   matrix         the decode matrix: bench_decode + torch_model.py over hidden x batch x context; CSV, table, plots with matplotlib
 #   bias-tied      bench_decode --qkv-bias --tied beside torch_model.py: the 8 x 1024 model and a Qwen2-0.5B-shaped one (PyTorch)
 #   argmax         bench_argmax beside bench/torch_argmax.py (PyTorch)
+#   sample         bench_sample beside bench/torch_sample.py (PyTorch: softmax + multinomial, topk, sort + cumsum)
 #   gemv           bench_gemv: the skinny-matmul kernel against cuBLASLt (and its CSV)
 #   prefill-gemm   bench_prefill_gemm: prefill-sized matmuls in a replayed plan
 #   kv-pattern     bench_kv_pattern: HBM read patterns of the decode and the gemv
@@ -55,7 +56,7 @@
 #   ncu-attention: REEL_NCU_POINTS="ROW:H:HKV:DH:BATCH:CONTEXT ..." (ROW: bench_attention's row index);
 #              REEL_NCU_SECTIONS (sections of reel's kernels instead of the stall breakdown), REEL_NCU_SASS=1 (per-instruction CSV)
 #   both ncu:  REEL_NCU_BUILD (another build to profile, e.g. /tmp/reel-ab-NAME)
-#   ab:        REEL_AB_PROGRAM=bench_decode|bench_attention|bench_prefill_gemm|bench_argmax|bench_gemv REEL_AB_ARGS (its arguments,
+#   ab:        REEL_AB_PROGRAM=bench_decode|bench_attention|bench_prefill_gemm|bench_argmax|bench_sample|bench_gemv REEL_AB_ARGS (its arguments,
 #              for programs other than bench_decode) REEL_AB_HIDDEN="1024" REEL_AB_BATCHES=1,8 REEL_AB_CONTEXTS=128,2048
 #              REEL_AB_DECODE_ARGS (more bench_decode options) REEL_AB_ROUNDS=1 (each build run this many times, in turn)
 # Older switches still honoured: REEL_GPU_MATRIX=1 (only the matrix), REEL_GPU_SANITIZE=1|attention (adds sanitize),
@@ -71,7 +72,7 @@ B=${REEL_GPU_BUILD:-/tmp/reel-gpu-build}
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
 export PATH=/usr/local/cuda/bin:$PATH
 jobs=$(nproc)
-PHASES="build test sanitize other chain attention decode matrix bias-tied argmax gemv prefill-gemm kv-pattern l2-ahead
+PHASES="build test sanitize other chain attention decode matrix bias-tied argmax sample gemv prefill-gemm kv-pattern l2-ahead
 checker soak check demo trace ncu-step ncu-attention ab"
 
 # ---- arguments ---------------------------------------------------------------------------------
@@ -356,6 +357,19 @@ ph_argmax() {
     return $rc
 }
 
+ph_sample() {
+    need bench/bench_sample || return 1
+    local f rc
+    f=$(result sample md)
+    timeout 300 "$B/bench/bench_sample" 30 2>&1 | tee -a "$f"
+    rc=$?
+    if have_torch; then
+        f=$(result torch-sample md)
+        timeout 300 python3 bench/torch_sample.py 30 2>&1 | tee -a "$f" || rc=1
+    fi
+    return $rc
+}
+
 ph_gemv() {
     need bench/bench_gemv || return 1
     local f rc tmp=$OUT/gemv.tmp
@@ -594,7 +608,8 @@ import collections, re, sys
 raw, prog = sys.argv[1], sys.argv[2]
 # program: (key cells, figure cell, the figure's name); bench_decode's rows also carry the hidden size
 key_n, val_i, label = {"bench_decode": (2, 3, "replay gpu us"), "bench_attention": (6, 6, "reel us/layer"),
-                       "bench_prefill_gemm": (3, 3, "device us"), "bench_argmax": (2, 4, "hot us")}.get(prog, (0, 0, ""))
+                       "bench_prefill_gemm": (3, 3, "device us"), "bench_argmax": (2, 4, "hot us"),
+                       "bench_sample": (3, 5, "hot us")}.get(prog, (0, 0, ""))
 if not key_n:
     sys.exit(0)
 vals, names, head, hidden = collections.defaultdict(list), [], None, ""

@@ -8,6 +8,7 @@
 
 #include "reel/comm.h"
 #include "reel/memory.h"
+#include "reel/models.h"
 #include "reel/parallel.h"
 #include "reel/safetensors.h"
 
@@ -29,11 +30,15 @@ KIND(hazard, "hazard", reel_hazard, REEL_HAZARD_MAGIC, REEL_HAZARD_INIT);
 KIND(check_access, "check access", reel_check_access, REEL_CHECK_ACCESS_MAGIC, REEL_CHECK_ACCESS_INIT);
 KIND(st_tensor, "safetensors tensor", reel_st_tensor, REEL_ST_TENSOR_MAGIC, REEL_ST_TENSOR_INIT);
 KIND(st_entry, "safetensors entry", reel_st_entry, REEL_ST_ENTRY_MAGIC, REEL_ST_ENTRY_INIT);
+KIND(model_opts, "model options", reel_model_opts, REEL_MODEL_OPTS_MAGIC, REEL_MODEL_OPTS_INIT);
+KIND(model_info, "model info", reel_model_info, REEL_MODEL_INFO_MAGIC, REEL_MODEL_INFO_INIT);
+KIND(model_tensor, "model tensor", reel_model_tensor, REEL_MODEL_TENSOR_MAGIC, REEL_MODEL_TENSOR_INIT);
 
 const reel_struct_kind *const reel_abi_all[] = {
     &reel_abi_ctx_opts,   &reel_abi_compile_opts, &reel_abi_comm_opts,  &reel_abi_attn_params,
     &reel_abi_dcp_layout, &reel_abi_step_info,    &reel_abi_plan_stats, &reel_abi_placement,
     &reel_abi_node_info,  &reel_abi_plan_memory,  &reel_abi_op_span,    &reel_abi_hazard,
     &reel_abi_check_access, &reel_abi_st_tensor,  &reel_abi_st_entry,
+    &reel_abi_model_opts,   &reel_abi_model_info, &reel_abi_model_tensor,
 };
 const int reel_abi_count = (int)(sizeof reel_abi_all / sizeof reel_abi_all[0]);

@@ -12,6 +12,7 @@ extern const reel_struct_kind reel_abi_plan_stats, reel_abi_placement, reel_abi_
 extern const reel_struct_kind reel_abi_plan_memory, reel_abi_op_span;
 extern const reel_struct_kind reel_abi_hazard, reel_abi_check_access;
 extern const reel_struct_kind reel_abi_st_tensor, reel_abi_st_entry;
+extern const reel_struct_kind reel_abi_model_opts, reel_abi_model_info, reel_abi_model_tensor;
 
 /* All of them, for tests. */
 extern const reel_struct_kind *const reel_abi_all[];

@@ -164,6 +164,27 @@ reel_tensor reel_rope(reel_graph *g, reel_tensor x, reel_tensor positions, int h
     return node1(g, REEL_OP_ROPE, x.id, positions.id, &a);
 }
 
+reel_tensor reel_rope_freq(reel_graph *g, reel_tensor x, reel_tensor positions, reel_tensor inv_freq, int head_dim,
+                           float scale)
+{
+    reel_tensor out = { 0 };
+    if (!g)
+        return out;
+    /* rot_dim from the table's length (an invalid table is refused by add_node) */
+    int64_t half = reel_graph_has(g, inv_freq.id) && g->tensors[inv_freq.id].shape.ndim == 1
+                       ? g->tensors[inv_freq.id].shape.dims[0] : 0;
+    reel_op_attrs a = { .rope_freq = { head_dim, half > 0 && half < INT32_MAX / 2 ? (int)(2 * half) : 0, scale } };
+    uint32_t in[REEL_OP_MAX_IN] = { x.id, positions.id, inv_freq.id };
+    add_node(g, REEL_OP_ROPE_FREQ, in, 0, &a, &out);
+    return out;
+}
+
+reel_tensor reel_rmsnorm_heads(reel_graph *g, reel_tensor x, reel_tensor w, float eps)
+{
+    reel_op_attrs a = { .rmsnorm = { eps } };
+    return node1(g, REEL_OP_RMSNORM_HEADS, x.id, w.id, &a);
+}
+
 reel_tensor reel_softmax(reel_graph *g, reel_tensor x)
 {
     return node1(g, REEL_OP_SOFTMAX, x.id, 0, &(reel_op_attrs){ { 0 } });
@@ -178,6 +199,16 @@ reel_tensor reel_view_cols(reel_graph *g, reel_tensor x, int64_t col, int64_t nc
 reel_tensor reel_argmax(reel_graph *g, reel_tensor x)
 {
     return node1(g, REEL_OP_ARGMAX, x.id, 0, &(reel_op_attrs){ { 0 } });
+}
+
+reel_tensor reel_sample(reel_graph *g, reel_tensor logits, reel_tensor params, reel_tensor rng)
+{
+    reel_tensor out = { 0 };
+    if (!g)
+        return out;
+    uint32_t in[REEL_OP_MAX_IN] = { logits.id, params.id, rng.id };
+    add_node(g, REEL_OP_SAMPLE, in, 0, &(reel_op_attrs){ { 0 } }, &out);
+    return out;
 }
 
 reel_tensor reel_graph_paged_attention(reel_graph *g, const uint32_t *in, const reel_attn_params *p,

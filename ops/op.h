@@ -47,6 +47,19 @@ typedef enum reel_op_kind {
      * collectives stay one range. */
     REEL_OP_LSE_RESCALE,
     REEL_OP_LSE_PACK,
+    /* The models layer's (issue 43, models/): rotary embedding from a
+     * table of inverse frequencies with an attention factor (scaled ropes:
+     * linear, llama3, yarn), and RMSNorm over each head's slice (Qwen3's
+     * q_norm and k_norm). Kernels in ops/host/rope_freq.c, head_norm.c and
+     * ops/cuda/rope_freq.cu, head_norm.cu. */
+    REEL_OP_ROPE_FREQ,
+    REEL_OP_RMSNORM_HEADS,
+    /* Sampling inside the graph (issue 43): (logits [T, V], params [T, 4]
+     * f32, rng [T, 4] i32) -> tokens [T] i32, each row with its own
+     * temperature, top_p, min_p, top_k, seed and counter. The rules both
+     * backends compute bit for bit are in ops/sample.h (docs/sampling.md);
+     * kernels in ops/host/sample.c and ops/cuda/sample.cu. No attributes. */
+    REEL_OP_SAMPLE,
     REEL_OP_COUNT
 } reel_op_kind;
 
@@ -146,6 +159,10 @@ typedef union reel_op_attrs {
     struct { int64_t col, ncols; } view;
     struct { float eps; } rmsnorm;
     struct { int head_dim, rot_dim; float theta; } rope;
+    /* rope_freq: in[2] is the table inv_freq [rot_dim / 2] f32; cos and sin
+     * are multiplied by scale (transformers' attention_factor). rmsnorm_heads
+     * reads rmsnorm.eps; its head dim is its weight's length. */
+    struct { int head_dim, rot_dim; float scale; } rope_freq;
     /* rope_rot_dim > 0: the op applies neox rotary embedding (reel_rope's
      * math, head_dim = p.head_dim) to q and k itself: a node made by the
      * compiler's rope fusion (runtime/fuse_rope.c) from two rope ops feeding

@@ -258,6 +258,47 @@ static reel_status infer_rope(const reel_shape *in, int nin, const reel_op_attrs
     return REEL_OK;
 }
 
+/* rope_freq: rope with the table inv_freq [rot_dim / 2] f32 (ops/op.h). */
+static reel_status infer_rope_freq(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                   char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "x", 2, err, len));
+    TRY(need_float(&in[0], "x", err, len));
+    TRY(need_tok(&in[1], "positions", 1, err, len));
+    TRY(need_dtype(&in[1], "positions", REEL_I32, err, len));
+    TRY(need_const(&in[2], "inv_freq", 1, err, len));
+    TRY(need_dtype(&in[2], "inv_freq", REEL_F32, err, len));
+    int hd = a->rope_freq.head_dim, rd = a->rope_freq.rot_dim;
+    if (hd <= 0 || in[0].dims[1] % hd != 0)
+        return bad(err, len, REEL_E_INVALID_ARG, "head_dim %d must be > 0 and divide x[1] = %lld", hd,
+                   (long long)in[0].dims[1]);
+    if (rd <= 0 || rd > hd || rd % 2 != 0 || in[2].dims[0] != rd / 2)
+        return bad(err, len, REEL_E_INVALID_ARG,
+                   "inv_freq[0] = %lld must be rot_dim / 2, rot_dim %d even and in (0, head_dim %d]",
+                   (long long)in[2].dims[0], rd, hd);
+    if (!(a->rope_freq.scale > 0.0f) || !isfinite(a->rope_freq.scale))
+        return bad(err, len, REEL_E_INVALID_ARG, "scale must be finite and > 0, is %g", (double)a->rope_freq.scale);
+    out[0] = in[0];
+    return REEL_OK;
+}
+
+/* rmsnorm_heads: x [T, H * Dh], w [Dh]: each head's slice normalized. */
+static reel_status infer_rmsnorm_heads(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                       char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "x", 2, err, len));
+    TRY(need_float(&in[0], "x", err, len));
+    TRY(need_const(&in[1], "w", 1, err, len));
+    TRY(same_dtype(&in[0], "x", &in[1], "w", err, len));
+    if (in[0].dims[1] % in[1].dims[0] != 0)
+        return bad(err, len, REEL_E_SHAPE, "w[0] = %lld (the head dim) must divide x[1] = %lld",
+                   (long long)in[1].dims[0], (long long)in[0].dims[1]);
+    if (!(a->rmsnorm.eps > 0.0f) || !isfinite(a->rmsnorm.eps))
+        return bad(err, len, REEL_E_INVALID_ARG, "eps must be finite and > 0, is %g", (double)a->rmsnorm.eps);
+    out[0] = in[0];
+    return REEL_OK;
+}
+
 static reel_status infer_softmax(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
                                  char *err, size_t len)
 {
@@ -272,6 +313,30 @@ static reel_status infer_argmax(const reel_shape *in, int nin, const reel_op_att
 {
     TRY(need_tok(&in[0], "x", 2, err, len));
     TRY(need_float(&in[0], "x", err, len));
+    set_tok(&out[0], REEL_I32, 1, 0, 0);
+    return REEL_OK;
+}
+
+/* sample: logits [T, V] float (V <= REEL_SAMPLE_MAX_VOCAB), params [T, 4]
+ * f32, rng [T, 4] i32 -> tokens [T] i32 (ops/sample.h). */
+static reel_status infer_sample(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                char *err, size_t len)
+{
+    TRY(need_tok(&in[0], "logits", 2, err, len));
+    TRY(need_float(&in[0], "logits", err, len));
+    if (in[0].dims[1] < 1 || in[0].dims[1] > REEL_SAMPLE_MAX_VOCAB)
+        return bad(err, len, REEL_E_SHAPE, "logits[1] = %lld (the vocabulary) must be in 1..%d",
+                   (long long)in[0].dims[1], REEL_SAMPLE_MAX_VOCAB);
+    TRY(need_tok(&in[1], "params", 2, err, len));
+    TRY(need_dtype(&in[1], "params", REEL_F32, err, len));
+    if (in[1].dims[1] != REEL_SAMPLE_PARAMS)
+        return bad(err, len, REEL_E_SHAPE, "params[1] = %lld must be %d (temperature, top_p, min_p, top_k)",
+                   (long long)in[1].dims[1], REEL_SAMPLE_PARAMS);
+    TRY(need_tok(&in[2], "rng", 2, err, len));
+    TRY(need_dtype(&in[2], "rng", REEL_I32, err, len));
+    if (in[2].dims[1] != REEL_SAMPLE_RNG)
+        return bad(err, len, REEL_E_SHAPE, "rng[1] = %lld must be %d (seed low, seed high, counter low, counter high)",
+                   (long long)in[2].dims[1], REEL_SAMPLE_RNG);
     set_tok(&out[0], REEL_I32, 1, 0, 0);
     return REEL_OK;
 }
@@ -626,6 +691,9 @@ static const reel_op_schema schemas[REEL_OP_COUNT] = {
     [REEL_OP_ADD_RMSNORM] = { "add_rmsnorm", 3, 2, infer_add_rmsnorm, { "a", "b", "w" } },
     [REEL_OP_LSE_RESCALE] = { "lse_rescale", 2, 2, infer_lse_rescale, { "out", "lses" } },
     [REEL_OP_LSE_PACK] = { "lse_pack", 2, 1, infer_lse_pack, { "out", "lse" } },
+    [REEL_OP_ROPE_FREQ] = { "rope_freq", 3, 1, infer_rope_freq, { "x", "positions", "inv_freq" } },
+    [REEL_OP_RMSNORM_HEADS] = { "rmsnorm_heads", 2, 1, infer_rmsnorm_heads, { "x", "w" } },
+    [REEL_OP_SAMPLE] = { "sample", 3, 1, infer_sample, { "logits", "params", "rng" } },
 };
 
 const char *reel_op_node_label(reel_op_kind k, int node, const char *out, bool quoted, char *buf, size_t len)

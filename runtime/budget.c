@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/abi.h"
 #include "core/halloc.h"
 #include "runtime/plan.h"
 
@@ -51,23 +52,55 @@ static void list_parts(part *v, int n, char *buf, size_t len)
             w += (size_t)snprintf(buf + w, len - w, "%s%s %s", w ? ", " : "", v[i].what, human(v[i].bytes, h, sizeof h));
 }
 
-reel_status reel_plan_budget(reel_plan *p)
+/* Parameters and states, and the largest of them. */
+static void tensor_bytes(const reel_plan *p, size_t *params, size_t *states, size_t *largest, const char **name,
+                         bool *is_state)
 {
-    size_t params = 0, states = 0, largest = 0;
-    const char *largest_name = "";
-    bool largest_state = false;
+    *params = *states = *largest = 0;
+    *name = "";
+    *is_state = false;
     for (int t = 1; t < p->ntensors; t++) {
         const reel_tinfo *ti = &p->tensors[t];
         if (ti->kind != REEL_T_PARAM && ti->kind != REEL_T_STATE)
             continue;
         size_t b = reel_shape_bytes(&ti->shape, 0);
-        *(ti->kind == REEL_T_PARAM ? &params : &states) += b;
-        if (b > largest) {
-            largest = b;
-            largest_name = ti->name;
-            largest_state = ti->kind == REEL_T_STATE;
+        *(ti->kind == REEL_T_PARAM ? params : states) += b;
+        if (b > *largest) {
+            *largest = b;
+            *name = ti->name;
+            *is_state = ti->kind == REEL_T_STATE;
         }
     }
+}
+
+reel_status reel_plan_estimate(const reel_plan *p, reel_plan_memory *out)
+{
+    size_t params, states, largest;
+    const char *name;
+    bool is_state;
+    tensor_bytes(p, &params, &states, &largest, &name, &is_state);
+    reel_plan_memory m = REEL_PLAN_MEMORY_INIT;
+    m.num_buckets = p->nbuckets;
+    m.arena_bytes = p->arena_bytes;
+    m.static_bytes = p->stat_bytes;
+    m.pinned_bytes = p->stat_bytes + output_bytes(p, p->buckets[p->nbuckets - 1]);
+    m.param_bytes = params;
+    m.state_bytes = states;
+    for (int b = 0; b < p->nbuckets; b++) {
+        m.bucket_arena_bytes[b] = p->bucket[b].arena_bytes;
+        m.bucket_device_bytes[b] = p->bucket[b].arena_bytes + p->stat_bytes;
+    }
+    m.stream_ws_bytes = p->ws_plan_bytes;
+    m.device_bytes = m.arena_bytes + m.static_bytes + m.stream_ws_bytes;
+    return reel_struct_fill(out, &m, &reel_abi_plan_memory, p->err);
+}
+
+reel_status reel_plan_budget(reel_plan *p)
+{
+    size_t params, states, largest;
+    const char *largest_name;
+    bool largest_state;
+    tensor_bytes(p, &params, &states, &largest, &largest_name, &largest_state);
     int32_t top = p->buckets[p->nbuckets - 1];
     size_t pinned = p->stat_bytes + output_bytes(p, top);
     bool host = p->be->kind == REEL_BACKEND_HOST;   /* its device memory is the host's: pinned counts there */

@@ -272,7 +272,9 @@ static reel_status alloc_buckets(reel_plan *p)
     return REEL_OK;
 }
 
-static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile_opts *opts)
+/* Everything compile decides before it allocates: options, the graph's
+ * passes, kernels, streams, every bucket's layout. */
+static reel_status plan_steps(reel_plan *p, reel_graph *g, const reel_compile_opts *opts)
 {
     REEL_TRY(check_opts(p, opts));
     reel_plan_comm_hold(p);
@@ -295,8 +297,13 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile
     REEL_TRY(reel_schedule_streams(p));
     reel_log(p->ctx, REEL_LOG_INFO, "compile: %d nodes on %d streams ordered, kernels chosen in %.1f ms", p->nnodes,
              p->nstreams, reel_now_ms() - t0);
-    t0 = reel_now_ms();
-    REEL_TRY(lay_out_buckets(p));
+    return lay_out_buckets(p);
+}
+
+static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile_opts *opts)
+{
+    REEL_TRY(plan_steps(p, g, opts));
+    double t0 = reel_now_ms();
     REEL_TRY(reel_plan_budget(p));
     REEL_TRY(alloc_tensors(p));
     reel_log(p->ctx, REEL_LOG_INFO, "compile: parameters and states allocated (%zu + %zu bytes) in %.1f ms",
@@ -307,6 +314,28 @@ static reel_status compile_steps(reel_plan *p, reel_graph *g, const reel_compile
     REEL_TRY(reel_plan_comm_agree(p));
     REEL_TRY(reel_capture_all(p));
     return reel_plan_check_open(p);
+}
+
+reel_status reel_compile_estimate(reel_graph *g, const reel_compile_opts *opts, reel_plan_memory *out)
+{
+    if (!g || !out)
+        return reel_seterr(g ? reel_ctx_err(g->ctx) : NULL, REEL_E_INVALID_ARG, "compile_estimate: %s is NULL",
+                           !g ? "the graph" : "out");
+    reel_plan *p = reel_hcalloc(1, sizeof *p);
+    if (!p)
+        return reel_seterr(reel_ctx_err(g->ctx), REEL_E_OOM, "compile_estimate: out of host memory");
+    p->ctx = g->ctx;
+    p->err = reel_ctx_err(g->ctx);
+    p->be = g->ctx->be;
+    p->dbg.not_capturable_node = -1;
+    reel_status st = plan_steps(p, g, opts);
+    if (st == REEL_OK)
+        st = reel_plan_estimate(p, out);
+    if (st == REEL_OK)
+        reel_clearerr(p->err);
+    p->comm_agreed = true;      /* an estimate never exchanges with its peers */
+    reel_plan_destroy(p);
+    return st;
 }
 
 reel_status reel_compile_debug(reel_graph *g, const reel_compile_opts *opts, const reel_plan_debug *dbg,

@@ -11,7 +11,10 @@
  * It fires only where nothing else reads the rotated q or k before the
  * attention runs: each must have the attention as its one consumer (a graph
  * output may still name it: outputs are read after the step). Rope and
- * attention on different streams stay apart. */
+ * attention on different streams stay apart. Only REEL_OP_ROPE fuses: a
+ * rope with a table of frequencies and an attention factor
+ * (REEL_OP_ROPE_FREQ, the models layer's scaled ropes) stays its own op,
+ * since the attention op's fused write knows theta's formula only. */
 #include <string.h>
 
 #include "core/halloc.h"

@@ -269,6 +269,8 @@ void reel_plan_node_shapes(const reel_plan *p, int i, int64_t rows, reel_shape *
 /* budget.c: the plan's memory, known before any of it is allocated, against
  * what the backend can give now: REEL_E_OOM naming the largest parts. */
 reel_status reel_plan_budget(reel_plan *p);
+/* The same parts into a reel_plan_memory (reel_compile_estimate). */
+reel_status reel_plan_estimate(const reel_plan *p, reel_plan_memory *out);
 
 /* layout.c: the planner problem, offsets, launches. */
 reel_status reel_layout_build(reel_plan *p, reel_layout *L, int64_t rows, int32_t stat_tokens, int32_t max_seqs,

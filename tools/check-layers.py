@@ -4,9 +4,10 @@ a build folder, when a file calls into a higher layer or the files of one
 folder call each other in a circle.
 
 The layers (docs/architecture.md; weights/, the checkpoint loader, is L6
-above runtime/): a file may include headers of its own
-folder's layer and of lower layers, never of a higher one; folders of one
-layer (memory/ and ops/) do not include each other. include/reel/ is the
+above runtime/, and models/, the model definitions, L7 above it): a file
+may include headers of its own folder's layer and of lower layers, never
+of a higher one; folders of one layer (memory/ and ops/) do not include
+each other. include/reel/ is the
 public surface: any file may include it. tools/ and examples/ use only the
 public surface (and their own headers); tests/ and bench/ may include
 anything.
@@ -31,7 +32,8 @@ import re
 import subprocess
 import sys
 
-LAYER = {"core": 0, "backend": 1, "memory": 2, "ops": 2, "graph": 3, "parallel": 4, "runtime": 5, "weights": 6}
+LAYER = {"core": 0, "backend": 1, "memory": 2, "ops": 2, "graph": 3, "parallel": 4, "runtime": 5, "weights": 6,
+         "models": 7}
 PUBLIC_ONLY = {"tools", "examples"}
 ANYTHING = {"tests", "bench", "include"}
 SOURCES = (".c", ".h", ".cu", ".cuh")

@@ -167,8 +167,8 @@ typedef struct run {
     pthread_barrier_t go, done;
     bool barriers, quit;
     reel_step_info si;
-    /* --model */
-    reel_safetensors *ck;
+    /* the library's model: a checkpoint's (--model) or the seeded toy's */
+    reel_model *mm;
 } run;
 
 /* The library's reason: the context's message, or, with no context (its
@@ -253,7 +253,7 @@ static reel_status stage_compile(pp_stage *ps)
 {
     run *u = ps->u;
     reel_graph *g = NULL;
-    reel_status st = model_build_stage(ps->ctx, &u->m, ps->stage, u->pp, &g);
+    reel_status st = model_build_stage_with(u->mm, ps->ctx, &u->m, ps->stage, u->pp, &g);
     if (st == REEL_OK) {
         reel_compile_opts c = compile_opts(u->o);
         c.comm = u->comm[ps->stage];
@@ -261,8 +261,7 @@ static reel_status stage_compile(pp_stage *ps)
     }
     reel_graph_destroy(g);
     if (st == REEL_OK)
-        st = u->ck ? hf_write_weights(ps->plan, &u->m, u->ck, ps->stage, u->pp)
-                   : model_write_stage_weights(ps->plan, &u->m, ps->stage, u->pp);
+        st = model_write_stage_with(u->mm, ps->plan, &u->m, ps->stage, u->pp);
     return st;
 }
 
@@ -390,7 +389,10 @@ static reel_status setup(run *u)
     const demo_opts *o = u->o;
     char err[512];
     model_config m = o->model;
-    if (o->model_dir && hf_load_config(o->model_dir, &m, err, sizeof err) != 0) return bad_config(u, "model", err);
+    /* A checkpoint's model before the context (its messages then are the
+     * thread's): its shape sizes the workload. */
+    reel_status st = o->model_dir ? model_open_dir(NULL, o->model_dir, &m, &u->mm) : REEL_OK;
+    if (st != REEL_OK) return fail(u, st, "opening the model");
     m.logits_output = o->prompt_len > 0 && o->logits_path;
     for (int i = 0; i < o->prompt_len; i++)
         if (o->prompt[i] < 0 || o->prompt[i] >= m.vocab) {
@@ -412,6 +414,7 @@ static reel_status setup(run *u)
         m.num_blocks = u->s.pool.num_blocks;
     }
     m.seed = o->seed;
+    m.max_context = o->max_context;
     if (model_config_resolve(&m, err, sizeof err) != 0) {
         u->r->status = REEL_E_INVALID_ARG;
         snprintf(u->r->error, sizeof u->r->error, "model: %s", err);
@@ -421,29 +424,27 @@ static reel_status setup(run *u)
     co.backend = o->backend;
     co.device = o->device;
     if (u->pp > 1) co.backend = REEL_BACKEND_HOST; /* one GPU holds one NCCL rank */
-    reel_status st = reel_ctx_create(&co, &u->ctx);
+    st = reel_ctx_create(&co, &u->ctx);
     if (st != REEL_OK) return fail(u, st, "creating the context");
     u->r->backend = reel_ctx_backend(u->ctx);
     if (o->observer && o->observer->ctx_ready) o->observer->ctx_ready(o->observer->arg, u->ctx);
     if (o->save_dir && hf_save_seeded(u->ctx, &m, o->save_dir, err, sizeof err) != 0)
         return bad_config(u, "--save-model", err);
-    if (o->model_dir) {
-        st = reel_safetensors_open(u->ctx, o->model_dir, &u->ck);
-        if (st != REEL_OK) return fail(u, st, "opening the checkpoint");
-    }
+    if (!u->mm && (st = model_open(u->ctx, &m, &u->mm)) != REEL_OK)
+        return fail(u, st, "the seeded model's config");
     u->m = m;
     if (u->r->backend == REEL_BACKEND_HOST && host_work_refused(u)) return REEL_E_INVALID_ARG;
     u->r->model = m;
     if (u->pp > 1) return pp_setup(u, &co);
     reel_graph *g = NULL;
-    st = model_build(u->ctx, &m, &g);
+    st = model_build_stage_with(u->mm, u->ctx, &m, 0, 1, &g);
     if (st != REEL_OK) return fail(u, st, "building the model graph");
     reel_compile_opts c = compile_opts(o);
     st = reel_compile(g, &c, &u->plan);
     reel_graph_destroy(g);
     if (st != REEL_OK) return fail(u, st, "compiling the model");
-    st = u->ck ? hf_write_weights(u->plan, &m, u->ck, 0, 1) : model_write_weights(u->plan, &m);
-    if (st != REEL_OK) return fail(u, st, u->ck ? "writing the checkpoint's weights" : "writing the weights");
+    st = model_write_stage_with(u->mm, u->plan, &m, 0, 1);
+    if (st != REEL_OK) return fail(u, st, m.hf ? "writing the checkpoint's weights" : "writing the weights");
     if (o->observer && o->observer->plan_ready) o->observer->plan_ready(o->observer->arg, u->plan);
     return REEL_OK;
 }
@@ -662,7 +663,7 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
     serve_destroy(&u.s);
     if (u.pp > 1) pp_teardown(&u);
     reel_plan_destroy(u.plan);
-    reel_safetensors_close(u.ck);
+    reel_model_close(u.mm);
     reel_ctx_destroy(u.ctx);
     return st;
 }

@@ -32,8 +32,9 @@ typedef struct demo_opts {
     int device;       /* CUDA device ordinal */
     int pp;           /* pipeline stages (0, 1: one); each a thread with its own context, plan and
                          communicator (host backend), joined by send/recv inside the graphs */
-    /* Checkpoints (tools/hf.c). model_dir: serve the Hugging Face Llama-family
-     * checkpoint there (config.json and safetensors) instead of the seeded
+    /* Checkpoints (the library's models layer, tools/model.c; saving:
+     * tools/hf.c). model_dir: serve the Hugging Face checkpoint there
+     * (config.json and safetensors) instead of the seeded
      * weights; save_dir: write the seeded model there as such a checkpoint
      * first. model_opts_set: a model shape option was given (refused with
      * model_dir: the checkpoint's config.json says). */

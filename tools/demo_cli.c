@@ -34,8 +34,8 @@ void demo_options_usage(FILE *f)
           "  --vocab N          vocabulary (1024)\n"
           "  --dtype T          f32 | f16 | bf16 (bf16)\n"
           "  --block-size N     tokens per KV cache block (16)\n"
-          "  --model DIR        serve a Hugging Face Llama-family checkpoint (config.json and\n"
-          "                     safetensors; its config sets the model options above)\n"
+          "  --model DIR        serve a Hugging Face checkpoint: Llama, Mistral, Qwen2, Qwen3 (config.json\n"
+          "                     and safetensors; its config sets the model options above)\n"
           "  --save-model DIR   write the seeded model there as such a checkpoint, then run\n"
           "generation (instead of the seeded request stream):\n"
           "  --prompt LIST      one request with these token ids (comma-separated)\n"
@@ -342,9 +342,14 @@ static void print_header(const demo_opts *o, const demo_result *r, FILE *f)
             m->layers, m->hidden, m->heads, m->kv_heads ? m->kv_heads : m->heads,
             m->ffn ? m->ffn : 2 * m->hidden, m->vocab, reel_dtype_name(m->dtype),
             reel_backend_name(r->backend) ? reel_backend_name(r->backend) : "?");
-    if (o->model_dir)
-        fprintf(f, "  model              %s (Hugging Face checkpoint%s%s%s)\n", o->model_dir,
-                m->qkv_bias ? ", qkv bias" : "", m->o_bias ? ", o bias" : "", m->tied ? ", tied embeddings" : "");
+    if (o->model_dir) {
+        const char *fam = reel_model_family_name((reel_model_family)m->family);
+        const char *rope = reel_rope_type_name((reel_rope_type)m->rope_type);
+        fprintf(f, "  model              %s (Hugging Face checkpoint, %s%s%s%s%s%s%s, head dim %d)\n", o->model_dir,
+                fam ? fam : "?", m->qkv_bias ? ", qkv bias" : "", m->o_bias ? ", o bias" : "",
+                m->qk_norm ? ", q/k norms" : "", m->tied ? ", tied embeddings" : "",
+                m->rope_type ? ", rope " : "", m->rope_type && rope ? rope : "", model_head_dim(m));
+    }
     fprintf(f, "  buckets            ");
     for (int i = 0; i < o->num_buckets; i++) fprintf(f, "%s%d", i ? "," : "", o->buckets[i]);
     fprintf(f, "   max context %d, max seqs %d%s%s\n", o->max_context, o->max_seqs, o->strict ? ", strict" : "",

@@ -1,5 +1,8 @@
-/* The demo transformer: graph declaration and seeded weights (see model.h). */
+/* The demo's model: the library's Llama (models.h) with a checkpoint's or
+ * seeded weights (see model.h). */
 #include "model.h"
+
+#include <jansson.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -10,8 +13,9 @@ int model_head_dim(const model_config *c) { return c->head_dim > 0 ? c->head_dim
 
 double model_flop_per_token(const model_config *c)
 {
-    double h = c->hidden, kv = (double)c->kv_heads * model_head_dim(c), f = c->ffn;
-    double layer = h * h + 2.0 * h * kv + h * h + h * 2.0 * f + f * h;
+    double h = c->hidden, q = (double)c->heads * model_head_dim(c), kv = (double)c->kv_heads * model_head_dim(c);
+    double f = c->ffn;
+    double layer = h * q + 2.0 * h * kv + q * h + h * 2.0 * f + f * h;
     return 2.0 * ((double)c->layers * layer + h * c->vocab);
 }
 
@@ -32,154 +36,6 @@ int model_config_resolve(model_config *c, char *err, size_t err_len)
         bad = "--dtype must be f32, f16 or bf16";
     if (bad) snprintf(err, err_len, "%s", bad);
     return bad ? -1 : 0;
-}
-
-/* ---- graph ---------------------------------------------------------------- */
-
-static reel_tensor weight(reel_graph *g, const model_config *c, const char *name, int ndim, int64_t d0,
-                          int64_t d1)
-{
-    int64_t dims[2] = {d0, d1};
-    reel_tensor t = reel_param(g, name, c->dtype, ndim, dims);
-    if (t.id != 0) reel_param_defer(g, t);
-    return t;
-}
-
-static reel_tensor layer(reel_graph *g, const model_config *c, int i, reel_tensor h, reel_tensor pos)
-{
-    char n[64];
-    const int64_t D = c->hidden, Dh = model_head_dim(c), KV = (int64_t)c->kv_heads * Dh;
-#define W2(suffix, a, b) (snprintf(n, sizeof n, "l%d." suffix, i), weight(g, c, n, 2, (a), (b)))
-#define W1(suffix, a) (snprintf(n, sizeof n, "l%d." suffix, i), weight(g, c, n, 1, (a), 0))
-    reel_tensor x = reel_rmsnorm(g, h, W1("attn_norm", D), c->eps);
-    reel_tensor q = reel_matmul(g, x, W2("wq", D, D), false);
-    reel_tensor k = reel_matmul(g, x, W2("wk", D, KV), false);
-    reel_tensor v = reel_matmul(g, x, W2("wv", D, KV), false);
-    q = reel_rope(g, q, pos, (int)Dh, (int)Dh, c->rope_theta);
-    k = reel_rope(g, k, pos, (int)Dh, (int)Dh, c->rope_theta);
-    int64_t cache_dims[4] = {c->num_blocks, c->block_size, c->kv_heads, Dh};
-    snprintf(n, sizeof n, "l%d.k_cache", i);
-    reel_tensor kc = reel_state(g, n, c->dtype, 4, cache_dims);
-    snprintf(n, sizeof n, "l%d.v_cache", i);
-    reel_tensor vc = reel_state(g, n, c->dtype, 4, cache_dims);
-    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, c->heads, c->kv_heads, (int)Dh, c->block_size, 0.0f};
-    reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
-    h = reel_add(g, h, reel_matmul(g, a, W2("wo", D, D), false));
-    x = reel_rmsnorm(g, h, W1("ffn_norm", D), c->eps);
-    reel_tensor gu = reel_matmul(g, x, W2("w_gate_up", D, 2 * (int64_t)c->ffn), false);
-    reel_tensor f = reel_silu_and_mul(g, gu);
-    h = reel_add(g, h, reel_matmul(g, f, W2("w_down", c->ffn, D), false));
-#undef W1
-#undef W2
-    snprintf(n, sizeof n, "l%d.out", i);
-    reel_set_name(g, h, n);
-    return h;
-}
-
-/* A Hugging Face Llama decoder layer: weights [out, in], HF's names. */
-static reel_tensor hf_layer(reel_graph *g, const model_config *c, int i, reel_tensor h, reel_tensor pos)
-{
-    char n[96];
-    const int64_t D = c->hidden, Dh = model_head_dim(c), Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
-#define HW(suffix, a, b, nd) (snprintf(n, sizeof n, "model.layers.%d." suffix, i), weight(g, c, n, (nd), (a), (b)))
-#define PROJ(x, suffix, out, in, bias)                                                   \
-    (tmp = reel_matmul(g, (x), HW(suffix ".weight", (out), (in), 2), true),              \
-     (bias) ? reel_add(g, tmp, HW(suffix ".bias", (out), 0, 1)) : tmp)
-    reel_tensor tmp;
-    reel_tensor x = reel_rmsnorm(g, h, HW("input_layernorm.weight", D, 0, 1), c->eps);
-    /* q, k and v as one projection (the checkpoint's three weights, and
-     * biases, written into one parameter: hf_write_weights) split by views:
-     * one kernel on the GPU, and no copies (docs/fusion.md). */
-    reel_tensor qkv = PROJ(x, "self_attn.qkv_proj", Q + 2 * KV, D, c->qkv_bias);
-    reel_tensor q = reel_view_cols(g, qkv, 0, Q);
-    reel_tensor k = reel_view_cols(g, qkv, Q, KV);
-    reel_tensor v = reel_view_cols(g, qkv, Q + KV, KV);
-    q = reel_rope(g, q, pos, (int)Dh, (int)Dh, c->rope_theta);
-    k = reel_rope(g, k, pos, (int)Dh, (int)Dh, c->rope_theta);
-    int64_t cache_dims[4] = {c->num_blocks, c->block_size, c->kv_heads, Dh};
-    snprintf(n, sizeof n, "l%d.k_cache", i);
-    reel_tensor kc = reel_state(g, n, c->dtype, 4, cache_dims);
-    snprintf(n, sizeof n, "l%d.v_cache", i);
-    reel_tensor vc = reel_state(g, n, c->dtype, 4, cache_dims);
-    reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, c->heads, c->kv_heads, (int)Dh, c->block_size, 0.0f};
-    reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
-    h = reel_add(g, h, PROJ(a, "self_attn.o_proj", D, Q, c->o_bias));
-    x = reel_rmsnorm(g, h, HW("post_attention_layernorm.weight", D, 0, 1), c->eps);
-    reel_tensor gu = reel_matmul(g, x, HW("mlp.gate_up_proj.weight", 2 * (int64_t)c->ffn, D, 2), true);
-    reel_tensor f = reel_silu_and_mul(g, gu);
-    h = reel_add(g, h, reel_matmul(g, f, HW("mlp.down_proj.weight", D, c->ffn, 2), true));
-#undef PROJ
-#undef HW
-    snprintf(n, sizeof n, "l%d.out", i);
-    reel_set_name(g, h, n);
-    return h;
-}
-
-void model_stage_layers(const model_config *c, int stage, int nstages, int *first, int *last)
-{
-    int base = c->layers / nstages, extra = c->layers % nstages;
-    *first = stage * base + (stage < extra ? stage : extra);
-    *last = *first + base + (stage < extra ? 1 : 0);
-}
-
-/* Stage `stage` of `nstages`: the first embeds the tokens, the last has the
- * head; the hidden state (the residual stream) goes to the next stage by a
- * send inside the graph, and the last stage's tokens come back to the first
- * the same way, so every stage's step is one replay. One stage: the model. */
-reel_status model_build_stage(reel_ctx *ctx, const model_config *c, int stage, int nstages, reel_graph **out)
-{
-    reel_graph *g = NULL;
-    *out = NULL;
-    reel_status st = reel_graph_create(ctx, &g);
-    if (st != REEL_OK) return st;
-    int first, last;
-    model_stage_layers(c, stage, nstages, &first, &last);
-    int64_t tok_dims[1] = {REEL_DIM_TOKENS}, h_dims[2] = {REEL_DIM_TOKENS, c->hidden};
-    reel_tensor ids = {0}, h;
-    if (stage == 0) ids = reel_input(g, MODEL_INPUT_TOKENS, REEL_I32, 1, tok_dims);
-    reel_tensor pos = reel_positions(g);
-    reel_tensor embed = {0};
-    if (stage == 0 || (c->hf && c->tied && stage == nstages - 1))
-        embed = weight(g, c, c->hf ? "model.embed_tokens.weight" : "embed", 2, c->vocab, c->hidden);
-    if (stage == 0) {
-        h = reel_embedding(g, embed, ids);
-    } else {
-        h = reel_recv(g, "hidden_in", c->dtype, 2, h_dims, stage - 1);
-    }
-    for (int i = first; i < last; i++) h = c->hf ? hf_layer(g, c, i, h, pos) : layer(g, c, i, h, pos);
-    if (stage < nstages - 1) {
-        reel_send(g, h, stage + 1);
-    } else {
-        reel_tensor logits;
-        if (c->hf) {
-            h = reel_rmsnorm(g, h, weight(g, c, "model.norm.weight", 1, c->hidden, 0), c->eps);
-            reel_tensor head = c->tied ? embed : weight(g, c, "lm_head.weight", 2, c->vocab, c->hidden);
-            logits = reel_matmul(g, h, head, true);
-        } else {
-            h = reel_rmsnorm(g, h, weight(g, c, "final_norm", 1, c->hidden, 0), c->eps);
-            logits = reel_matmul(g, h, weight(g, c, "lm_head", 2, c->hidden, c->vocab), false);
-        }
-        reel_set_name(g, logits, "logits");
-        if (c->logits_output) reel_output(g, MODEL_OUTPUT_LOGITS, logits);
-        reel_tensor next = reel_argmax(g, logits);
-        if (nstages == 1) reel_output(g, MODEL_OUTPUT_NEXT, next);
-        else reel_send(g, next, 0);
-    }
-    /* Built last, so it is issued after the stage's own send. */
-    if (stage == 0 && nstages > 1)
-        reel_output(g, MODEL_OUTPUT_NEXT, reel_recv(g, "next_in", REEL_I32, 1, tok_dims, nstages - 1));
-    st = reel_graph_status(g);
-    if (st != REEL_OK) goto fail;
-    *out = g;
-    return REEL_OK;
-fail:
-    reel_graph_destroy(g);
-    return st;
-}
-
-reel_status model_build(reel_ctx *ctx, const model_config *c, reel_graph **out)
-{
-    return model_build_stage(ctx, c, 0, 1, out);
 }
 
 /* ---- weights -------------------------------------------------------------- */
@@ -234,87 +90,276 @@ static void store(void *dst, size_t i, reel_dtype dt, float v)
     else ((uint16_t *)dst)[i] = model_f32_to_f16(v);
 }
 
-/* Where the seeded tensors go: written into a plan, or handed to a callback. */
-typedef struct sink {
-    reel_plan *p;
-    model_tensor_fn fn;
-    void *arg;
-} sink;
-
-/* Uniform in [center - scale, center + scale]. */
-static reel_status write_one(const sink *k, const model_config *c, const char *name, int64_t rows, int64_t cols,
-                             float center, float scale)
-{
-    size_t n = (size_t)(rows * (cols ? cols : 1));
-    size_t bytes = n * reel_dtype_size(c->dtype);
-    void *buf = malloc(bytes);
-    if (!buf) return REEL_E_OOM;
-    uint64_t s = name_seed(c->seed, name);
-    for (size_t i = 0; i < n; i++) {
-        double u = (double)(splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);
-        store(buf, i, c->dtype, center + scale * (float)(2.0 * u - 1.0));
-    }
-    reel_status st = k->p ? reel_plan_write_param(k->p, name, buf, bytes) : k->fn(k->arg, name, rows, cols, buf);
-    free(buf);
-    return st;
-}
+/* ---- the seeded toy's tensors ------------------------------------------- */
 
 /* Scale sqrt(3 / fan_in) gives unit variance of a matmul's outputs. */
 static float fan_in_scale(int64_t fan_in) { return sqrtf(3.0f / (float)fan_in); }
 
-static reel_status write_seeded(const sink *k, const model_config *c, int stage, int nstages)
+/* A tensor of the toy's own layout ([in, out], gate and up side by side):
+ * its shape and the uniform range [center - scale, center + scale] its
+ * values are drawn from (a stream of the seed and its name). */
+typedef struct toy_tensor {
+    char name[32];
+    int64_t rows, cols; /* cols 0: a vector */
+    float center, scale;
+} toy_tensor;
+
+/* The toy tensor and the columns [c0, c0 + nc) of it that HF tensor `name`
+ * is, transposed (a vector: copied). false for a name the toy lacks. */
+static bool toy_source(const model_config *c, const char *name, toy_tensor *t, int64_t *c0, int64_t *nc)
 {
-    int first, last;
-    model_stage_layers(c, stage, nstages, &first, &last);
-    const int64_t D = c->hidden, Dh = model_head_dim(c), KV = (int64_t)c->kv_heads * Dh, F = c->ffn;
-    char n[64];
-    reel_status st = stage == 0 ? write_one(k, c, "embed", c->vocab, D, 0.0f, 1.0f) : REEL_OK;
-    for (int i = first; i < last && st == REEL_OK; i++) {
-        struct { const char *suffix; int64_t rows, cols; float center, scale; } w[] = {
-            {"attn_norm", D, 0, 1.0f, 0.1f},
-            {"wq", D, D, 0.0f, fan_in_scale(D)},
-            {"wk", D, KV, 0.0f, fan_in_scale(D)},
-            {"wv", D, KV, 0.0f, fan_in_scale(D)},
-            {"wo", D, D, 0.0f, fan_in_scale(D)},
-            {"ffn_norm", D, 0, 1.0f, 0.1f},
-            {"w_gate_up", D, 2 * F, 0.0f, fan_in_scale(D)},
-            {"w_down", F, D, 0.0f, fan_in_scale(F)},
-        };
-        for (size_t j = 0; j < sizeof w / sizeof w[0] && st == REEL_OK; j++) {
-            snprintf(n, sizeof n, "l%d.%s", i, w[j].suffix);
-            st = write_one(k, c, n, w[j].rows, w[j].cols, w[j].center, w[j].scale);
+    const int64_t D = c->hidden, Dh = model_head_dim(c), KV = (int64_t)c->kv_heads * Dh, F = c->ffn, V = c->vocab;
+    int layer = -1, used = 0;
+    char suffix[64] = "";
+    memset(t, 0, sizeof *t);
+    *c0 = 0;
+    if (sscanf(name, "model.layers.%d.%n", &layer, &used) == 1 && used > 0)
+        snprintf(suffix, sizeof suffix, "%s", name + used);
+    static const struct {
+        const char *hf, *toy;
+        int rows, cols; /* 0 D, 1 KV, 2 2F, 3 F, -1 none */
+        bool norm;
+        int fan_in;     /* 0 D, 3 F */
+        int half;       /* gate (0) or up (1) columns of w_gate_up; -1 all */
+    } map[] = {
+        {"input_layernorm.weight", "attn_norm", 0, -1, true, 0, -1},
+        {"self_attn.q_proj.weight", "wq", 0, 0, false, 0, -1},
+        {"self_attn.k_proj.weight", "wk", 0, 1, false, 0, -1},
+        {"self_attn.v_proj.weight", "wv", 0, 1, false, 0, -1},
+        {"self_attn.o_proj.weight", "wo", 0, 0, false, 0, -1},
+        {"post_attention_layernorm.weight", "ffn_norm", 0, -1, true, 0, -1},
+        {"mlp.gate_proj.weight", "w_gate_up", 0, 2, false, 0, 0},
+        {"mlp.up_proj.weight", "w_gate_up", 0, 2, false, 0, 1},
+        {"mlp.down_proj.weight", "w_down", 3, 0, false, 3, -1},
+    };
+    const int64_t ext[4] = {D, KV, 2 * F, F};
+    if (layer >= 0) {
+        for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+            if (strcmp(suffix, map[i].hf) != 0)
+                continue;
+            snprintf(t->name, sizeof t->name, "l%d.%s", layer, map[i].toy);
+            t->rows = ext[map[i].rows];
+            t->cols = map[i].cols < 0 ? 0 : ext[map[i].cols];
+            t->center = map[i].norm ? 1.0f : 0.0f;
+            t->scale = map[i].norm ? 0.1f : fan_in_scale(ext[map[i].fan_in]);
+            *c0 = map[i].half == 1 ? F : 0;
+            *nc = map[i].half >= 0 ? F : t->cols;
+            return true;
         }
+        return false;
     }
-    if (stage < nstages - 1) return st;
-    if (st == REEL_OK) st = write_one(k, c, "final_norm", D, 0, 1.0f, 0.1f);
-    if (st == REEL_OK) st = write_one(k, c, "lm_head", D, c->vocab, 0.0f, fan_in_scale(D));
+    if (strcmp(name, "model.embed_tokens.weight") == 0)
+        *t = (toy_tensor){"embed", V, D, 0.0f, 1.0f};
+    else if (strcmp(name, "model.norm.weight") == 0)
+        *t = (toy_tensor){"final_norm", D, 0, 1.0f, 0.1f};
+    else if (strcmp(name, "lm_head.weight") == 0)
+        *t = (toy_tensor){"lm_head", D, V, 0.0f, fan_in_scale(D)};
+    else
+        return false;
+    *nc = t->cols;
+    return true;
+}
+
+/* The toy tensor's values, as the toy has always drawn them. */
+static void toy_generate(const model_config *c, const toy_tensor *t, void *buf)
+{
+    size_t n = (size_t)(t->rows * (t->cols ? t->cols : 1));
+    uint64_t s = name_seed(c->seed, t->name);
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);
+        store(buf, i, c->dtype, t->center + t->scale * (float)(2.0 * u - 1.0));
+    }
+}
+
+/* The last toy tensor generated: gate and up are two halves of one. */
+typedef struct toy_cache {
+    const model_config *c;
+    char name[32];
+    void *buf;
+} toy_cache;
+
+static reel_status seeded(toy_cache *k, const reel_model_tensor *t, void *dst, size_t bytes)
+{
+    const model_config *c = k->c;
+    toy_tensor tt;
+    int64_t c0, nc;
+    size_t es = reel_dtype_size(c->dtype);
+    if (!toy_source(c, t->name, &tt, &c0, &nc))
+        return REEL_E_NOT_FOUND;
+    bool vec = tt.cols == 0, same = strcmp(t->name, "model.embed_tokens.weight") == 0;
+    size_t want = (size_t)(vec || same ? tt.rows * (vec ? 1 : tt.cols) : tt.rows * nc) * es;
+    if (want != bytes || t->dtype != c->dtype)
+        return REEL_E_SHAPE;
+    if (strcmp(k->name, tt.name) != 0) {
+        free(k->buf);
+        k->buf = malloc((size_t)(tt.rows * (vec ? 1 : tt.cols)) * es);
+        k->name[0] = 0;
+        if (!k->buf)
+            return REEL_E_OOM;
+        toy_generate(c, &tt, k->buf);
+        snprintf(k->name, sizeof k->name, "%s", tt.name);
+    }
+    if (vec || same) { /* a vector, or the table ([V, D] in both layouts) */
+        memcpy(dst, k->buf, bytes);
+        return REEL_OK;
+    }
+    /* dst [nc][rows] = columns c0 .. c0 + nc - 1 of [rows][cols], transposed */
+    for (int64_t r = 0; r < tt.rows; r++)
+        for (int64_t j = 0; j < nc; j++)
+            memcpy((char *)dst + (size_t)(j * tt.rows + r) * es,
+                   (const char *)k->buf + (size_t)(r * tt.cols + c0 + j) * es, es);
+    return REEL_OK;
+}
+
+reel_status model_seeded_tensor(const model_config *c, const reel_model_tensor *t, void *dst, size_t bytes)
+{
+    toy_cache k = {.c = c};
+    reel_status st = seeded(&k, t, dst, bytes);
+    free(k.buf);
     return st;
+}
+
+static reel_status seeded_fn(void *user, const reel_model_tensor *t, void *dst, size_t bytes)
+{
+    return seeded(user, t, dst, bytes);
+}
+
+/* ---- the library's model -------------------------------------------------- */
+
+static const char *torch_dtype(reel_dtype dt)
+{
+    return dt == REEL_BF16 ? "bfloat16" : dt == REEL_F16 ? "float16" : "float32";
+}
+
+char *model_toy_config_json(const model_config *c)
+{
+    json_t *j = json_pack("{s:[s],s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:b,s:s,s:s,s:i,s:b,s:b,s:f}",
+                          "architectures", "LlamaForCausalLM", "model_type", "llama", "hidden_size", c->hidden,
+                          "intermediate_size", c->ffn, "num_attention_heads", c->heads, "num_hidden_layers",
+                          c->layers, "num_key_value_heads", c->kv_heads, "vocab_size", c->vocab, "head_dim",
+                          model_head_dim(c), "rms_norm_eps", (double)c->eps, "rope_theta", (double)c->rope_theta,
+                          "tie_word_embeddings", 0, "torch_dtype", torch_dtype(c->dtype), "hidden_act", "silu",
+                          "max_position_embeddings", 4096, "attention_bias", 0, "mlp_bias", 0,
+                          "initializer_range", 0.02);
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    return text;
+}
+
+reel_status model_open(reel_ctx *ctx, const model_config *c, reel_model **out)
+{
+    *out = NULL;
+    if (c->hf)
+        return REEL_E_INVALID_USAGE; /* a checkpoint's model comes from model_open_dir */
+    char *json = model_toy_config_json(c);
+    if (!json)
+        return REEL_E_OOM;
+    reel_status st = reel_model_parse(ctx, json, 0, out);
+    free(json);
+    return st;
+}
+
+reel_status model_open_dir(reel_ctx *ctx, const char *dir, model_config *c, reel_model **out)
+{
+    reel_status st = reel_model_open(ctx, dir, out);
+    if (st != REEL_OK)
+        return st;
+    reel_model_info in = REEL_MODEL_INFO_INIT;
+    st = reel_model_info_get(*out, &in);
+    if (st != REEL_OK) {
+        reel_model_close(*out);
+        *out = NULL;
+        return st;
+    }
+    c->layers = in.layers;
+    c->hidden = in.hidden;
+    c->heads = in.heads;
+    c->kv_heads = in.kv_heads;
+    c->head_dim = in.head_dim;
+    c->ffn = in.ffn;
+    c->vocab = in.vocab;
+    c->dtype = in.dtype;
+    c->rope_theta = (float)in.rope_theta;
+    c->eps = (float)in.rms_norm_eps;
+    c->qkv_bias = in.qkv_bias;
+    c->o_bias = in.o_bias;
+    c->tied = in.tied;
+    c->qk_norm = in.qk_norm;
+    c->family = in.family;
+    c->rope_type = in.rope_type;
+    c->hf = true;
+    return REEL_OK;
+}
+
+static reel_model_opts opts_of(const model_config *c, int stage, int nstages)
+{
+    reel_model_opts o = REEL_MODEL_OPTS_INIT;
+    o.block_size = c->block_size;
+    o.num_blocks = c->num_blocks;
+    if (c->max_context > 0)
+        o.max_context = c->max_context;
+    o.logits = c->logits_output;
+    o.stage = stage;
+    o.num_stages = nstages;
+    return o;
+}
+
+reel_status model_build_stage_with(const reel_model *mm, reel_ctx *ctx, const model_config *c, int stage, int nstages,
+                                   reel_graph **out)
+{
+    reel_graph *g = NULL;
+    *out = NULL;
+    reel_status st = reel_graph_create(ctx, &g);
+    if (st != REEL_OK)
+        return st;
+    reel_model_opts o = opts_of(c, stage, nstages);
+    st = reel_model_build(mm, g, &o);
+    if (st != REEL_OK) {
+        reel_graph_destroy(g);
+        return st;
+    }
+    *out = g;
+    return REEL_OK;
+}
+
+reel_status model_write_stage_with(const reel_model *mm, reel_plan *p, const model_config *c, int stage, int nstages)
+{
+    reel_model_opts o = opts_of(c, stage, nstages);
+    if (c->hf)
+        return reel_model_bind(mm, p, &o);
+    toy_cache k = {.c = c};
+    reel_status st = reel_model_bind_source(mm, p, &o, seeded_fn, &k);
+    free(k.buf);
+    return st;
+}
+
+reel_status model_build_stage(reel_ctx *ctx, const model_config *c, int stage, int nstages, reel_graph **out)
+{
+    reel_model *mm = NULL;
+    *out = NULL;
+    reel_status st = model_open(ctx, c, &mm);
+    if (st == REEL_OK)
+        st = model_build_stage_with(mm, ctx, c, stage, nstages, out);
+    reel_model_close(mm);
+    return st;
+}
+
+reel_status model_build(reel_ctx *ctx, const model_config *c, reel_graph **out)
+{
+    return model_build_stage(ctx, c, 0, 1, out);
 }
 
 reel_status model_write_stage_weights(reel_plan *p, const model_config *c, int stage, int nstages)
 {
-    sink k = {.p = p};
-    return write_seeded(&k, c, stage, nstages);
-}
-
-reel_status model_each_seeded(const model_config *c, model_tensor_fn fn, void *arg)
-{
-    sink k = {.fn = fn, .arg = arg};
-    return write_seeded(&k, c, 0, 1);
+    reel_model *mm = NULL;
+    reel_status st = model_open(NULL, c, &mm);
+    if (st == REEL_OK)
+        st = model_write_stage_with(mm, p, c, stage, nstages);
+    reel_model_close(mm);
+    return st;
 }
 
 reel_status model_write_weights(reel_plan *p, const model_config *c) { return model_write_stage_weights(p, c, 0, 1); }
-
-uint64_t model_weight_bytes(const model_config *c)
-{
-    const uint64_t D = (uint64_t)c->hidden, Dh = (uint64_t)model_head_dim(c), KV = (uint64_t)c->kv_heads * Dh;
-    const uint64_t Q = (uint64_t)c->heads * Dh, F = (uint64_t)c->ffn, V = (uint64_t)c->vocab;
-    uint64_t per_layer = 2 * D + 2 * D * Q + 2 * D * KV + D * 2 * F + F * D;
-    if (c->hf && c->qkv_bias) per_layer += Q + 2 * KV;
-    if (c->hf && c->o_bias) per_layer += D;
-    uint64_t elems = V * D + (uint64_t)c->layers * per_layer + D + (c->hf && c->tied ? 0 : D * V);
-    return elems * reel_dtype_size(c->dtype);
-}
 
 uint64_t model_kv_bytes(const model_config *c)
 {

@@ -1,16 +1,17 @@
-/* A small decoder-only transformer declared through the public reel API.
+/* The demo's model: a Llama-family decoder built by the library's models
+ * layer (include/reel/models.h, the one Llama definition of the tree), with
+ * either a Hugging Face checkpoint's weights (model_open_dir) or
+ * deterministic pseudo-random ones from a seed (the seeded toy: its shape
+ * from the options, written as a Llama config.json and parsed by the
+ * library; its weights generated one tensor at a time into the plan through
+ * reel_model_bind_source, so the tool never holds a second copy of the
+ * whole model).
  *
- * Shared by `reel demo` (and later `reel check` and the benchmarks) so that
- * every tool runs the same model. Weights are deterministic pseudo-random
- * numbers from a seed: parameters are declared deferred, and written into the
- * compiled plan with model_write_weights, one tensor at a time, so the tool
- * never holds a second copy of the whole model.
- *
- * Graph (per step, T tokens):
- *   tokens [T] -> embedding -> L x { rmsnorm, q/k/v matmul, rope (q, k),
- *   paged attention over states "l<i>.k_cache"/"l<i>.v_cache", o matmul,
- *   residual add, rmsnorm, gate_up matmul, silu_and_mul, down matmul,
- *   residual add } -> rmsnorm -> lm head matmul -> argmax -> "next_token" [T]
+ * Graph (per step, T tokens; models.h): tokens [T] -> embedding -> L x {
+ * rmsnorm, one q/k/v matmul split by views, rope (q, k), paged attention
+ * over states "l<i>.k_cache"/"l<i>.v_cache", o matmul, residual add,
+ * rmsnorm, gate_up matmul, silu_and_mul, down matmul, residual add } ->
+ * rmsnorm -> lm head matmul -> argmax -> "next_token" [T]
  */
 #ifndef REEL_TOOLS_MODEL_H
 #define REEL_TOOLS_MODEL_H
@@ -19,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "reel/models.h"
 #include "reel/reel.h"
 
 typedef struct model_config {
@@ -34,16 +36,20 @@ typedef struct model_config {
     float rope_theta;
     float eps;
     uint64_t seed;
-    /* A Hugging Face Llama-family checkpoint's model (tools/hf.c fills these
-     * from config.json): weights [out, in] as HF stores them (matmuls with
-     * w_transposed), named as HF writes them, gate_proj and up_proj stacked
-     * into one parameter "model.layers.<i>.mlp.gate_up_proj.weight". */
+    /* A Hugging Face checkpoint's model (model_open_dir fills these from
+     * the library's reel_model_info). */
     bool hf;
     int head_dim;        /* 0: hidden / heads */
     bool qkv_bias;       /* q/k/v projections have biases (Qwen2, attention_bias) */
     bool o_bias;         /* the output projection has one (attention_bias) */
     bool tied;           /* lm_head is embed_tokens (tie_word_embeddings) */
     bool logits_output;  /* also output "logits" [T, vocab] (MODEL_OUTPUT_LOGITS) */
+    /* Appended for the models layer (issue 43). */
+    int family;          /* a reel_model_family (the toy: llama) */
+    bool qk_norm;        /* per-head q and k norms (Qwen3) */
+    int rope_type;       /* a reel_rope_type */
+    int max_context;     /* the plan's, checked against a checkpoint's limits (sliding
+                            windows, dynamic rope); 0: not checked */
 } model_config;
 
 #define MODEL_CONFIG_INIT                                                                                  \
@@ -51,9 +57,9 @@ typedef struct model_config {
       .rope_theta = 10000.0f, .eps = 1e-5f, .seed = 1 }
 
 /* Input and output names of the graph. */
-#define MODEL_INPUT_TOKENS "tokens"
-#define MODEL_OUTPUT_NEXT "next_token"
-#define MODEL_OUTPUT_LOGITS "logits"
+#define MODEL_INPUT_TOKENS REEL_MODEL_INPUT_TOKENS
+#define MODEL_OUTPUT_NEXT REEL_MODEL_OUTPUT_NEXT
+#define MODEL_OUTPUT_LOGITS REEL_MODEL_OUTPUT_LOGITS
 
 /* Fills the 0 defaults (kv_heads, ffn) and checks that the shapes agree;
  * on failure writes a message naming the option into err. */
@@ -64,34 +70,48 @@ int model_head_dim(const model_config *c);
  * Attention over the context comes on top. For a resolved config. */
 double model_flop_per_token(const model_config *c);
 
-/* Declares the model into a new graph of ctx. On failure *out is NULL and
- * reel_ctx_last_error(ctx) says why. The caller owns the graph. */
+/* The library's model of c: the seeded toy's config (c->hf false; its
+ * weights come from model_write_stage_with). ctx takes the messages (NULL:
+ * the thread's). The caller closes it (reel_model_close). */
+reel_status model_open(reel_ctx *ctx, const model_config *c, reel_model **out);
+/* A Hugging Face checkpoint directory: its model, and c's model fields
+ * (shape, dtype, biases, tied, family, rope) from it, c->hf set; the
+ * KV-cache fields are left alone. */
+reel_status model_open_dir(reel_ctx *ctx, const char *dir, model_config *c, reel_model **out);
+/* The seeded toy's config.json (a Llama), as model_open parses it and
+ * --save-model writes it; malloc'd, the caller frees it. NULL: out of memory. */
+char *model_toy_config_json(const model_config *c);
+
+/* Pipeline parallelism: stage `stage` of `nstages` (layers split as evenly
+ * as possible, earlier stages one more; reel_model_opts). The first stage
+ * embeds the tokens and outputs next_token; the hidden state travels to the
+ * next stage, and the last stage's tokens back to the first, as send/recv
+ * nodes inside each stage's graph (compile each with its rank's
+ * communicator, rank = stage). Each weight has the values it has in the
+ * one-stage model, so every stage count gives the same tokens. */
+/* Builds stage `stage` of mm into a new graph of ctx. On failure *out is
+ * NULL and reel_ctx_last_error(ctx) says why. The caller owns the graph. */
+reel_status model_build_stage_with(const reel_model *mm, reel_ctx *ctx, const model_config *c, int stage, int nstages,
+                                   reel_graph **out);
+/* Writes the stage's weights into the plan: the checkpoint's (c->hf), or
+ * the seeded ones generated from c->seed. */
+reel_status model_write_stage_with(const reel_model *mm, reel_plan *p, const model_config *c, int stage, int nstages);
+
+/* The seeded toy without a model at hand (tests, benchmarks): each opens
+ * the toy's model, does its work and closes it. */
 reel_status model_build(reel_ctx *ctx, const model_config *c, reel_graph **out);
-
-/* Writes every weight of the model (generated from c->seed) into the plan. */
-reel_status model_write_weights(reel_plan *p, const model_config *c);
-
-/* Pipeline parallelism: stage `stage` of `nstages` holds layers
- * [first, last) (split as evenly as possible, earlier stages one more). The
- * first stage embeds the tokens and outputs next_token; the hidden state
- * travels to the next stage, and the last stage's tokens back to the first,
- * as send/recv nodes inside each stage's graph (compile each with its
- * rank's communicator, rank = stage). Each weight has the values it has in
- * the one-stage model, so every stage count gives the same tokens. */
-void model_stage_layers(const model_config *c, int stage, int nstages, int *first, int *last);
 reel_status model_build_stage(reel_ctx *ctx, const model_config *c, int stage, int nstages, reel_graph **out);
+reel_status model_write_weights(reel_plan *p, const model_config *c);
 reel_status model_write_stage_weights(reel_plan *p, const model_config *c, int stage, int nstages);
 
-/* The seeded weights of c (the demo layout, c->hf false), one tensor at a
- * time: each is generated into a buffer of the tensor's size and handed
- * to fn with its name, dims [rows, cols] (cols 0: a vector) and dtype
- * c->dtype, in the order model_write_weights writes them. Stops at the
- * first status fn returns other than REEL_OK. */
-typedef reel_status (*model_tensor_fn)(void *arg, const char *name, int64_t rows, int64_t cols, const void *data);
-reel_status model_each_seeded(const model_config *c, model_tensor_fn fn, void *arg);
+/* Seeded tensor t of the toy c (transformers' name and layout, c->dtype)
+ * into dst (bytes of it): the toy's generator (each tensor's stream depends
+ * on the seed and its name in the toy's own layout only: embed, l<i>.wq ...)
+ * transposed into [out, in]; gate_proj and up_proj are the halves of
+ * l<i>.w_gate_up. What the plan and --save-model's checkpoint both get. */
+reel_status model_seeded_tensor(const model_config *c, const reel_model_tensor *t, void *dst, size_t bytes);
 
-/* Bytes of all weights, and of the KV cache (all layers, K and V). */
-uint64_t model_weight_bytes(const model_config *c);
+/* Bytes of the KV cache (all layers, K and V). */
 uint64_t model_kv_bytes(const model_config *c);
 
 /* Storage conversion from float32 (round to nearest even). */

@@ -236,10 +236,54 @@ reel_tensor reel_silu_and_mul(reel_graph *g, reel_tensor x);
 /* Neox-style rotary embedding of x [T, H*head_dim] at positions [T] int32;
  * rotates the first rot_dim dims of each head (rot_dim even, <= head_dim). */
 reel_tensor reel_rope(reel_graph *g, reel_tensor x, reel_tensor positions, int head_dim, int rot_dim, float theta);
+/* reel_rope with a table: inv_freq [R/2] f32 without a token dim (a
+ * parameter), R = rot_dim <= head_dim; pair (i, i + R/2) of each head
+ * rotates by pos * inv_freq[i], its cosine and sine multiplied by scale
+ * (transformers' attention_factor; 1: none). The scaled ropes of
+ * include/reel/models.h (linear, llama3, yarn). Never fused into attention. */
+reel_tensor reel_rope_freq(reel_graph *g, reel_tensor x, reel_tensor positions, reel_tensor inv_freq, int head_dim,
+                           float scale);
+/* x [T, H*Dh], w [Dh]: reel_rmsnorm over each head's slice of Dh (Qwen3's
+ * q_norm and k_norm). */
+reel_tensor reel_rmsnorm_heads(reel_graph *g, reel_tensor x, reel_tensor w, float eps);
 /* Row softmax of x [T, N]. */
 reel_tensor reel_softmax(reel_graph *g, reel_tensor x);
 /* Row argmax of x [T, N] -> [T] int32 (lowest index on ties; NaN never wins). */
 reel_tensor reel_argmax(reel_graph *g, reel_tensor x);
+/* Samples the next token of each row of logits [T, V] (f32, f16, bf16; V at
+ * most REEL_SAMPLE_MAX_VOCAB) -> [T] int32, every row with its own
+ * parameters and random stream, so one captured graph serves a batch of
+ * mixed requests (docs/sampling.md).
+ *  params [T, REEL_SAMPLE_PARAMS] f32, the columns REEL_SAMPLE_TEMPERATURE
+ *   (0: greedy, the argmax), REEL_SAMPLE_TOP_P (1: off), REEL_SAMPLE_MIN_P
+ *   (0: off) and REEL_SAMPLE_TOP_K (a whole number; 0: off).
+ *  rng [T, REEL_SAMPLE_RNG] int32: seed low, seed high, counter low,
+ *   counter high (64-bit seed and counter, as unsigned words). The row's
+ *   uniform is Philox4x32-10 of (key = seed, counter = (counter, 0)) and
+ *   depends on nothing else: the same seed, counter and logits give the same
+ *   token at any batch position, in any bucket, replayed or eager. Advance
+ *   the counter every step.
+ * Kept set: tokens with p >= min_p * p_max, then the top_k largest logits,
+ * then the fewest of those, highest first, whose probability (renormalized
+ * over them) reaches top_p; equal logits rank by token id, lowest first, so
+ * exactly top_k are kept. The draw is over the kept set by inverse CDF in
+ * token order, with probabilities of softmax(logits / temperature) held as
+ * 40-bit fixed point: tokens below 2^-40 of the row's most likely one are
+ * never drawn. -inf logits are masked tokens. A row gives
+ * REEL_SAMPLE_BAD_ROW instead of a token when its logits hold a NaN or
+ * +inf, when every logit is -inf, or when its parameters are out of range:
+ * temperature < 0 or not finite, top_p outside (0, 1], min_p outside
+ * [0, 1), top_k < 0 or not a whole number. Both backends give the same
+ * token bit for bit. */
+#define REEL_SAMPLE_PARAMS 4
+#define REEL_SAMPLE_TEMPERATURE 0
+#define REEL_SAMPLE_TOP_P 1
+#define REEL_SAMPLE_MIN_P 2
+#define REEL_SAMPLE_TOP_K 3
+#define REEL_SAMPLE_RNG 4
+#define REEL_SAMPLE_BAD_ROW (-1)
+#define REEL_SAMPLE_MAX_VOCAB (1 << 23)
+reel_tensor reel_sample(reel_graph *g, reel_tensor logits, reel_tensor params, reel_tensor rng);
 /* Columns [col, col + ncols) of x [T, N] -> [T, ncols]: how a fused
  * projection (one matmul to [T, (H + 2 Hkv) Dh]) is split into q, k and v.
  * Where every reader of x is such a view, the views tile x's columns, x is
@@ -559,6 +603,17 @@ typedef struct reel_plan_memory {
 #define REEL_PLAN_MEMORY_HEAD REEL_STRUCT_HEAD(reel_plan_memory, REEL_PLAN_MEMORY_MAGIC)
 #define REEL_PLAN_MEMORY_INIT REEL_STRUCT_INIT(reel_plan_memory, REEL_PLAN_MEMORY_MAGIC)
 reel_status reel_plan_memory_get(const reel_plan *p, reel_plan_memory *out);
+/* What reel_compile(g, opts) would allocate, without allocating it: the
+ * graph is checked, ordered and laid out as compile does, then stopped
+ * before the memory budget. Fills out's num_buckets, arena_bytes,
+ * static_bytes, pinned_bytes (the step region's staging and the outputs of
+ * the largest bucket), param_bytes, state_bytes, bucket_arena_bytes,
+ * stream_ws_bytes (the workspaces the streams would reserve) and
+ * device_bytes (arena + static + stream workspaces); graph bytes are 0
+ * (not known before capture). How a serving stack sizes a KV cache: estimate
+ * with a small cache, then spend what reel_ctx_memory leaves. Errors as
+ * reel_compile's, except that the budget is not checked. */
+reel_status reel_compile_estimate(reel_graph *g, const reel_compile_opts *opts, reel_plan_memory *out);
 
 /* Op spans: the start and end of each kernel on its stream, for traces.
  * Host backend: taken on the stream's worker thread around each kernel

@@ -10,5 +10,7 @@ extern "C" const reel_op_impl *const reel_cuda_impls[] = {
     &reel_cu_lse_combine_impl, &reel_cu_lse_rescale_impl, &reel_cu_lse_pack_impl,
     &reel_cu_all_reduce_impl, &reel_cu_all_gather_impl, &reel_cu_reduce_scatter_impl, &reel_cu_all_to_all_impl,
     &reel_cu_send_impl, &reel_cu_recv_impl, &reel_cu_add_rmsnorm_impl, &reel_cu_view_cols_impl,
+    &reel_cu_rope_freq_impl, &reel_cu_rmsnorm_heads_impl,
+    &reel_cu_sample_impl,
 };
 extern "C" const int reel_cuda_nimpls = (int)(sizeof reel_cuda_impls / sizeof reel_cuda_impls[0]);

@@ -37,6 +37,9 @@ extern const reel_op_impl reel_cu_send_impl;
 extern const reel_op_impl reel_cu_recv_impl;
 extern const reel_op_impl reel_cu_add_rmsnorm_impl;
 extern const reel_op_impl reel_cu_view_cols_impl;
+extern const reel_op_impl reel_cu_rope_freq_impl;
+extern const reel_op_impl reel_cu_rmsnorm_heads_impl;
+extern const reel_op_impl reel_cu_sample_impl;
 
 /* Whether a paged-attention launch of `rows` tokens (h heads, hkv kv heads
  * of head dim dh, dtype dt) is of the size the one-kernel decode takes on
@@ -50,6 +53,13 @@ bool reel_cu_attn_one_kernel_size(const reel_backend *be, reel_dtype dt, int64_t
  * max_context), or 0 where the one-item kernel takes it. For the tests. */
 int64_t reel_cu_attn_persist_grid(const reel_backend *be, reel_dtype dt, int64_t rows, int64_t h, int64_t hkv,
                                   int64_t dh, int32_t max_context);
+
+/* The device's reel_sample_weight and reel_sample_mass (ops/sample.h) of n
+ * logits x at (xmax, scale), into w and q: host arrays, copied through
+ * device memory synchronously (sample.cu). For the tests, which compare
+ * them with the host's bits. */
+reel_status reel_cu_sample_weights(reel_backend *be, const float *x, int64_t n, float xmax, float scale, float *w,
+                                   uint64_t *q);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,11 @@ void reel_host_topk(const void *args);
 void reel_host_lse_combine(const void *args);
 void reel_host_lse_rescale(const void *args);
 void reel_host_lse_pack(const void *args);
+/* The models layer's ops (rope_freq.c, head_norm.c). */
+void reel_host_rope_freq(const void *args);
+void reel_host_rmsnorm_heads(const void *args);
+/* Sampling (sample.c): the next token of each row, ops/sample.h's rules. */
+void reel_host_sample(const void *args);
 /* Collectives (ops/host/collectives.c): the decomposition of
  * ops/collective.c with the host chunk transpose; they issue the host
  * communicator's kernels. */

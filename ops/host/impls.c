@@ -30,6 +30,9 @@ REEL_HOST_LAUNCHER(reel_host_add_rmsnorm)
 REEL_HOST_LAUNCHER(reel_host_view_cols)
 REEL_HOST_LAUNCHER(reel_host_lse_rescale)
 REEL_HOST_LAUNCHER(reel_host_lse_pack)
+REEL_HOST_LAUNCHER(reel_host_rope_freq)
+REEL_HOST_LAUNCHER(reel_host_rmsnorm_heads)
+REEL_HOST_LAUNCHER(reel_host_sample)
 
 static bool reel_hi_fl(const reel_shape *s) { return reel_is_float_storage(s->dtype); }
 static bool reel_hi_i32(const reel_shape *s) { return s->dtype == REEL_I32; }
@@ -141,6 +144,27 @@ REEL_HOST_REF(reel_hi_add_rmsnorm, "add_rmsnorm", REEL_OP_ADD_RMSNORM, reel_hi_u
               true);
 REEL_HOST_REF(reel_hi_view_cols, "view_cols", REEL_OP_VIEW_COLS, reel_hi_use_view, reel_host_view_cols, false);
 
+/* The models layer's ops: a table of f32 inverse frequencies (in[2]); a
+ * weight of the head dim. */
+static bool reel_hi_use_rope_freq(REEL_HI_ARGS)
+{
+    return nin >= 3 && reel_hi_fl(&in[0]) && reel_hi_i32(&in[1]) && in[2].dtype == REEL_F32 && reel_hi_fl(&out[0]) &&
+           a->rope_freq.head_dim > 0 && a->rope_freq.rot_dim > 0 && a->rope_freq.rot_dim <= a->rope_freq.head_dim;
+}
+
+REEL_HOST_REF(reel_hi_rope_freq, "rope_freq", REEL_OP_ROPE_FREQ, reel_hi_use_rope_freq, reel_host_rope_freq, true);
+REEL_HOST_REF(reel_hi_rmsnorm_heads, "rmsnorm_heads", REEL_OP_RMSNORM_HEADS, reel_hi_use_binary, reel_host_rmsnorm_heads,
+              true);
+
+/* sample: float logits, f32 params and i32 rng of their widths, i32 tokens. */
+static bool reel_hi_use_sample(REEL_HI_ARGS)
+{
+    return nin >= 3 && reel_hi_fl(&in[0]) && in[1].dtype == REEL_F32 && in[1].dims[1] == REEL_SAMPLE_PARAMS &&
+           reel_hi_i32(&in[2]) && in[2].dims[1] == REEL_SAMPLE_RNG && reel_hi_i32(&out[0]);
+}
+
+REEL_HOST_REF(reel_hi_sample, "sample", REEL_OP_SAMPLE, reel_hi_use_sample, reel_host_sample, false);
+
 /* Collectives accept every dtype the schema does (f32, f16, bf16, i32). */
 static bool reel_hi_use_comm(REEL_HI_ARGS) { return true; }
 
@@ -170,5 +194,7 @@ const reel_op_impl *const reel_host_impls[] = {
     &reel_hi_attention, &reel_hi_topk, &reel_hi_lse, &reel_hi_lse_rescale, &reel_hi_lse_pack,
     &reel_hi_all_reduce, &reel_hi_all_gather, &reel_hi_reduce_scatter, &reel_hi_all_to_all,
     &reel_hi_send, &reel_hi_recv, &reel_hi_add_rmsnorm, &reel_hi_view_cols,
+    &reel_hi_rope_freq, &reel_hi_rmsnorm_heads,
+    &reel_hi_sample,
 };
 const int reel_host_nimpls = (int)(sizeof reel_host_impls / sizeof reel_host_impls[0]);

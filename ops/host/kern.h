@@ -32,6 +32,12 @@ static inline void reel_hk_zero(void *p, reel_dtype dt, int64_t at, int64_t n)
         reel_store(p, dt, at + i, 0.0f);
 }
 
+/* Row t of x ([rows, d], dtype xd) RMS-normalized with weight w [d] into
+ * out: the host's one rmsnorm formula (ops/host/rows.c), shared by rmsnorm,
+ * add_rmsnorm and rmsnorm_heads. Reads the row before writing it. */
+void reel_hk_rms_row(const void *x, reel_dtype xd, const void *w, reel_dtype wd, void *out, reel_dtype od,
+                     int64_t t, int64_t d, float eps);
+
 /* Rotates one head of hd elements of x (from element xat) into out (from
  * oat): neox pairs (i, i + half) for i < half by pos * theta^(-2i/(2 half)),
  * the rest copied. The one rope formula of the host backend (ops/host/rope.c):

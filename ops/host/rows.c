@@ -9,9 +9,10 @@
 #include "ops/host/kern.h"
 
 /* Row t of x ([rows, d] of dtype xd) normalized into out: the one formula
- * of rmsnorm and add_rmsnorm, so the fused pair rounds as the unfused. */
-static void reel_hk_rms_row(const void *x, reel_dtype xd, const void *w, reel_dtype wd, void *out, reel_dtype od,
-                            int64_t t, int64_t d, float eps)
+ * of rmsnorm, add_rmsnorm and rmsnorm_heads (ops/host/head_norm.c), so the
+ * fused pair rounds as the unfused (kern.h). */
+void reel_hk_rms_row(const void *x, reel_dtype xd, const void *w, reel_dtype wd, void *out, reel_dtype od,
+                     int64_t t, int64_t d, float eps)
 {
     float ss = 0.0f;
     for (int64_t i = 0; i < d; i++) {

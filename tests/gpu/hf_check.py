@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""reel against transformers on a Hugging Face Llama checkpoint (GPU machine).
+"""reel against transformers on Hugging Face checkpoints of each family the
+models layer builds (GPU machine).
 
-For each configuration it builds a small randomly initialised
-LlamaForCausalLM (or Qwen2ForCausalLM, for q/k/v biases) with transformers,
-saves it with save_pretrained(safe_serialization=True), runs
-`reel demo --model DIR --prompt ... --generate 32 --logits FILE`, and checks
+For each configuration it builds a small randomly initialised model with
+transformers (LlamaForCausalLM, plain and with llama3 rope scaling,
+MistralForCausalLM, Qwen2ForCausalLM with its q/k/v biases,
+Qwen3ForCausalLM with its q/k norms and an explicit head_dim, plain and
+with yarn rope scaling), saves it with save_pretrained(safe_serialization=
+True), runs `reel demo --model DIR --prompt ... --generate 32 --logits FILE`
+(reel's models layer: include/reel/models.h), and checks
 - every row's logits (the prompt's and each fed token's) agree with
   transformers' on the same tokens (teacher-forced on reel's sequence) within
   the dtype's tolerance: max |reel - hf| <= rtol * max |hf| (bf16 0.04, f16
@@ -13,8 +17,12 @@ saves it with save_pretrained(safe_serialization=True), runs
   one of its top two where those two are closer than the tolerance (a tie at
   this precision); how long the two free-running greedy loops agree is
   printed.
-Nothing is downloaded. Exits 1 and says what differed on any failure, 77
-(skip) when torch, transformers or a GPU is missing.
+The rope scalings use a short original length (64 or 128 positions), so
+that their bands and ramps fall inside the 40 positions checked: a wrong
+table moves the logits by far more than the tolerance. A configuration
+whose model class this transformers lacks (Qwen3 before 4.51) is skipped
+and said so. Nothing is downloaded. Exits 1 and says what differed on any
+failure, 77 (skip) when torch, transformers or a GPU is missing.
 
 Usage: tests/gpu/hf_check.py [--reel build/tools/reel] [--backend cuda] [--keep DIR]
 """
@@ -32,7 +40,23 @@ CONFIGS = [
     ("llama-bf16", "llama", "bfloat16", {}),
     ("llama-bf16-tied", "llama", "bfloat16", {"tie_word_embeddings": True}),
     ("llama-f32", "llama", "float32", {}),
+    # Llama 3.1's rope scaling with its bands moved into the checked positions
+    ("llama3-rope-bf16", "llama", "bfloat16",
+     {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 64}, "rope_theta": 500000.0}),
+    ("llama3-rope-f32", "llama", "float32",
+     {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 64}, "rope_theta": 500000.0}),
+    # Mistral v0.1's window (4096) is past every context here: accepted
+    ("mistral-bf16", "mistral", "bfloat16", {"sliding_window": 4096}),
     ("qwen2-bf16-bias", "qwen2", "bfloat16", {}),
+    # Qwen3: q_norm and k_norm per head, head_dim 128 (4 heads: 512 != hidden 256)
+    ("qwen3-bf16", "qwen3", "bfloat16", {"head_dim": 128, "tie_word_embeddings": True}),
+    ("qwen3-f32", "qwen3", "float32", {"head_dim": 128}),
+    # yarn with factor = max_position_embeddings / original (every transformers
+    # version reads the factor the same way then)
+    ("qwen3-yarn-bf16", "qwen3", "bfloat16",
+     {"head_dim": 64, "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}}),
 ]
 
 SHAPE = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -57,9 +81,15 @@ def build_model(kind, dtype, extra, seed):
     if kind == "llama":
         cfg = tf.LlamaConfig(**kw)
         cls = tf.LlamaForCausalLM
-    else:
+    elif kind == "mistral":
+        cfg = tf.MistralConfig(**kw)
+        cls = tf.MistralForCausalLM
+    elif kind == "qwen2":
         cfg = tf.Qwen2Config(use_sliding_window=False, **kw)
         cls = tf.Qwen2ForCausalLM
+    else:
+        cfg = tf.Qwen3Config(use_sliding_window=False, **kw)
+        cls = tf.Qwen3ForCausalLM
     torch.manual_seed(seed)
     model = cls(cfg)
     if kind == "qwen2":  # biases are zero-initialised: make them count
@@ -180,10 +210,20 @@ def main():
         fail("no reel binary at %s (--reel)" % args.reel)
     print("hf_check: transformers %s, torch %s, %s" % (transformers.__version__, torch.__version__,
                                                       torch.cuda.get_device_name()), flush=True)
+    classes = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+               "qwen3": "Qwen3ForCausalLM"}
+    skipped = []
     for i, (name, kind, dtype, extra) in enumerate(CONFIGS):
         if args.only and args.only != name:
             continue
+        if not hasattr(transformers, classes[kind]):
+            print("%-18s SKIP: transformers %s has no %s" % (name, transformers.__version__, classes[kind]),
+                  flush=True)
+            skipped.append(name)
+            continue
         check(name, kind, dtype, extra, args, 1234 + i)
+    if skipped:
+        print("hf_check: skipped %s" % ", ".join(skipped))
     print("hf_check: OK")
     return 0
 

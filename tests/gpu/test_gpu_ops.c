@@ -3,10 +3,14 @@
  * outputs poisoned first (so an element a kernel leaves unwritten fails). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tests/gpu/oprun.h"
+#include "ops/cuda/impls.h"
+#include "ops/host/dtype.h"
+#include "ops/sample.h"
 #include "backend/ctx.h"
 #include "tests/core/opts.h"
 
@@ -441,4 +445,136 @@ Test(gpu_ops, lse_combine_matches_host_with_empty_and_non_finite_partials, .init
 {
     for (int i = 0; i < 3; i++)
         check_lse(dts[i]);
+}
+
+/* ---- sample ------------------------------------------------------------- */
+
+/* The one float function a token depends on (ops/sample.h): the device's
+ * weights and masses are the host's, bit for bit, for every bf16 and f16
+ * value and random f32 logits, at several maxima and temperatures (the
+ * token tests below would see a differing bit only where it moves a
+ * threshold). */
+Test(gpu_ops, sample_weights_are_the_hosts_bit_for_bit, .init = setup, .fini = teardown)
+{
+    const int64_t n = 3 * 65536;
+    float *x = malloc((size_t)n * sizeof *x), *w = malloc((size_t)n * sizeof *w);
+    uint64_t *q = malloc((size_t)n * sizeof *q);
+    const float maxima[3] = { 0.0f, 7.25f, -3.5f }, temps[4] = { 1.0f, 0.35f, 2.5f, 1e-3f };
+    for (int mi = 0; mi < 3; mi++)
+        for (int ti = 0; ti < 4; ti++) {
+            const float xmax = maxima[mi], c = reel_sample_scale(temps[ti]);
+            for (int64_t i = 0; i < n; i++) {
+                float v = i < 65536 ? reel_bf16_to_f32((uint16_t)i)
+                          : i < 2 * 65536 ? reel_f16_to_f32((uint16_t)(i - 65536))
+                                          : (float)gt_uniform(&rng, xmax - 80, xmax);
+                x[i] = isnan(v) || v > xmax ? xmax : v; /* the kernel never weighs NaN or above the maximum */
+            }
+            cr_assert_eq(reel_cu_sample_weights(cctx->be, x, n, xmax, c, w, q), REEL_OK, "%s",
+                         reel_ctx_last_error(cctx));
+            for (int64_t i = 0; i < n; i++) {
+                const float hw = reel_sample_weight(x[i], xmax, c);
+                cr_assert(memcmp(&hw, &w[i], sizeof hw) == 0 && q[i] == reel_sample_mass(hw),
+                          "w(%a) at max %g, T %g: device %a (mass %llu), host %a (mass %llu)", (double)x[i],
+                          (double)xmax, (double)temps[ti], (double)w[i], (unsigned long long)q[i], (double)hw,
+                          (unsigned long long)reel_sample_mass(hw));
+            }
+        }
+    free(x), free(w), free(q);
+}
+
+/* t rows of v logits, every row a kind of its own (ops/sample.h's rules): */
+enum { SK_GREEDY, SK_PLAIN, SK_TOPK_TIES, SK_TOPP, SK_MINP, SK_ALL, SK_TINY_TOPP, SK_TOPK1, SK_BADPARAM, SK_PEAKED,
+       SK_KINDS };
+
+static void sample_row(reel_dtype dt, void *x, float *p, int32_t *r, int64_t row, int64_t v, int kind)
+{
+    static const float prm[SK_KINDS][4] = {
+        [SK_GREEDY] = { 0, 0.5f, 0.1f, 3 },       [SK_PLAIN] = { 1, 1, 0, 0 },
+        [SK_TOPK_TIES] = { 0.8f, 1, 0, 50 },      [SK_TOPP] = { 0.9f, 0.9f, 0, 0 },
+        [SK_MINP] = { 1.1f, 1, 0.1f, 0 },         [SK_ALL] = { 0.7f, 0.95f, 0.02f, 40 },
+        [SK_TINY_TOPP] = { 1, 1e-3f, 0, 0 },      [SK_TOPK1] = { 2, 1, 0, 1 },
+        [SK_BADPARAM] = { 1, 1, 0, 2.5f },        [SK_PEAKED] = { 1.2f, 0.5f, 0, 0 },
+    };
+    memcpy(p + row * 4, prm[kind], sizeof prm[kind]);
+    for (int j = 0; j < 4; j++)
+        r[row * 4 + j] = (int32_t)gt_next(&rng);
+    const int64_t at = row * v;
+    if (kind == SK_TOPK_TIES || kind == SK_TINY_TOPP || kind == SK_ALL) /* a grid: ties everywhere, at the top too */
+        for (int64_t j = 0; j < v; j++)
+            gt_set(x, dt, at + j, floor(gt_get(x, dt, at + j) * 2) / 2);
+    if (kind == SK_PEAKED) /* an LLM's row: a few tokens far above the rest */
+        for (int i = 0; i < 4; i++)
+            gt_set(x, dt, at + gt_int(&rng, 0, v - 1), 10.0 + i);
+    if (kind == SK_ALL || kind == SK_PLAIN) /* masked tokens */
+        for (int64_t j = gt_int(&rng, 0, 9); j < v; j += 10)
+            gt_set(x, dt, at + j, -INFINITY);
+}
+
+static gt_op sample_op(reel_dtype dt, int64_t t, int64_t v, int first_kind)
+{
+    gt_op op = op_new(REEL_OP_SAMPLE, t, 3, 1);
+    op.in[0] = gt_shape(dt, true, 2, (int64_t[]){t, v});
+    op.in[1] = gt_shape(REEL_F32, true, 2, (int64_t[]){t, REEL_SAMPLE_PARAMS});
+    op.in[2] = gt_shape(REEL_I32, true, 2, (int64_t[]){t, REEL_SAMPLE_RNG});
+    op.out[0] = gt_shape(REEL_I32, true, 1, (int64_t[]){t});
+    op.data[0] = gt_random(&rng, dt, t * v, -4, 4);
+    op.data[1] = malloc((size_t)t * 4 * sizeof(float));
+    op.data[2] = malloc((size_t)t * 4 * sizeof(int32_t));
+    for (int64_t row = 0; row < t; row++)
+        sample_row(dt, op.data[0], op.data[1], op.data[2], row, v, (int)((row + first_kind) % SK_KINDS));
+    if (t > 12) {
+        gt_set(op.data[0], dt, 11 * v + v / 2, NAN);     /* row 11: a NaN gives -1 */
+        gt_set(op.data[0], dt, 12 * v + v - 1, INFINITY); /* row 12: +inf gives -1 */
+    }
+    if (t > 13)
+        for (int64_t j = 0; j < v; j++) /* row 13: every token masked gives -1 */
+            gt_set(op.data[0], dt, 13 * v + j, -INFINITY);
+    return op;
+}
+
+/* The GPU's tokens are the host's, bit for bit, on every row kind, for one
+ * block a row, clusters of 2 to 8 blocks (one or a few long rows) and the
+ * element path of rows that are not whole 16-byte packs. */
+Test(gpu_ops, sample_equals_host_token_for_token_on_every_row_kind_and_split, .init = setup, .fini = teardown)
+{
+    static const int64_t shapes[][2] = { { 14, 1000 }, { 3, 32001 }, { 64, 32000 }, { 1, 128256 }, { 1, 152064 },
+                                         { 8, 152064 }, { 20, 128256 }, { 200, 4096 } };
+    for (int i = 0; i < 3; i++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int k = 0; k < (shapes[s][0] == 1 ? SK_KINDS : 1); k++) { /* a lone row: every kind */
+                gt_op op = sample_op(dts[i], shapes[s][0], shapes[s][1], k);
+                char what[96];
+                snprintf(what, sizeof what, "sample %s %lld x %lld (first kind %d)", reel_dtype_name(dts[i]),
+                         (long long)shapes[s][0], (long long)shapes[s][1], k);
+                check(&op, what);
+            }
+}
+
+/* One row's token alone (a cluster of 8 blocks) and inside a batch of 64
+ * (2 blocks a row) with other rows around it: the same. */
+Test(gpu_ops, sample_gives_a_row_the_same_token_alone_and_in_a_batch, .init = setup, .fini = teardown)
+{
+    const int64_t v = 128256, b = 64, at = 37;
+    const reel_op_impl *impl = gt_cuda_impl("cuda.sample");
+    for (int i = 0; i < 3; i++) {
+        gt_op big = sample_op(dts[i], b, v, 0), one = sample_op(dts[i], 1, v, 0);
+        const size_t es = reel_dtype_size(dts[i]);
+        for (int kind = 0; kind < SK_KINDS; kind++) { /* row `at` takes each kind in turn */
+            sample_row(dts[i], big.data[0], big.data[1], big.data[2], at, v, kind);
+            memcpy(one.data[0], (char *)big.data[0] + (size_t)(at * v) * es, (size_t)v * es);
+            memcpy(one.data[1], (float *)big.data[1] + at * 4, 4 * sizeof(float));
+            memcpy(one.data[2], (int32_t *)big.data[2] + at * 4, 4 * sizeof(int32_t));
+            gt_result rb, ro;
+            cr_assert_eq(gt_run(cctx->be, impl, &big, &rb), REEL_OK, "%s", reel_ctx_last_error(cctx));
+            cr_assert_eq(gt_run(cctx->be, impl, &one, &ro), REEL_OK, "%s", reel_ctx_last_error(cctx));
+            cr_assert_eq(((int32_t *)rb.out[0])[at], ((int32_t *)ro.out[0])[0],
+                         "%s kind %d: row %lld of 64 gave %d, alone %d (seed %llu)", reel_dtype_name(dts[i]), kind,
+                         (long long)at, ((int32_t *)rb.out[0])[at], ((int32_t *)ro.out[0])[0],
+                         (unsigned long long)seed);
+            gt_result_free(&rb);
+            gt_result_free(&ro);
+        }
+        gt_op_free_data(&big);
+        gt_op_free_data(&one);
+    }
 }

@@ -13,6 +13,8 @@ static const char *const op_names[REEL_OP_COUNT] = {
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "recv",
     "view_cols", "add_rmsnorm",
     "lse_rescale", "lse_pack",
+    "rope_freq", "rmsnorm_heads",
+    [REEL_OP_SAMPLE] = "sample",
 };
 
 Test(ops, host_impls_hold_exactly_one_lowest_priority_ref_per_op_kind)
@@ -58,6 +60,11 @@ static int node_shapes(reel_op_kind k, reel_dtype dt, reel_shape *in, reel_shape
     case REEL_OP_RMSNORM: a->rmsnorm.eps = 1e-6f, in[1] = tshape(dt, false, 1, 64, 0, 0, 0); return 2;
     case REEL_OP_SILU_AND_MUL: out[0] = tshape(dt, true, 2, 0, 32, 0, 0); return 1;
     case REEL_OP_ROPE: a->rope.head_dim = 16, a->rope.rot_dim = 16, a->rope.theta = 1e4f, in[1] = ids; return 2;
+    case REEL_OP_ROPE_FREQ:
+        a->rope_freq.head_dim = 16, a->rope_freq.rot_dim = 16, a->rope_freq.scale = 1.0f, in[1] = ids;
+        in[2] = tshape(REEL_F32, false, 1, 8, 0, 0, 0);
+        return 3;
+    case REEL_OP_RMSNORM_HEADS: a->rmsnorm.eps = 1e-6f, in[1] = tshape(dt, false, 1, 16, 0, 0, 0); return 2;
     case REEL_OP_SOFTMAX: return 1;
     case REEL_OP_ARGMAX: out[0] = ids; return 1;
     case REEL_OP_PAGED_ATTENTION:
@@ -101,6 +108,11 @@ static int node_shapes(reel_op_kind k, reel_dtype dt, reel_shape *in, reel_shape
         a->dcp.num_heads = 4, a->dcp.nranks = 2;
         in[1] = tshape(REEL_F32, true, 2, 0, 4, 0, 0), out[0] = tshape(REEL_F32, true, 3, 0, 2, 34, 0);
         return 2;
+    case REEL_OP_SAMPLE: /* params and rng: 4 columns each, whatever the logits' dtype */
+        in[1] = tshape(REEL_F32, true, 2, 0, REEL_SAMPLE_PARAMS, 0, 0);
+        in[2] = tshape(REEL_I32, true, 2, 0, REEL_SAMPLE_RNG, 0, 0);
+        out[0] = ids;
+        return 3;
     default: return 0;
     }
 }

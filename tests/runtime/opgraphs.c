@@ -9,7 +9,7 @@
 static const char *const names[OG_COUNT] = {
     "embedding", "matmul", "matmul_t", "add", "add_row", "mul", "rmsnorm", "silu_and_mul",
     "rope", "softmax", "argmax", "paged_attention", "topk", "topk_paged", "lse_combine",
-    "paged_attention_rope",
+    "paged_attention_rope", "sample",
 };
 
 const char *og_name(int kind) { return names[kind]; }
@@ -80,6 +80,10 @@ reel_status og_build(reel_ctx *ctx, int kind, reel_dtype dt, uint64_t seed, og_g
     case OG_ROPE: y = reel_rope(g, tin(og, "x", dt, 2, 2 * D, 0), reel_positions(g), D, D, 10000.f); break;
     case OG_SOFTMAX: y = reel_softmax(g, tin(og, "x", dt, 2, 40, 0)); break;
     case OG_ARGMAX: y = reel_argmax(g, tin(og, "x", dt, 2, 40, 0)); break;
+    case OG_SAMPLE:
+        y = reel_sample(g, tin(og, "x", dt, 2, 40, 0), tin(og, "params", REEL_F32, 2, REEL_SAMPLE_PARAMS, 0),
+                        tin(og, "rng", REEL_I32, 2, REEL_SAMPLE_RNG, 0));
+        break;
     case OG_ATTENTION: {
         int64_t cd[4] = {OG_BLOCKS, OG_BLOCK, KV, D};
         reel_attn_params ap = { REEL_ATTN_PARAMS_HEAD, H, KV, D, OG_BLOCK, 0.f};
@@ -220,6 +224,34 @@ reel_status og_make_step(reel_plan *p, int kind, reel_dtype dt, int32_t n, uint6
             st = reel_plan_set_input(p, "lengths", len, n);
         if (!st && kind == OG_TOPK_PAGED)
             st = reel_plan_set_input(p, "pages", pages, n);
+        return st;
+    }
+    case OG_SAMPLE: {
+        /* Rows cycle through greedy, plain, top-k, top-p, min-p, all three and
+         * out-of-range parameters; logits on a grid (ties) with masked tokens;
+         * each row its own seed and counter. */
+        static const float kinds[7][4] = { { 0, 1, 0, 0 }, { 1, 1, 0, 0 }, { 0.7f, 1, 0, 5 }, { 1.3f, 0.8f, 0, 0 },
+                                           { 1, 1, 0.2f, 0 }, { 0.9f, 0.9f, 0.05f, 8 }, { -1, 1, 0, 0 } };
+        void *x = malloc(reel_dtype_size(dt) * 40 * (size_t)n);
+        float *prm = malloc(sizeof(float) * 4 * (size_t)n);
+        int32_t *words = malloc(sizeof(int32_t) * 4 * (size_t)n);
+        for (int64_t i = 0; i < 40 * (int64_t)n; i++) {
+            uint64_t r = og_rand(&rng) % 17;
+            reel_store(x, dt, i, r == 0 ? -INFINITY : (float)r * 0.5f - 4.0f);
+        }
+        for (int32_t t = 0; t < n; t++) {
+            memcpy(prm + 4 * t, kinds[og_rand(&rng) % 7], 4 * sizeof(float));
+            for (int j = 0; j < 4; j++)
+                words[4 * t + j] = (int32_t)og_rand(&rng);
+        }
+        st = reel_plan_set_input(p, "x", x, n);
+        if (!st)
+            st = reel_plan_set_input(p, "params", prm, n);
+        if (!st)
+            st = reel_plan_set_input(p, "rng", words, n);
+        free(x);
+        free(prm);
+        free(words);
         return st;
     }
     case OG_LSE: {

@@ -10,6 +10,7 @@
 enum { OG_EMBEDDING, OG_MATMUL, OG_MATMUL_T, OG_ADD, OG_ADD_ROW, OG_MUL, OG_RMSNORM, OG_SILU, OG_ROPE,
        OG_SOFTMAX, OG_ARGMAX, OG_ATTENTION, OG_TOPK, OG_TOPK_PAGED, OG_LSE,
        OG_ATTENTION_ROPE, /* rope ops on q and k feeding the attention: compile fuses them */
+       OG_SAMPLE,         /* logits [T, 40], per-row params and rng: mixed greedy, top-k, top-p, min-p rows */
        OG_COUNT };
 
 #define OG_MAX_PARAMS 4

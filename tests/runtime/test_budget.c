@@ -76,3 +76,30 @@ Test(budget, a_plan_that_fits_compiles_and_reports_its_parts, .init = setup, .fi
     reel_plan_destroy(p);
     reel_graph_destroy(g);
 }
+
+Test(budget, the_estimate_is_what_compile_takes_and_allocates_nothing, .init = setup, .fini = teardown)
+{
+    reel_graph *g = states_graph(2, (size_t)1 << 20);
+    reel_plan_memory e = REEL_PLAN_MEMORY_INIT, m = REEL_PLAN_MEMORY_INIT;
+    cr_assert_eq(reel_compile_estimate(g, NULL, &e), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_compile(g, NULL, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(reel_plan_memory_get(p, &m), REEL_OK);
+    cr_assert_eq(e.num_buckets, m.num_buckets);
+    cr_assert_eq(e.param_bytes, m.param_bytes);
+    cr_assert_eq(e.state_bytes, m.state_bytes);
+    cr_assert_eq(e.arena_bytes, m.arena_bytes);
+    cr_assert_eq(e.static_bytes, m.static_bytes);
+    cr_assert_eq(e.pinned_bytes, m.pinned_bytes);
+    for (int b = 0; b < e.num_buckets; b++)
+        cr_assert_eq(e.bucket_arena_bytes[b], m.bucket_arena_bytes[b]);
+    reel_plan_destroy(p);
+    reel_graph_destroy(g);
+
+    /* A plan no machine holds is estimated at once: nothing is allocated. */
+    g = states_graph(3, (size_t)1 << 42);
+    cr_assert_eq(reel_compile_estimate(g, NULL, &e), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(e.state_bytes, (size_t)3 << 42);
+    cr_assert_eq(reel_compile_estimate(g, NULL, NULL), REEL_E_INVALID_ARG);
+    reel_graph_destroy(g);
+}

@@ -1,0 +1,469 @@
+/* The models layer's test fixture (see fixture.h). */
+#include "tests/models/fixture.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---- the families, as their config.json says ----------------------------------- */
+
+#define NO_ROPE {NULL, 1, 0, 0, 0, -1, 0, 0, 0, 0, -1}
+
+const mfam mf_families[] = {
+    {"Llama-3.2-1B",
+     "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+     "\"bos_token_id\": 128000, \"eos_token_id\": 128001, \"head_dim\": 16, \"hidden_act\": \"silu\", "
+     "\"hidden_size\": 128, \"initializer_range\": 0.02, \"intermediate_size\": 192, "
+     "\"max_position_embeddings\": 131072, \"mlp_bias\": false, \"model_type\": \"llama\", "
+     "\"num_attention_heads\": 8, \"num_hidden_layers\": 2, \"num_key_value_heads\": 2, \"pretraining_tp\": 1, "
+     "\"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 32.0, \"high_freq_factor\": 4.0, "
+     "\"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, "
+     "\"rope_theta\": 500000.0, \"tie_word_embeddings\": true, \"torch_dtype\": \"%s\", "
+     "\"transformers_version\": \"4.45.0.dev0\", \"use_cache\": true, \"vocab_size\": 256}",
+     REEL_MODEL_LLAMA, 2, 128, 8, 2, 16, 192, 256, true, false, false, false, 1e-5, 500000.0, 131072,
+     REEL_ROPE_LLAMA3, {"llama3", 32.0, 1.0, 4.0, 8192, -1, 0, 0, 0, 0, -1}},
+    {"Llama-3.1-8B",
+     "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+     "\"bos_token_id\": 128000, \"eos_token_id\": 128001, \"hidden_act\": \"silu\", \"hidden_size\": 128, "
+     "\"initializer_range\": 0.02, \"intermediate_size\": 224, \"max_position_embeddings\": 131072, "
+     "\"mlp_bias\": false, \"model_type\": \"llama\", \"num_attention_heads\": 8, \"num_hidden_layers\": 2, "
+     "\"num_key_value_heads\": 2, \"pretraining_tp\": 1, \"rms_norm_eps\": 1e-05, \"rope_scaling\": "
+     "{\"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+     "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, \"rope_theta\": 500000.0, "
+     "\"tie_word_embeddings\": false, \"torch_dtype\": \"%s\", \"transformers_version\": \"4.43.0.dev0\", "
+     "\"use_cache\": true, \"vocab_size\": 320}",
+     REEL_MODEL_LLAMA, 2, 128, 8, 2, 16, 224, 320, false, false, false, false, 1e-5, 500000.0, 131072,
+     REEL_ROPE_LLAMA3, {"llama3", 8.0, 1.0, 4.0, 8192, -1, 0, 0, 0, 0, -1}},
+    {"Mistral-7B-v0.3",
+     "{\"architectures\": [\"MistralForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 1, "
+     "\"eos_token_id\": 2, \"hidden_act\": \"silu\", \"hidden_size\": 64, \"initializer_range\": 0.02, "
+     "\"intermediate_size\": 160, \"max_position_embeddings\": 32768, \"model_type\": \"mistral\", "
+     "\"num_attention_heads\": 4, \"num_hidden_layers\": 2, \"num_key_value_heads\": 1, \"rms_norm_eps\": 1e-05, "
+     "\"rope_theta\": 1000000.0, \"sliding_window\": null, \"tie_word_embeddings\": false, "
+     "\"torch_dtype\": \"%s\", \"transformers_version\": \"4.42.0.dev0\", \"use_cache\": true, "
+     "\"vocab_size\": 384}",
+     REEL_MODEL_MISTRAL, 2, 64, 4, 1, 16, 160, 384, false, false, false, false, 1e-5, 1e6, 32768,
+     REEL_ROPE_DEFAULT, NO_ROPE},
+    {"Qwen2.5-0.5B",
+     "{\"architectures\": [\"Qwen2ForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 151643, "
+     "\"eos_token_id\": 151643, \"hidden_act\": \"silu\", \"hidden_size\": 112, \"initializer_range\": 0.02, "
+     "\"intermediate_size\": 160, \"max_position_embeddings\": 32768, \"max_window_layers\": 24, "
+     "\"model_type\": \"qwen2\", \"num_attention_heads\": 14, \"num_hidden_layers\": 2, "
+     "\"num_key_value_heads\": 2, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"sliding_window\": 32768, "
+     "\"tie_word_embeddings\": true, \"torch_dtype\": \"%s\", \"transformers_version\": \"4.40.1\", "
+     "\"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 256}",
+     REEL_MODEL_QWEN2, 2, 112, 14, 2, 8, 160, 256, true, true, false, false, 1e-6, 1e6, 32768,
+     REEL_ROPE_DEFAULT, NO_ROPE},
+    {"Qwen3-0.6B",
+     "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+     "\"bos_token_id\": 151643, \"eos_token_id\": 151645, \"head_dim\": 32, \"hidden_act\": \"silu\", "
+     "\"hidden_size\": 64, \"initializer_range\": 0.02, \"intermediate_size\": 96, "
+     "\"max_position_embeddings\": 40960, \"max_window_layers\": 28, \"model_type\": \"qwen3\", "
+     "\"num_attention_heads\": 4, \"num_hidden_layers\": 2, \"num_key_value_heads\": 2, \"rms_norm_eps\": 1e-06, "
+     "\"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null, \"tie_word_embeddings\": true, "
+     "\"torch_dtype\": \"%s\", \"transformers_version\": \"4.51.0\", \"use_cache\": true, "
+     "\"use_sliding_window\": false, \"vocab_size\": 256}",
+     REEL_MODEL_QWEN3, 2, 64, 4, 2, 32, 96, 256, true, false, false, true, 1e-6, 1e6, 40960, REEL_ROPE_DEFAULT,
+     NO_ROPE},
+    /* Qwen3 with the long-context rope Qwen's model cards give */
+    {"Qwen3-0.6B-yarn",
+     "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+     "\"bos_token_id\": 151643, \"eos_token_id\": 151645, \"head_dim\": 32, \"hidden_act\": \"silu\", "
+     "\"hidden_size\": 64, \"initializer_range\": 0.02, \"intermediate_size\": 96, "
+     "\"max_position_embeddings\": 131072, \"max_window_layers\": 28, \"model_type\": \"qwen3\", "
+     "\"num_attention_heads\": 4, \"num_hidden_layers\": 2, \"num_key_value_heads\": 2, \"rms_norm_eps\": 1e-06, "
+     "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}, "
+     "\"rope_theta\": 1000000, \"sliding_window\": null, \"tie_word_embeddings\": true, \"torch_dtype\": \"%s\", "
+     "\"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false, "
+     "\"vocab_size\": 256}",
+     REEL_MODEL_QWEN3, 2, 64, 4, 2, 32, 96, 256, true, false, false, true, 1e-6, 1e6, 131072, REEL_ROPE_YARN,
+     {"yarn", 4.0, 0, 0, 32768, -1, 0, 0, 0, 0, -1}},
+    /* Llama 2 with linear rope scaling under the old key "type", no kv heads (MHA) */
+    {"Llama-2-linear",
+     "{\"architectures\": [\"LlamaForCausalLM\"], \"bos_token_id\": 1, \"eos_token_id\": 2, "
+     "\"hidden_act\": \"silu\", \"hidden_size\": 64, \"initializer_range\": 0.02, \"intermediate_size\": 172, "
+     "\"max_position_embeddings\": 16384, \"model_type\": \"llama\", \"num_attention_heads\": 4, "
+     "\"num_hidden_layers\": 2, \"pretraining_tp\": 1, \"rms_norm_eps\": 1e-05, "
+     "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 4.0}, \"tie_word_embeddings\": false, "
+     "\"torch_dtype\": \"%s\", \"transformers_version\": \"4.31.0\", \"use_cache\": true, \"vocab_size\": 256}",
+     REEL_MODEL_LLAMA, 2, 64, 4, 4, 16, 172, 256, false, false, false, false, 1e-5, 10000.0, 16384,
+     REEL_ROPE_LINEAR, {"linear", 4.0, 0, 0, 0, -1, 0, 0, 0, 0, -1}},
+    /* Llama with attention_bias and dynamic NTK scaling (served up to its length) */
+    {"Llama-dynamic-bias",
+     "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": true, \"hidden_act\": \"silu\", "
+     "\"hidden_size\": 64, \"intermediate_size\": 128, \"max_position_embeddings\": 4096, "
+     "\"model_type\": \"llama\", \"num_attention_heads\": 4, \"num_hidden_layers\": 2, "
+     "\"num_key_value_heads\": 2, \"rms_norm_eps\": 1e-06, \"rope_scaling\": {\"rope_type\": \"dynamic\", "
+     "\"factor\": 2.0}, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false, \"torch_dtype\": \"%s\", "
+     "\"vocab_size\": 256}",
+     REEL_MODEL_LLAMA, 2, 64, 4, 2, 16, 128, 256, false, true, true, false, 1e-6, 10000.0, 4096,
+     REEL_ROPE_DYNAMIC, {"dynamic", 2.0, 0, 0, 0, -1, 0, 0, 0, 0, -1}},
+};
+const int mf_nfamilies = (int)(sizeof mf_families / sizeof mf_families[0]);
+
+char *mf_config(const mfam *f, reel_dtype dt)
+{
+    const char *s = dt == REEL_BF16 ? "bfloat16" : dt == REEL_F16 ? "float16" : "float32";
+    size_t n = strlen(f->config) + 32;
+    char *out = malloc(n);
+    cr_assert_not_null(out);
+    snprintf(out, n, f->config, s);
+    return out;
+}
+
+/* ---- transformers' rope (modeling_rope_utils), float64 ---------------------------- */
+
+static double get_mscale(double scale, double mscale)
+{
+    if (scale <= 1)
+        return 1.0;
+    return 0.1 * mscale * log(scale) + 1.0;
+}
+
+static double find_correction_dim(double num_rotations, int dim, double base, double max_position_embeddings)
+{
+    return (dim * log(max_position_embeddings / (num_rotations * 2 * M_PI))) / (2 * log(base));
+}
+
+void tf_inv_freq(const tf_rope *rp, int dim, double theta, int max_pos, double *inv, double *attn)
+{
+    const int half = dim / 2;
+    const char *type = rp->type ? rp->type : "default";
+    /* _compute_default_rope_parameters */
+    for (int i = 0; i < half; i++)
+        inv[i] = 1.0 / pow(theta, (double)(2 * i) / dim);
+    *attn = 1.0;
+    if (strcmp(type, "linear") == 0) {
+        for (int i = 0; i < half; i++)
+            inv[i] /= rp->factor;
+    } else if (strcmp(type, "dynamic") == 0) {
+        /* seq_len = max(seq_len, max_position_embeddings) = max_position_embeddings */
+        double seq_len = max_pos, factor = rp->factor;
+        double base = theta * pow((factor * seq_len / max_pos) - (factor - 1), (double)dim / (dim - 2));
+        for (int i = 0; i < half; i++)
+            inv[i] = 1.0 / pow(base, (double)(2 * i) / dim);
+    } else if (strcmp(type, "llama3") == 0) {
+        double factor = rp->factor, low_freq_factor = rp->low_freq_factor, high_freq_factor = rp->high_freq_factor;
+        double old_context_len = rp->orig_max_pos;
+        double low_freq_wavelen = old_context_len / low_freq_factor;
+        double high_freq_wavelen = old_context_len / high_freq_factor;
+        for (int i = 0; i < half; i++) {
+            double wavelen = 2 * M_PI / inv[i];
+            double inv_freq_llama = wavelen > low_freq_wavelen ? inv[i] / factor : inv[i];
+            double smooth_factor = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+            double smoothed = (1 - smooth_factor) * inv_freq_llama / factor + smooth_factor * inv_freq_llama;
+            bool is_medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+            inv[i] = is_medium ? smoothed : inv_freq_llama;
+        }
+    } else if (strcmp(type, "yarn") == 0) {
+        double base = theta, factor = rp->factor;
+        double original_max_position_embeddings = rp->orig_max_pos ? rp->orig_max_pos : max_pos;
+        double attention_factor = rp->attention_factor;
+        if (attention_factor < 0) {
+            if (rp->mscale && rp->mscale_all_dim)
+                attention_factor = get_mscale(factor, rp->mscale) / get_mscale(factor, rp->mscale_all_dim);
+            else
+                attention_factor = get_mscale(factor, 1);
+        }
+        double beta_fast = rp->beta_fast ? rp->beta_fast : 32, beta_slow = rp->beta_slow ? rp->beta_slow : 1;
+        double low = find_correction_dim(beta_fast, dim, base, original_max_position_embeddings);
+        double high = find_correction_dim(beta_slow, dim, base, original_max_position_embeddings);
+        if (rp->truncate != 0) {
+            low = floor(low);
+            high = ceil(high);
+        }
+        low = fmax(low, 0);
+        high = fmin(high, dim - 1);
+        if (low == high)
+            high += 0.001;
+        for (int i = 0; i < half; i++) {
+            double pos_freqs = pow(base, (double)(2 * i) / dim);
+            double inv_freq_extrapolation = 1.0 / pos_freqs, inv_freq_interpolation = 1.0 / (factor * pos_freqs);
+            double ramp = fmin(fmax((i - low) / (high - low), 0), 1);
+            double inv_freq_extrapolation_factor = 1 - ramp;
+            inv[i] = inv_freq_interpolation * (1 - inv_freq_extrapolation_factor) +
+                     inv_freq_extrapolation * inv_freq_extrapolation_factor;
+        }
+        *attn = attention_factor;
+    }
+}
+
+/* ---- weights --------------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static double from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void add(mweights *w, const char *name, int64_t d0, int64_t d1, double lo, double hi, uint64_t *s,
+                reel_dtype dt)
+{
+    int k = w->n++;
+    w->name = realloc(w->name, (size_t)w->n * sizeof *w->name);
+    w->ndim = realloc(w->ndim, (size_t)w->n * sizeof *w->ndim);
+    w->dims = realloc(w->dims, (size_t)w->n * sizeof *w->dims);
+    w->v = realloc(w->v, (size_t)w->n * sizeof *w->v);
+    cr_assert(w->name && w->ndim && w->dims && w->v);
+    snprintf(w->name[k], sizeof w->name[k], "%s", name);
+    w->ndim[k] = d1 ? 2 : 1;
+    w->dims[k][0] = d0;
+    w->dims[k][1] = d1;
+    size_t n = (size_t)(d0 * (d1 ? d1 : 1));
+    w->v[k] = malloc(n * sizeof(double));
+    cr_assert_not_null(w->v[k]);
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(mix(s) >> 11) * (1.0 / 9007199254740992.0);
+        float f = (float)(lo + (hi - lo) * u);
+        w->v[k][i] = dt == REEL_BF16 ? from_bf16(to_bf16(f)) : (double)f;
+    }
+}
+
+static const double *find(const mweights *w, const char *name)
+{
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->name[i], name) == 0)
+            return w->v[i];
+    return NULL;
+}
+
+static const double *lw(const mweights *w, int l, const char *suffix)
+{
+    char n[128];
+    snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);
+    const double *v = find(w, n);
+    cr_assert_not_null(v, "no weight %s", n);
+    return v;
+}
+
+void mf_weights_free(mweights *w)
+{
+    for (int i = 0; i < w->n; i++)
+        free(w->v[i]);
+    free(w->name);
+    free(w->ndim);
+    free(w->dims);
+    free(w->v);
+    memset(w, 0, sizeof *w);
+}
+
+void mf_write(const mfam *f, reel_dtype dt, uint64_t seed, const char *dir, mweights *w, const char *extra,
+              const char *drop)
+{
+    memset(w, 0, sizeof *w);
+    mkdir(dir, 0777);
+    uint64_t s = seed;
+    const int64_t D = f->hidden, Dh = f->head_dim, Q = (int64_t)f->heads * Dh, KV = (int64_t)f->kv_heads * Dh;
+    const int64_t F = f->ffn, V = f->vocab;
+    const double sD = sqrt(3.0 / D), sQ = sqrt(3.0 / Q), sF = sqrt(3.0 / F);
+    char n[128];
+    add(w, "model.embed_tokens.weight", V, D, -1, 1, &s, dt);
+    for (int l = 0; l < f->layers; l++) {
+#define L(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), n)
+        add(w, L("input_layernorm.weight"), D, 0, 0.5, 1.5, &s, dt);
+        add(w, L("self_attn.q_proj.weight"), Q, D, -sD, sD, &s, dt);
+        add(w, L("self_attn.k_proj.weight"), KV, D, -sD, sD, &s, dt);
+        add(w, L("self_attn.v_proj.weight"), KV, D, -sD, sD, &s, dt);
+        if (f->qkv_bias) {
+            add(w, L("self_attn.q_proj.bias"), Q, 0, -0.5, 0.5, &s, dt);
+            add(w, L("self_attn.k_proj.bias"), KV, 0, -0.5, 0.5, &s, dt);
+            add(w, L("self_attn.v_proj.bias"), KV, 0, -0.5, 0.5, &s, dt);
+        }
+        if (f->qk_norm) {
+            add(w, L("self_attn.q_norm.weight"), Dh, 0, 0.5, 1.5, &s, dt);
+            add(w, L("self_attn.k_norm.weight"), Dh, 0, 0.5, 1.5, &s, dt);
+        }
+        add(w, L("self_attn.o_proj.weight"), D, Q, -sQ, sQ, &s, dt);
+        if (f->o_bias)
+            add(w, L("self_attn.o_proj.bias"), D, 0, -0.5, 0.5, &s, dt);
+        add(w, L("post_attention_layernorm.weight"), D, 0, 0.5, 1.5, &s, dt);
+        add(w, L("mlp.gate_proj.weight"), F, D, -sD, sD, &s, dt);
+        add(w, L("mlp.up_proj.weight"), F, D, -sD, sD, &s, dt);
+        add(w, L("mlp.down_proj.weight"), D, F, -sF, sF, &s, dt);
+#undef L
+    }
+    add(w, "model.norm.weight", D, 0, 0.5, 1.5, &s, dt);
+    if (!f->tied)
+        add(w, "lm_head.weight", V, D, -sD, sD, &s, dt);
+    if (extra)
+        add(w, extra, 8, 0, -1, 1, &s, dt);
+    /* the file: in dt, from the values (exact in dt) */
+    reel_st_entry *e = calloc((size_t)w->n, sizeof *e);
+    void **bufs = calloc((size_t)w->n, sizeof *bufs);
+    int ne = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (drop && strcmp(drop, w->name[i]) == 0)
+            continue;
+        size_t cnt = (size_t)(w->dims[i][0] * (w->ndim[i] == 2 ? w->dims[i][1] : 1));
+        bufs[i] = malloc(cnt * 4);
+        for (size_t j = 0; j < cnt; j++) {
+            if (dt == REEL_BF16)
+                ((uint16_t *)bufs[i])[j] = to_bf16((float)w->v[i][j]);
+            else
+                ((float *)bufs[i])[j] = (float)w->v[i][j];
+        }
+        e[ne++] = (reel_st_entry){REEL_ST_ENTRY_HEAD, w->name[i], dt, w->ndim[i], w->dims[i], bufs[i]};
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    cr_assert_eq(reel_safetensors_save(NULL, path, e, ne), REEL_OK, "%s", reel_ctx_last_error(NULL));
+    for (int i = 0; i < w->n; i++)
+        free(bufs[i]);
+    free(bufs);
+    free(e);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *cfg = mf_config(f, dt);
+    FILE *fp = fopen(path, "w");
+    cr_assert_not_null(fp);
+    fputs(cfg, fp);
+    fclose(fp);
+    free(cfg);
+}
+
+/* ---- a float64 forward pass (transformers' LlamaModel, Qwen2Model, Qwen3Model) --- */
+
+static void rmsnorm(const double *x, const double *w, int n, double eps, double *out)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * r * w[i];
+}
+
+/* y[out] = x[in] W^T (+ b), W [out, in] */
+static void linear(const double *x, const double *W, const double *b, int in, int out, double *y)
+{
+    for (int o = 0; o < out; o++) {
+        double s = b ? b[o] : 0;
+        for (int i = 0; i < in; i++)
+            s += x[i] * W[(size_t)o * in + i];
+        y[o] = s;
+    }
+}
+
+/* rotate_half's pairing (i, i + d/2): apply_rotary_pos_emb */
+static void rope(double *x, int hd, int pos, const double *inv, double attn)
+{
+    for (int i = 0; i < hd / 2; i++) {
+        double c = cos(pos * inv[i]) * attn, s = sin(pos * inv[i]) * attn;
+        double a = x[i], b = x[i + hd / 2];
+        x[i] = a * c - b * s;
+        x[i + hd / 2] = b * c + a * s;
+    }
+}
+
+void mf_reference(const mfam *f, const mweights *w, const int32_t *tokens, int n, const double *inv, double attn,
+                  double *logits)
+{
+    const int D = f->hidden, H = f->heads, Hk = f->kv_heads, Dh = f->head_dim, F = f->ffn, V = f->vocab;
+    const int Q = H * Dh, KV = Hk * Dh;
+    double *h = calloc((size_t)n * D, sizeof *h), *x = calloc((size_t)D, sizeof *x);
+    double *q = calloc((size_t)n * Q, sizeof *q), *k = calloc((size_t)n * KV, sizeof *k);
+    double *v = calloc((size_t)n * KV, sizeof *v), *a = calloc((size_t)Q, sizeof *a), *o = calloc((size_t)D, sizeof *o);
+    double *g = calloc((size_t)F, sizeof *g), *u = calloc((size_t)F, sizeof *u), *sc = calloc((size_t)n, sizeof *sc);
+    const double *E = find(w, "model.embed_tokens.weight");
+    for (int t = 0; t < n; t++)
+        memcpy(h + (size_t)t * D, E + (size_t)tokens[t] * D, (size_t)D * sizeof *h);
+    for (int l = 0; l < f->layers; l++) {
+        for (int t = 0; t < n; t++) {
+            rmsnorm(h + (size_t)t * D, lw(w, l, "input_layernorm.weight"), D, f->eps, x);
+            linear(x, lw(w, l, "self_attn.q_proj.weight"), f->qkv_bias ? lw(w, l, "self_attn.q_proj.bias") : NULL, D,
+                   Q, q + (size_t)t * Q);
+            linear(x, lw(w, l, "self_attn.k_proj.weight"), f->qkv_bias ? lw(w, l, "self_attn.k_proj.bias") : NULL, D,
+                   KV, k + (size_t)t * KV);
+            linear(x, lw(w, l, "self_attn.v_proj.weight"), f->qkv_bias ? lw(w, l, "self_attn.v_proj.bias") : NULL, D,
+                   KV, v + (size_t)t * KV);
+            for (int hh = 0; hh < H; hh++) {
+                double *qh = q + (size_t)t * Q + hh * Dh;
+                if (f->qk_norm) /* Qwen3: q_norm over the head, before rope */
+                    rmsnorm(qh, lw(w, l, "self_attn.q_norm.weight"), Dh, f->eps, qh);
+                rope(qh, Dh, t, inv, attn);
+            }
+            for (int hh = 0; hh < Hk; hh++) {
+                double *kh = k + (size_t)t * KV + hh * Dh;
+                if (f->qk_norm)
+                    rmsnorm(kh, lw(w, l, "self_attn.k_norm.weight"), Dh, f->eps, kh);
+                rope(kh, Dh, t, inv, attn);
+            }
+        }
+        for (int t = 0; t < n; t++) {
+            for (int hh = 0; hh < H; hh++) {
+                int kvh = hh / (H / Hk);
+                const double *qh = q + (size_t)t * Q + hh * Dh;
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j <= t; j++) {
+                    double s = 0;
+                    for (int i = 0; i < Dh; i++)
+                        s += qh[i] * k[(size_t)j * KV + kvh * Dh + i];
+                    sc[j] = s / sqrt((double)Dh);
+                    m = fmax(m, sc[j]);
+                }
+                for (int j = 0; j <= t; j++)
+                    sum += (sc[j] = exp(sc[j] - m));
+                for (int i = 0; i < Dh; i++) {
+                    double s = 0;
+                    for (int j = 0; j <= t; j++)
+                        s += sc[j] / sum * v[(size_t)j * KV + kvh * Dh + i];
+                    a[hh * Dh + i] = s;
+                }
+            }
+            linear(a, lw(w, l, "self_attn.o_proj.weight"), f->o_bias ? lw(w, l, "self_attn.o_proj.bias") : NULL, Q, D,
+                   o);
+            double *ht = h + (size_t)t * D;
+            for (int i = 0; i < D; i++)
+                ht[i] += o[i];
+            rmsnorm(ht, lw(w, l, "post_attention_layernorm.weight"), D, f->eps, x);
+            linear(x, lw(w, l, "mlp.gate_proj.weight"), NULL, D, F, g);
+            linear(x, lw(w, l, "mlp.up_proj.weight"), NULL, D, F, u);
+            for (int i = 0; i < F; i++)
+                g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+            linear(g, lw(w, l, "mlp.down_proj.weight"), NULL, F, D, o);
+            for (int i = 0; i < D; i++)
+                ht[i] += o[i];
+        }
+    }
+    const double *head = f->tied ? E : find(w, "lm_head.weight");
+    for (int t = 0; t < n; t++) {
+        rmsnorm(h + (size_t)t * D, find(w, "model.norm.weight"), D, f->eps, x);
+        linear(x, head, NULL, D, V, logits + (size_t)t * V);
+    }
+    free(h), free(x), free(q), free(k), free(v), free(a), free(o), free(g), free(u), free(sc);
+}
+
+const char *mf_tmpdir(void)
+{
+    static char d[64];
+    snprintf(d, sizeof d, "/tmp/reel-models-XXXXXX");
+    cr_assert_not_null(mkdtemp(d));
+    return d;
+}
+
+void mf_rmdir(const char *dir)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}

@@ -1,0 +1,77 @@
+/* The models layer's test fixture (tests/models): the families' config.json
+ * as the real checkpoints have them (their keys and values; layers, hidden,
+ * heads, ffn and vocab shrunk), seeded weights under transformers' names
+ * written with reel_safetensors_save, transformers' rope formulas
+ * (modeling_rope_utils) in float64, and a float64 forward pass of the
+ * decoder written from transformers' modeling code, independent of the
+ * library's. */
+#ifndef REEL_TESTS_MODELS_FIXTURE_H
+#define REEL_TESTS_MODELS_FIXTURE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "reel/models.h"
+#include "reel/safetensors.h"
+
+/* rope_scaling as the test reads it back (the keys it wrote). */
+typedef struct tf_rope {
+    const char *type;             /* NULL: none */
+    double factor, low_freq_factor, high_freq_factor;
+    int orig_max_pos;             /* 0: absent */
+    double attention_factor;      /* < 0: absent */
+    double beta_fast, beta_slow;  /* 0: absent */
+    double mscale, mscale_all_dim;/* 0: absent */
+    int truncate;                 /* -1: absent */
+} tf_rope;
+
+/* transformers' inv_freq [dim / 2] and attention factor for rope rp
+ * (ROPE_INIT_FUNCTIONS[rope_type], in float64; dynamic: at seq_len <=
+ * max_position_embeddings, where transformers runs it). */
+void tf_inv_freq(const tf_rope *rp, int dim, double theta, int max_pos, double *inv, double *attn);
+
+/* One family: its config.json (printf format; %s is torch_dtype) and what
+ * reel_model_info must say. */
+typedef struct mfam {
+    const char *name;
+    const char *config;
+    reel_model_family family;
+    int layers, hidden, heads, kv_heads, head_dim, ffn, vocab;
+    bool tied, qkv_bias, o_bias, qk_norm;
+    double eps, theta;
+    int max_pos;
+    reel_rope_type rope_type;
+    tf_rope rope;
+} mfam;
+
+extern const mfam mf_families[];
+extern const int mf_nfamilies;
+
+/* Seeded weights of a family in float64 (the values the dtype holds). */
+typedef struct mweights {
+    int n;
+    char (*name)[96];
+    int *ndim;
+    int64_t (*dims)[2];
+    double **v;
+} mweights;
+
+/* The config text of f with torch_dtype dt (malloc'd). */
+char *mf_config(const mfam *f, reel_dtype dt);
+/* Writes dir/config.json and dir/model.safetensors (dir is created) of f
+ * in dtype dt, from a seed; fills w with the values written. extra: one
+ * more tensor (a name and a vector length) the model does not read, or
+ * NULL. drop: a tensor to leave out, or NULL. */
+void mf_write(const mfam *f, reel_dtype dt, uint64_t seed, const char *dir, mweights *w, const char *extra,
+              const char *drop);
+void mf_weights_free(mweights *w);
+/* A float64 forward pass of f over tokens[0..n) of one sequence at
+ * positions 0..n-1: logits [n][vocab]. inv and attn: the rope to use. */
+void mf_reference(const mfam *f, const mweights *w, const int32_t *tokens, int n, const double *inv, double attn,
+                  double *logits);
+
+/* A fresh directory under /tmp (static buffer) and its removal. */
+const char *mf_tmpdir(void);
+void mf_rmdir(const char *dir);
+
+#endif
