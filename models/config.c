@@ -28,6 +28,7 @@ static const json_t *get(const json_t *o, const char *key)
 static reel_status get_int(const rd *r, const json_t *o, const char *prefix, const char *key, long long lo,
                            long long hi, bool has_def, long long def, int *out)
 {
+    *out = (int)def;   /* set on every path: callers read it only on success */
     const json_t *v = get(o, key);
     if (!v) {
         if (!has_def)
@@ -49,6 +50,7 @@ static reel_status get_int(const rd *r, const json_t *o, const char *prefix, con
 static reel_status get_num(const rd *r, const json_t *o, const char *prefix, const char *key, double def,
                            bool zero_ok, double *out)
 {
+    *out = def;        /* set on every path: callers read it only on success */
     const json_t *v = get(o, key);
     if (!v) {
         if (isnan(def))
@@ -66,6 +68,7 @@ static reel_status get_num(const rd *r, const json_t *o, const char *prefix, con
 
 static reel_status get_bool(const rd *r, const json_t *o, const char *prefix, const char *key, bool def, bool *out)
 {
+    *out = def;        /* set on every path: callers read it only on success */
     const json_t *v = get(o, key);
     if (!v) {
         *out = def;
@@ -141,7 +144,7 @@ static reel_status refuse_unbuilt(const rd *r, const family_def *f)
                            "%s: \"partial_rotary_factor\" other than 1 is not built (rope over the whole head only)",
                            r->label);
     if (f->mlp_bias) {
-        bool b;
+        bool b = false;
         TRY(get_bool(r, r->root, "", "mlp_bias", false, &b));
         if (b)
             return reel_seterr(r->err, REEL_E_UNSUPPORTED, "%s: \"mlp_bias\": true is not built (MLPs without biases "
