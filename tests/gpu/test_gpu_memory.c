@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "tests/runtime/opgraphs.h"
 #include "tests/gpu/oprun.h"
@@ -140,6 +141,23 @@ static reel_graph *states_graph(reel_ctx *ctx, int n, size_t each)
     return g;
 }
 
+/* Free device memory once it has stopped moving (memory a finished process
+ * or a destroyed context gives back arrives late): equal readings 20 ms
+ * apart, or the last of 50. */
+static size_t settled_free_bytes(void)
+{
+    size_t prev = free_bytes();
+    for (int i = 0; i < 50; i++) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        size_t f = free_bytes();
+        if (f == prev)
+            return f;
+        prev = f;
+    }
+    return prev;
+}
+
 /* What the budget counts (parameters, states, the arena, the step region,
  * the streams' workspaces) against the drop in cudaMemGetInfo's free bytes
  * over compile: the rest is the library's own (graphs, allocation rounding). */
@@ -151,10 +169,10 @@ Test(gpu_memory, the_budget_predicts_what_compile_takes_and_refuses_what_cannot_
     size_t avail, total;
     cr_assert_eq(reel_ctx_memory(ctx, &avail, &total), REEL_OK);
     reel_graph *g = states_graph(ctx, 2, (size_t)256 << 20);
-    size_t f0 = free_bytes();
+    size_t f0 = settled_free_bytes();
     reel_plan *p = NULL;
     cr_assert_eq(reel_compile(g, NULL, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    size_t f1 = free_bytes();
+    size_t f1 = settled_free_bytes();
     reel_plan_memory m = REEL_PLAN_MEMORY_INIT;
     cr_assert_eq(reel_plan_memory_get(p, &m), REEL_OK);
     size_t predicted = m.param_bytes + m.state_bytes + m.arena_bytes + m.static_bytes + m.stream_ws_bytes;
@@ -171,7 +189,7 @@ Test(gpu_memory, the_budget_predicts_what_compile_takes_and_refuses_what_cannot_
     /* Two states, each under the free memory, together over it. */
     size_t each = (avail / 5 * 3) & ~(size_t)15;
     g = states_graph(ctx, 2, each);
-    f0 = free_bytes();
+    f0 = settled_free_bytes();
     p = (reel_plan *)1;
     cr_assert_eq(reel_compile(g, NULL, &p), REEL_E_OOM);
     cr_assert_null(p);
