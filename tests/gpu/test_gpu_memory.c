@@ -169,14 +169,23 @@ Test(gpu_memory, the_budget_predicts_what_compile_takes_and_refuses_what_cannot_
     size_t avail, total;
     cr_assert_eq(reel_ctx_memory(ctx, &avail, &total), REEL_OK);
     reel_graph *g = states_graph(ctx, 2, (size_t)256 << 20);
-    size_t f0 = settled_free_bytes();
+    /* Free memory is the device's: memory another process or an earlier
+     * context gives back during a compile makes that compile's drop look
+     * smaller, never larger. The largest drop of three compiles is this
+     * process's. */
+    size_t predicted = 0, measured = 0;
     reel_plan *p = NULL;
-    cr_assert_eq(reel_compile(g, NULL, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
-    size_t f1 = settled_free_bytes();
+    for (int k = 0; k < 3; k++) {
+        reel_plan_destroy(p);
+        size_t f0 = settled_free_bytes();
+        cr_assert_eq(reel_compile(g, NULL, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+        size_t f1 = settled_free_bytes();
+        if (f0 > f1 && f0 - f1 > measured)
+            measured = f0 - f1;
+    }
     reel_plan_memory m = REEL_PLAN_MEMORY_INIT;
     cr_assert_eq(reel_plan_memory_get(p, &m), REEL_OK);
-    size_t predicted = m.param_bytes + m.state_bytes + m.arena_bytes + m.static_bytes + m.stream_ws_bytes;
-    size_t measured = f0 - f1;
+    predicted = m.param_bytes + m.state_bytes + m.arena_bytes + m.static_bytes + m.stream_ws_bytes;
     cr_log_info("budget: predicted %zu bytes, cudaMemGetInfo dropped %zu (%+.2f MiB)", predicted, measured,
                 ((double)measured - (double)predicted) / 1048576.0);
     fprintf(stderr, "budget: predicted %zu bytes, cudaMemGetInfo dropped %zu (%+.2f MiB)\n", predicted, measured,
@@ -189,7 +198,7 @@ Test(gpu_memory, the_budget_predicts_what_compile_takes_and_refuses_what_cannot_
     /* Two states, each under the free memory, together over it. */
     size_t each = (avail / 5 * 3) & ~(size_t)15;
     g = states_graph(ctx, 2, each);
-    f0 = settled_free_bytes();
+    size_t f0 = settled_free_bytes();
     p = (reel_plan *)1;
     cr_assert_eq(reel_compile(g, NULL, &p), REEL_E_OOM);
     cr_assert_null(p);
