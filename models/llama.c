@@ -116,6 +116,7 @@ reel_status model_opts_resolve(const reel_model *m, const reel_model_opts *in, m
     o->num_blocks = (int32_t)blocks;
     o->logits = reel_opt_int(u.logits, 0) != 0;
     o->separate_qkv = reel_opt_int(u.separate_qkv, 0) != 0;
+    o->sample = reel_opt_int(u.sample, 0) != 0;
     o->stage = reel_opt_int(u.stage, 0);
     o->num_stages = reel_opt_int(u.num_stages, 1);
     if (o->num_stages < 1 || o->num_stages > m->c.layers || o->stage < 0 || o->stage >= o->num_stages)
@@ -370,7 +371,14 @@ static reel_status stage_graph(gb *b)
         reel_set_name(g, logits, "logits");
         if (o->logits)
             reel_output(g, REEL_MODEL_OUTPUT_LOGITS, logits);
-        reel_tensor next = reel_argmax(g, logits);
+        reel_tensor next;
+        if (o->sample) {
+            int64_t pd[2] = {REEL_DIM_TOKENS, REEL_SAMPLE_PARAMS}, rd[2] = {REEL_DIM_TOKENS, REEL_SAMPLE_RNG};
+            next = reel_sample(g, logits, reel_input(g, REEL_MODEL_INPUT_SAMPLE_PARAMS, REEL_F32, 2, pd),
+                               reel_input(g, REEL_MODEL_INPUT_SAMPLE_RNG, REEL_I32, 2, rd));
+        } else {
+            next = reel_argmax(g, logits);
+        }
         if (S == 1)
             reel_output(g, REEL_MODEL_OUTPUT_NEXT, next);
         else

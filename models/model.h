@@ -86,7 +86,7 @@ typedef struct model_opts {
     int num_buckets;
     int32_t buckets[REEL_MAX_BUCKETS];
     int32_t max_context, max_seqs, block_size, num_blocks;
-    bool logits, separate_qkv;
+    bool logits, separate_qkv, sample;
     int stage, num_stages;
 } model_opts;
 reel_status model_opts_resolve(const reel_model *m, const reel_model_opts *in, model_opts *o, reel_err *err);

@@ -26,6 +26,7 @@ void demo_opts_default(demo_opts *o)
     o->max_seqs = 16;
     o->requests = 48;
     o->seed = 1;
+    o->top_p = 1.0f;
 }
 
 /* ---- timing and percentiles ---------------------------------------------- */
@@ -169,7 +170,46 @@ typedef struct run {
     reel_step_info si;
     /* the library's model: a checkpoint's (--model) or the seeded toy's */
     reel_model *mm;
+    /* --temperature and friends: each token row's sampling inputs */
+    float *sparams;      /* [token budget][REEL_SAMPLE_PARAMS] */
+    int32_t *srng;       /* [token budget][REEL_SAMPLE_RNG] */
 } run;
+
+/* splitmix64: a request's stream key and its greedy draw, from the seed. */
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* The sampling inputs of one sequence's rows [t0, t1): request req, whose
+ * next token goes to position `pos`. A greedy request has temperature 0. */
+static void sample_rows(run *u, int req, int32_t pos, int32_t t0, int32_t t1)
+{
+    const demo_opts *o = u->o;
+    uint64_t key = mix64(o->seed ^ mix64((uint64_t)req + 1));
+    bool greedy = (double)(mix64(key) >> 11) * 0x1.0p-53 < (double)o->greedy_share;
+    for (int32_t t = t0; t < t1; t++) {
+        float *p = u->sparams + (size_t)t * REEL_SAMPLE_PARAMS;
+        int32_t *r = u->srng + (size_t)t * REEL_SAMPLE_RNG;
+        p[REEL_SAMPLE_TEMPERATURE] = greedy ? 0.0f : o->temperature;
+        p[REEL_SAMPLE_TOP_P] = o->top_p;
+        p[REEL_SAMPLE_MIN_P] = o->min_p;
+        p[REEL_SAMPLE_TOP_K] = (float)o->top_k;
+        r[0] = (int32_t)(uint32_t)key;
+        r[1] = (int32_t)(uint32_t)(key >> 32);
+        r[2] = pos;   /* the counter: the position drawn for, the same in any batch */
+        r[3] = 0;
+    }
+}
+
+static reel_status set_sample_inputs(run *u, int32_t T)
+{
+    reel_status st = reel_plan_set_input(u->plan, REEL_MODEL_INPUT_SAMPLE_PARAMS, u->sparams, T);
+    return st == REEL_OK ? reel_plan_set_input(u->plan, REEL_MODEL_INPUT_SAMPLE_RNG, u->srng, T) : st;
+}
 
 /* The library's reason: the context's message, or, with no context (its
  * creation failed), the calling thread's last one. */
@@ -394,6 +434,14 @@ static reel_status setup(run *u)
     reel_status st = o->model_dir ? model_open_dir(NULL, o->model_dir, &m, &u->mm) : REEL_OK;
     if (st != REEL_OK) return fail(u, st, "opening the model");
     m.logits_output = o->prompt_len > 0 && o->logits_path;
+    m.sample = o->sample;
+    if (o->sample) {
+        if (u->pp > 1) return bad_config(u, "sampling", "--temperature and the sampling options take one stage (--pp 1)");
+        size_t rows = (size_t)(o->prompt_len > 0 ? o->prompt_len : token_budget(o));
+        u->sparams = calloc(rows * REEL_SAMPLE_PARAMS, sizeof *u->sparams);
+        u->srng = calloc(rows * REEL_SAMPLE_RNG, sizeof *u->srng);
+        if (!u->sparams || !u->srng) return fail(u, REEL_E_OOM, "sampling buffers");
+    }
     for (int i = 0; i < o->prompt_len; i++)
         if (o->prompt[i] < 0 || o->prompt[i] >= m.vocab) {
             snprintf(err, sizeof err, "token %d of --prompt is %d, outside the vocabulary [0, %d)", i, o->prompt[i],
@@ -456,6 +504,11 @@ static reel_status one_step(run *u)
     reel_step_info si = step_info(b);
     double t0 = now_s();
     reel_status st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, b->tokens, b->num_tokens);
+    if (st == REEL_OK && u->o->sample) {
+        for (int s = 0; s < b->num_seqs; s++)
+            sample_rows(u, b->req[s], b->context_lens[s], b->query_start[s], b->query_start[s + 1]);
+        st = set_sample_inputs(u, b->num_tokens);
+    }
     if (st != REEL_OK) return fail_step(u, st);
     st = u->pp > 1 ? pp_step(u, &si) : reel_step(u->plan, &si);
     if (st != REEL_OK && u->pp > 1 && u->stage[0].error[0]) { /* another stage failed: say which */
@@ -584,6 +637,10 @@ static reel_status gen_loop(run *u)
                              .block_table_stride = nb};
         double s0 = now_s();
         st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, toks, T);
+        if (st == REEL_OK && o->sample) {
+            sample_rows(u, 0, len, 0, T);
+            st = set_sample_inputs(u, T);
+        }
         if (st == REEL_OK) st = reel_step(u->plan, &si);
         const void *out = NULL;
         int64_t rows = 0;
@@ -664,6 +721,8 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
     if (u.pp > 1) pp_teardown(&u);
     reel_plan_destroy(u.plan);
     reel_model_close(u.mm);
+    free(u.sparams);
+    free(u.srng);
     reel_ctx_destroy(u.ctx);
     return st;
 }

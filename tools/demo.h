@@ -46,6 +46,13 @@ typedef struct demo_opts {
     int32_t *prompt;
     int prompt_len, gen_tokens;
     const char *logits_path;
+    /* Sampling (reel_sample in the graph) instead of greedy decoding, for
+     * every request but a greedy_share of them (chosen by the seed): each
+     * request draws from its own Philox stream (the seed and its id), the
+     * counter its position, so its tokens do not depend on the batch. */
+    bool sample;
+    float temperature, top_p, min_p, greedy_share;
+    int top_k;
     /* When set and it becomes non-zero (a signal handler), the loop stops
      * after the step in flight and the run ends REEL_OK, r->interrupted set. */
     volatile sig_atomic_t *stop;

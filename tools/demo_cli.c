@@ -41,6 +41,13 @@ void demo_options_usage(FILE *f)
           "  --prompt LIST      one request with these token ids (comma-separated)\n"
           "  --generate N       greedy tokens to generate for it (16)\n"
           "  --logits FILE      write every row's logits there, float32 [prompt + N - 1][vocab]\n"
+          "sampling (in the graph; default: greedy, the argmax):\n"
+          "  --temperature T    sample at temperature T (0: greedy)\n"
+          "  --top-p P          keep the fewest most likely tokens whose mass reaches P (1: off)\n"
+          "  --top-k K          keep the K most likely tokens (0: off)\n"
+          "  --min-p M          keep tokens at least M times the most likely one's probability (0: off)\n"
+          "  --greedy-share F   serve this fraction of the requests greedily, the rest sampled (0)\n"
+          "                     (each request draws from its own stream: --seed and its id)\n"
           "plan limits:\n"
           "  --buckets LIST     token buckets to capture (1,2,4,8,16,32,64)\n"
           "  --max-context N    context limit of the graphs (256)\n"
@@ -127,7 +134,7 @@ static int parse_dtype(const char *s, reel_dtype *out, FILE *err)
 enum { O_LAYERS = 256, O_HIDDEN, O_HEADS, O_KV_HEADS, O_FFN, O_VOCAB, O_DTYPE, O_BLOCK, O_BUCKETS, O_CTX,
        O_SEQS, O_STRICT, O_EAGER, O_HAZARDS, O_TOKENS, O_REQUESTS, O_STEPS, O_KV_BLOCKS, O_FIT, O_SEED,
        O_BACKEND, O_QUIET, O_PDL, O_DEVICE, O_PP, O_MODEL, O_SAVE_MODEL, O_PROMPT, O_GENERATE, O_LOGITS,
-       O_NO_PDL, O_NO_FUSE };
+       O_NO_PDL, O_NO_FUSE, O_TEMP, O_TOP_P, O_TOP_K, O_MIN_P, O_GREEDY_SHARE };
 
 static const struct option long_opts[] = {
     {"layers", required_argument, 0, O_LAYERS},     {"hidden", required_argument, 0, O_HIDDEN},
@@ -146,8 +153,26 @@ static const struct option long_opts[] = {
     {"save-model", required_argument, 0, O_SAVE_MODEL}, {"prompt", required_argument, 0, O_PROMPT},
     {"generate", required_argument, 0, O_GENERATE}, {"logits", required_argument, 0, O_LOGITS},
     {"no-pdl", no_argument, 0, O_NO_PDL},           {"no-fuse", no_argument, 0, O_NO_FUSE},
+    {"temperature", required_argument, 0, O_TEMP}, {"top-p", required_argument, 0, O_TOP_P},
+    {"top-k", required_argument, 0, O_TOP_K},       {"min-p", required_argument, 0, O_MIN_P},
+    {"greedy-share", required_argument, 0, O_GREEDY_SHARE},
     {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
 };
+
+/* A float in [lo, hi] (lo_open: lo itself refused). */
+static int parse_float(const char *name, const char *s, double lo, bool lo_open, double hi, float *out, FILE *err)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !(v >= lo && v <= hi) || (lo_open && v == lo)) {
+        fprintf(err, "reel %s: --%s wants a number in %s%g, %g], got '%s'\n", cmd_name, name, lo_open ? "(" : "[",
+                lo, hi, s);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
 
 static int parse_seed(const char *s, uint64_t *out, FILE *err)
 {
@@ -227,6 +252,11 @@ static int parse_one(int c, const char *a, demo_opts *o, FILE *err)
     case O_PROMPT: return parse_prompt(a, o, err);
     case O_GENERATE: return parse_int("generate", a, 1, DEMO_GEN_MAX, &o->gen_tokens, err);
     case O_LOGITS: o->logits_path = a; return 0;
+    case O_TEMP: o->sample = true; return parse_float("temperature", a, 0, false, 100, &o->temperature, err);
+    case O_TOP_P: o->sample = true; return parse_float("top-p", a, 0, true, 1, &o->top_p, err);
+    case O_TOP_K: o->sample = true; return parse_int("top-k", a, 0, 1 << 23, &o->top_k, err);
+    case O_MIN_P: o->sample = true; return parse_float("min-p", a, 0, false, 0.999999, &o->min_p, err);
+    case O_GREEDY_SHARE: o->sample = true; return parse_float("greedy-share", a, 0, false, 1, &o->greedy_share, err);
     case O_BACKEND:
         if (reel_backend_parse(a, &o->backend) == REEL_OK) return 0;
         fprintf(err, "reel %s: --backend wants auto, host or cuda, got '%s'\n", cmd_name, a);

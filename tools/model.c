@@ -299,6 +299,7 @@ static reel_model_opts opts_of(const model_config *c, int stage, int nstages)
     if (c->max_context > 0)
         o.max_context = c->max_context;
     o.logits = c->logits_output;
+    o.sample = c->sample;
     o.stage = stage;
     o.num_stages = nstages;
     return o;

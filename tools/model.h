@@ -50,6 +50,7 @@ typedef struct model_config {
     int rope_type;       /* a reel_rope_type */
     int max_context;     /* the plan's, checked against a checkpoint's limits (sliding
                             windows, dynamic rope); 0: not checked */
+    bool sample;         /* the next token by reel_sample (inputs MODEL_INPUT_SAMPLE_*), not argmax */
 } model_config;
 
 #define MODEL_CONFIG_INIT                                                                                  \

@@ -62,6 +62,10 @@ typedef struct reel_model reel_model;
 #define REEL_MODEL_INPUT_TOKENS "tokens"
 #define REEL_MODEL_OUTPUT_NEXT "next_token"
 #define REEL_MODEL_OUTPUT_LOGITS "logits"
+/* With reel_model_opts.sample: each token row's sampling parameters and
+ * random stream (reel_sample's params and rng). */
+#define REEL_MODEL_INPUT_SAMPLE_PARAMS "sample_params"
+#define REEL_MODEL_INPUT_SAMPLE_RNG "sample_rng"
 
 typedef enum reel_model_family {
     REEL_MODEL_LLAMA = 0,  /* model_type "llama": Llama 1, 2, 3.x */
@@ -142,11 +146,17 @@ typedef struct reel_model_opts {
     int separate_qkv;                     /* nonzero: q, k and v as three matmuls, their
                                              checkpoint tensors as parameters (for comparing);
                                              undefined: one stacked projection */
+    int sample;                           /* nonzero: the next token is reel_sample's over the
+                                             logits, each row's parameters and random stream
+                                             from the inputs REEL_MODEL_INPUT_SAMPLE_PARAMS
+                                             [T, REEL_SAMPLE_PARAMS] f32 and
+                                             REEL_MODEL_INPUT_SAMPLE_RNG [T, REEL_SAMPLE_RNG]
+                                             int32 (of the last stage's plan); undefined: argmax */
 } reel_model_opts;
 #define REEL_MODEL_OPTS_INIT                                                                               \
     { sizeof(reel_model_opts), REEL_VERSION_NUMBER, REEL_MODEL_OPTS_MAGIC, REEL_UNDEF_INT, {0},             \
       REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT,          \
-      REEL_UNDEF_INT, REEL_UNDEF_INT }
+      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT }
 #define REEL_MODEL_OPTS_HEAD REEL_STRUCT_HEAD(reel_model_opts, REEL_MODEL_OPTS_MAGIC)
 
 /* One checkpoint tensor the model reads (a result struct, as

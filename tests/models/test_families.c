@@ -349,3 +349,87 @@ Test(models, the_kv_cache_is_sized_from_a_fraction_of_memory)
     reel_model_close(m);
     reel_ctx_destroy(ctx);
 }
+
+/* A sampled generation of `n` tokens from family f's checkpoint in dir:
+ * the prompt, then one token at a time, each row drawing from the seed's
+ * stream at its position (temperature 0: greedy). */
+static void sample_run(reel_ctx *ctx, const mfam *f, const char *dir, float temp, uint64_t seed, int n, int32_t *out)
+{
+    reel_model *m = NULL;
+    cr_assert_eq(reel_model_open(ctx, dir, &m), REEL_OK, "%s: %s", f->name, reel_ctx_last_error(ctx));
+    const int bs = 4, nb = (PROMPT + n + bs - 1) / bs;
+    reel_model_opts o = REEL_MODEL_OPTS_INIT;
+    o.num_buckets = 2;
+    o.buckets[0] = 1;
+    o.buckets[1] = 4;
+    o.max_context = 64;
+    o.max_seqs = 2;
+    o.block_size = bs;
+    o.num_blocks = nb;
+    o.sample = 1;
+    reel_plan *p = NULL;
+    cr_assert_eq(reel_model_compile(m, &o, NULL, &p), REEL_OK, "%s: %s", f->name, reel_ctx_last_error(ctx));
+    reel_model_close(m);
+    int32_t tok[PROMPT], pos[PROMPT], slots[PROMPT], table[16], rng[PROMPT][REEL_SAMPLE_RNG];
+    float par[PROMPT][REEL_SAMPLE_PARAMS];
+    for (int i = 0; i < nb; i++)
+        table[i] = i;
+    for (int i = 0; i < PROMPT; i++)
+        tok[i] = (int32_t)((i * 37 + 11) % f->vocab), pos[i] = slots[i] = i;
+    for (int k = 0; k < n; k++) {
+        int T = k == 0 ? PROMPT : 1;
+        int32_t p0 = k == 0 ? 0 : PROMPT + k - 1, qs[2] = {0, T}, len = p0 + T;
+        if (k > 0)
+            pos[0] = slots[0] = p0, tok[0] = out[k - 1];
+        for (int r = 0; r < T; r++) {
+            par[r][REEL_SAMPLE_TEMPERATURE] = temp;
+            par[r][REEL_SAMPLE_TOP_P] = 0.95f;
+            par[r][REEL_SAMPLE_MIN_P] = 0.0f;
+            par[r][REEL_SAMPLE_TOP_K] = 0.0f;
+            rng[r][0] = (int32_t)(uint32_t)seed, rng[r][1] = (int32_t)(uint32_t)(seed >> 32);
+            rng[r][2] = len, rng[r][3] = 0;
+        }
+        reel_step_info si = {REEL_STEP_INFO_HEAD, .num_tokens = T, .num_seqs = 1, .query_start = qs, .positions = pos,
+                             .slot_mapping = slots, .context_lens = &len, .block_tables = table,
+                             .block_table_stride = nb};
+        cr_assert_eq(reel_plan_set_input(p, REEL_MODEL_INPUT_TOKENS, tok, T), REEL_OK);
+        cr_assert_eq(reel_plan_set_input(p, REEL_MODEL_INPUT_SAMPLE_PARAMS, par, T), REEL_OK);
+        cr_assert_eq(reel_plan_set_input(p, REEL_MODEL_INPUT_SAMPLE_RNG, rng, T), REEL_OK);
+        cr_assert_eq(reel_step(p, &si), REEL_OK, "%s: %s", f->name, reel_ctx_last_error(ctx));
+        const void *nx;
+        int64_t rows;
+        cr_assert_eq(reel_plan_output(p, REEL_MODEL_OUTPUT_NEXT, &nx, &rows), REEL_OK);
+        out[k] = ((const int32_t *)nx)[rows - 1];
+        cr_assert(out[k] >= 0 && out[k] < f->vocab, "%s: token %d", f->name, out[k]);
+    }
+    reel_plan_destroy(p);
+}
+
+/* Every family samples through the graph: the same seed gives the same
+ * tokens twice, another seed others, temperature 0 the greedy tokens. */
+Test(models, every_family_samples_and_a_seed_repeats_its_tokens)
+{
+    const char *names[] = {"Llama-3.1-8B", "Mistral-7B-v0.3", "Qwen2.5-0.5B", "Qwen3-0.6B"};
+    reel_ctx *ctx = host();
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const mfam *f = family(names[i]);
+        const char *dir = mf_tmpdir();
+        mweights w;
+        mf_write(f, REEL_F32, 0x5eed + (uint64_t)f->vocab, dir, &w, NULL, NULL);
+        enum { N = 12 };
+        int32_t a[N], b[N], c[N], g[N], t[PROMPT + GEN];
+        sample_run(ctx, f, dir, 8.0f, 1, N, a);
+        sample_run(ctx, f, dir, 8.0f, 1, N, b);
+        sample_run(ctx, f, dir, 8.0f, 2, N, c);
+        sample_run(ctx, f, dir, 0.0f, 1, GEN + 1, g);
+        cr_expect_arr_eq(a, b, sizeof a, "%s: the same seed gave other tokens", f->name);
+        cr_expect_arr_neq(a, c, sizeof a, "%s: two seeds gave the same %d tokens", f->name, N);
+        double *logits = malloc(sizeof(double) * (PROMPT + GEN) * (size_t)f->vocab);
+        run(ctx, f, REEL_F32, dir, t, logits, true);
+        free(logits);
+        cr_expect_arr_eq(g, t + PROMPT, sizeof(int32_t) * GEN, "%s: temperature 0 is not greedy", f->name);
+        mf_weights_free(&w);
+        mf_rmdir(dir);
+    }
+    reel_ctx_destroy(ctx);
+}

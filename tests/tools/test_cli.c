@@ -388,3 +388,25 @@ Test(cli, demo_save_model_then_model_gives_the_seeded_tokens)
     snprintf(args, sizeof args, "rm -rf '%s'", dir);
     cr_expect_eq(system(args), 0);
 }
+
+/* Sampling in the graph: the same seed gives the same tokens twice, in any
+ * batching (each request draws from its own stream, the counter its
+ * position); another seed, greedy decoding and a greedy share differ. */
+Test(cli, sampled_requests_repeat_with_their_seed_in_any_batching)
+{
+    char a[17], b[17], c[17], d[17], g[17], m[17];
+    checksum_of("demo " SMALL_ARGS " --quiet --temperature 0.8 --top-p 0.95 --seed 1", a);
+    checksum_of("demo " SMALL_ARGS " --quiet --temperature 0.8 --top-p 0.95 --seed 1", b);
+    checksum_of("demo " SMALL_ARGS " --quiet --temperature 0.8 --top-p 0.95 --seed 1 --max-seqs 2", c);
+    checksum_of("demo " SMALL_ARGS " --quiet --temperature 0.8 --top-p 0.95 --seed 2", d);
+    checksum_of("demo " SMALL_ARGS " --quiet --seed 1", g);
+    checksum_of("demo " SMALL_ARGS " --quiet --temperature 0.8 --top-p 0.95 --seed 1 --greedy-share 0.5", m);
+    cr_expect_str_eq(a, b);
+    cr_expect_str_eq(a, c, "the batching changed a request's tokens");
+    cr_expect_str_neq(a, d);
+    cr_expect_str_neq(a, g);
+    cr_expect_str_neq(a, m);
+    cr_expect_str_neq(g, m);
+    cr_expect_eq(reel_run("demo --quiet --top-p 0", out, sizeof out), 2, "%s", out);
+    cr_expect_eq(reel_run("demo --quiet --temperature -1", out, sizeof out), 2, "%s", out);
+}
