@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -75,4 +77,31 @@ __global__ void fill_bf16(uint16_t *p, size_t n, uint32_t salt)
         memcpy(&b, &f, 4);
         p[i] = (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
     }
+}
+
+/* What a benchmark's header line names: the device, its multiprocessors,
+ * the date, and the read bandwidth over two 1 GiB buffers (allocated and
+ * freed here), the floor's denominator. */
+typedef struct bench_device {
+    cudaDeviceProp prop;
+    int sms;
+    char date[64];
+    double read_tbs, read_us;
+} bench_device;
+
+static inline void bench_device_probe(cudaStream_t s, int replays, unsigned *sink, bench_device *d)
+{
+    CK(cudaGetDeviceProperties(&d->prop, 0));
+    d->sms = d->prop.multiProcessorCount;
+    time_t now = time(NULL);
+    strftime(d->date, sizeof d->date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    size_t big = (size_t)1 << 30;
+    void *bsrc[2];
+    CK(cudaMalloc(&bsrc[0], big));
+    CK(cudaMalloc(&bsrc[1], big));
+    CK(cudaMemset(bsrc[0], 1, big));
+    CK(cudaMemset(bsrc[1], 2, big));
+    d->read_tbs = read_probe_tbs(s, bsrc, 2, big, d->sms, replays, sink, &d->read_us);
+    CK(cudaFree(bsrc[0]));
+    CK(cudaFree(bsrc[1]));
 }

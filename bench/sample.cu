@@ -104,24 +104,13 @@ int main(int argc, char **argv)
     reel_stream *rs;
     RK(be->vt->stream_create(be, &rs));
     cudaStream_t s = reel_cuda_stream_handle(rs);
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    time_t now = time(NULL);
-    char date[64];
-    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    const int sms = prop.multiProcessorCount;
-
-    size_t big = (size_t)1 << 30;
-    void *bsrc[2];
-    CK(cudaMalloc(&bsrc[0], big));
-    CK(cudaMalloc(&bsrc[1], big));
-    CK(cudaMemset(bsrc[0], 1, big));
-    CK(cudaMemset(bsrc[1], 2, big));
     CK(cudaMalloc(&g_sink, sizeof(unsigned)));
-    double read_us;
-    const double read_bw = read_probe_tbs(s, bsrc, 2, big, sms, replays, g_sink, &read_us);
-    CK(cudaFree(bsrc[0]));
-    CK(cudaFree(bsrc[1]));
+    bench_device dev;
+    bench_device_probe(s, replays, g_sink, &dev);
+    const cudaDeviceProp &prop = dev.prop;
+    const char *date = dev.date;
+    const int sms = dev.sms;
+    const double read_bw = dev.read_tbs;
     printf("# bench_sample (REEL_SAMPLE_CLUSTER %d): %s, %d SMs, L2 %d MB, %s, %d replays a timing\n\n",
            REEL_SAMPLE_CLUSTER, prop.name, sms, prop.l2CacheSize >> 20, date, replays);
     printf("read bandwidth (1 GiB, a 16-byte-load kernel): %.2f TB/s; floor = logits bytes / that; "
