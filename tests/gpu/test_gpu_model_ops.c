@@ -10,39 +10,7 @@
 
 #include "tests/gpu/oprun.h"
 
-static reel_ctx *hctx, *cctx;
-static uint64_t seed;
-static gt_rng rng;
-
-static void setup(void)
-{
-    gt_open(&hctx, &cctx, &seed, &rng);
-}
-
-static void teardown(void)
-{
-    gt_close(hctx, cctx);
-}
-
-static const reel_dtype dts[3] = {REEL_F32, REEL_F16, REEL_BF16};
-
-static gt_op op_new(reel_op_kind k, int64_t rows, int nin, int nout)
-{
-    gt_op op;
-    memset(&op, 0, sizeof op);
-    op.op = k;
-    op.rows = rows;
-    op.nin = nin;
-    op.nout = nout;
-    return op;
-}
-
-static void check(gt_op *op, const char *what)
-{
-    int ran = gt_check(hctx, cctx, op, seed, what);
-    cr_assert_gt(ran, 0, "%s: no CUDA impl accepted the node", what);
-    gt_op_free_data(op);
-}
+#include "tests/gpu/op_fixture.h"
 
 /* A llama3-like table: theta^(-2i/rd), every third divided by 8. */
 static void check_rope_freq(reel_dtype dt, int64_t t, int heads, int hd, int rot, float scale)
