@@ -16,7 +16,7 @@ What a serving stack runs in PyTorch for each mode:
               the max, multinomial, gather
 Each result is checked to be a token of its row (0 <= t < V). Run on the GPU
 machine beside bench_sample:
-    python3 bench/torch_sample.py [replays]
+    python3 bench/torch_sample.py [replays [vocab,vocab,...]]
 """
 import statistics
 import sys
@@ -112,13 +112,14 @@ def sampler(name, prm, rows):
 
 def main():
     replays = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    vocabs = [int(v) for v in sys.argv[2].split(",")] if len(sys.argv) > 2 else [32000, 128256, 152064]
     print(f"# torch_sample: PyTorch {torch.__version__}, {torch.cuda.get_device_name()}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {replays} replays a timing\n")
     print("| mode | rows | vocab | KB | torch hot us | torch cold us | cold TB/s |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     failed = False
     gen = torch.Generator(device="cuda").manual_seed(11)
-    for vocab in (32000, 128256, 152064):
+    for vocab in vocabs:
         for rows in (1, 8, 64, 256):
             nbytes = rows * vocab * 2
             ncopies = max(2, (150 << 20) // nbytes + 1)
