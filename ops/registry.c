@@ -1,6 +1,7 @@
 /* The op registry: read-only tables of implementations per backend, filled
  * at build time. Selection is the highest-priority impl whose can_use accepts
  * the node; the reference kernel is last in every chain. */
+#include "backend/registry.h"
 #include "ops/op.h"
 #include "reel_config.h"
 
@@ -26,6 +27,9 @@ static const struct {
 
 const reel_op_impl *const *reel_registry_all(reel_backend_kind b, int *count)
 {
+    *count = 0;
+    if (!reel_backend_of(b))   /* kernels only for a backend of the table */
+        return NULL;
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
         if (kernels[i].kind == b) {
             *count = *kernels[i].count;
