@@ -42,7 +42,8 @@ reel_status reel_comm_id_to_hex(const reel_comm_id *id, char *buf, size_t len)
 {
     static const char digits[] = "0123456789abcdef";
     if (!id || !buf || len < 2 * REEL_COMM_ID_BYTES + 1)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "comm id to hex: id or buf is NULL, or len %zu below %d", len,
+                           2 * REEL_COMM_ID_BYTES + 1);
     for (int i = 0; i < REEL_COMM_ID_BYTES; i++) {
         buf[2 * i] = digits[id->bytes[i] >> 4];
         buf[2 * i + 1] = digits[id->bytes[i] & 15];
@@ -65,16 +66,18 @@ static int hexval(char c)
 reel_status reel_comm_id_from_hex(const char *hex, reel_comm_id *out)
 {
     if (!hex || !out || strlen(hex) != 2 * REEL_COMM_ID_BYTES)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "comm id from hex: hex or out is NULL, or hex is not %d hex digits",
+                           2 * REEL_COMM_ID_BYTES);
     reel_comm_id id;
     for (int i = 0; i < REEL_COMM_ID_BYTES; i++) {
         int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
         if (hi < 0 || lo < 0)
-            return REEL_E_INVALID_ARG;
+            return reel_seterr(NULL, REEL_E_INVALID_ARG, "comm id from hex: '%c%c' at %d is not a hex digit pair",
+                               hex[2 * i], hex[2 * i + 1], 2 * i);
         id.bytes[i] = (unsigned char)(hi << 4 | lo);
     }
     if (memcmp(id.bytes, id_magic, sizeof id_magic) != 0)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "comm id from hex: not an id of reel_comm_unique_id");
     *out = id;
     return REEL_OK;
 }
@@ -112,12 +115,12 @@ reel_status reel_comm_create(reel_ctx *ctx, const reel_comm_id *id, int rank, in
 reel_status reel_comm_create_group(reel_ctx *const *ctxs, int n, const reel_comm_opts *opts, reel_comm **comms)
 {
     if (!ctxs || !comms || n < 1 || n > 4096)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "comm create group: ctxs or comms is NULL, or n %d outside 1..4096", n);
     for (int r = 0; r < n; r++)
         comms[r] = NULL;
     for (int r = 0; r < n; r++)
         if (!ctxs[r])
-            return REEL_E_INVALID_ARG;
+            return reel_seterr(NULL, REEL_E_INVALID_ARG, "comm create group: ctxs[%d] is NULL", r);
     int timeout_ms = 0;
     REEL_TRY(load_opts(&ctxs[0]->err, opts, &timeout_ms));
     for (int r = 1; r < n; r++)
@@ -153,14 +156,14 @@ int reel_comm_size(const reel_comm *c) { return c ? c->nranks : -1; }
 reel_status reel_comm_async_error(reel_comm *c)
 {
     if (!c)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "reel_comm_async_error: NULL communicator");
     return c->vt->async_error(c);
 }
 
 reel_status reel_comm_abort(reel_comm *c)
 {
     if (!c)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "reel_comm_abort: NULL communicator");
     c->vt->abort(c);
     return REEL_OK;
 }

@@ -7,8 +7,11 @@
 
 reel_status reel_set_log_hook(reel_ctx *ctx, reel_log_fn fn, void *user, reel_log_level min_level)
 {
-    if (!ctx || min_level < REEL_LOG_DEBUG || min_level > REEL_LOG_ERROR)
-        return REEL_E_INVALID_ARG;
+    if (!ctx)
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "set log hook: ctx is NULL");
+    if (min_level < REEL_LOG_DEBUG || min_level > REEL_LOG_ERROR)
+        return reel_seterr(&ctx->err, REEL_E_INVALID_ARG, "set log hook: level %d outside %d..%d (REEL_LOG_DEBUG..REEL_LOG_ERROR)",
+                           (int)min_level, (int)REEL_LOG_DEBUG, (int)REEL_LOG_ERROR);
     ctx->log_fn = fn;
     ctx->log_user = user;
     ctx->log_level = min_level;

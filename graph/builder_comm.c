@@ -38,7 +38,7 @@ reel_tensor reel_all_to_all(reel_graph *g, reel_tensor x, int axis, int nranks)
 reel_status reel_send(reel_graph *g, reel_tensor x, int peer)
 {
     if (!g)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "reel_send: NULL graph");
     reel_tensor res[REEL_OP_MAX_OUT] = { { 0 } };
     reel_op_attrs a;
     memset(&a, 0, sizeof a);

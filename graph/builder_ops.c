@@ -276,6 +276,8 @@ reel_status reel_lse_combine(reel_graph *g, reel_tensor outs, reel_tensor lses, 
         st = add_node(g, REEL_OP_LSE_COMBINE, in, 0, &a, res);
     } else if (g) {
         st = reel_graph_fail(g, REEL_E_INVALID_ARG, "op 'lse_combine' (node %d): out or lse is NULL", g->nnodes);
+    } else {
+        st = reel_seterr(NULL, REEL_E_INVALID_ARG, "reel_lse_combine: NULL graph");
     }
     if (out)
         *out = res[0];

@@ -165,7 +165,7 @@ static int64_t reel_chk_event(reel_checker *c, uint64_t key, bool create)
 reel_status reel_checker_event_record(reel_checker *c, uint64_t event, uint64_t stream)
 {
     if (!c)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "reel_checker_event_record: NULL checker");
     int s = reel_chk_issue(c, stream, "event_record");
     if (s < 0)
         return reel_chk_refused(s);
@@ -181,7 +181,7 @@ reel_status reel_checker_event_record(reel_checker *c, uint64_t event, uint64_t 
 reel_status reel_checker_event_wait(reel_checker *c, uint64_t stream, uint64_t event)
 {
     if (!c)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "reel_checker_event_wait: NULL checker");
     int s = reel_chk_issue(c, stream, "event_wait");
     if (s < 0)
         return reel_chk_refused(s);
@@ -194,7 +194,7 @@ reel_status reel_checker_event_wait(reel_checker *c, uint64_t stream, uint64_t e
 reel_status reel_checker_event_sync(reel_checker *c, uint64_t event)
 {
     if (!c)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "reel_checker_event_sync: NULL checker");
     int64_t e = reel_chk_event(c, event, false);
     if (e >= 0 && c->erec[e])
         reel_chk_join(c->ns, c->vc[0], c->evc[e]);
@@ -204,7 +204,7 @@ reel_status reel_checker_event_sync(reel_checker *c, uint64_t event)
 reel_status reel_checker_host_sync(reel_checker *c, uint64_t stream)
 {
     if (!c)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "reel_checker_host_sync: NULL checker");
     if (stream == REEL_CHECK_ALL_STREAMS) {
         for (int s = 1; s < c->ns; s++)
             reel_chk_join(c->ns, c->vc[0], c->vc[s]);
@@ -383,7 +383,7 @@ reel_status reel_checker_alloc(reel_checker *c, uint64_t stream, uint32_t space,
 static chk_alloc *reel_chk_alloc_of(reel_checker *c, uint64_t id, const char *what)
 {
     if (!c)
-        return NULL;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "reel_checker_%s: NULL checker", what), NULL;
     uint64_t i = (id & UINT32_MAX) - 1;
     if ((id & UINT32_MAX) == 0 || i >= c->nal || (id >> 32) > c->al[i].gen) {
         reel_seterr(c->err, REEL_E_INVALID_ARG, "checker %s: no allocation %llu", what, (unsigned long long)id);

@@ -45,7 +45,7 @@ static reel_status get_int(const rd *r, const json_t *o, const char *prefix, con
     return REEL_OK;
 }
 
-/* A finite number > 0 (or >= 0 with zero_ok); absent or null: def, or
+/* A finite number in (0, 1e30] (or [0, 1e30] with zero_ok); absent or null: def, or
  * required when def is NAN. */
 static reel_status get_num(const rd *r, const json_t *o, const char *prefix, const char *key, double def,
                            bool zero_ok, double *out)
@@ -60,8 +60,8 @@ static reel_status get_num(const rd *r, const json_t *o, const char *prefix, con
     }
     double d = json_is_number(v) ? json_number_value(v) : NAN;
     if (!isfinite(d) || d < 0 || (d == 0 && !zero_ok) || d > 1e30)
-        return reel_seterr(r->err, REEL_E_INVALID_ARG, "%s: \"%s%s\" wants a %s number", r->label, prefix, key,
-                           zero_ok ? "non-negative" : "positive");
+        return reel_seterr(r->err, REEL_E_INVALID_ARG, "%s: \"%s%s\" wants a number in %s0, 1e30]", r->label,
+                           prefix, key, zero_ok ? "[" : "(");
     *out = d;
     return REEL_OK;
 }

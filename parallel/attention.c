@@ -48,7 +48,7 @@ reel_status reel_dcp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel
     if (lse)
         *lse = (reel_tensor){ 0 };
     if (!g)
-        return REEL_E_INVALID_ARG;
+        return reel_seterr(NULL, REEL_E_INVALID_ARG, "reel_dcp_attention: NULL graph");
     if (!params || !layout || !out || !lse)
         return reel_graph_fail(g, REEL_E_INVALID_ARG, "dcp_attention (node %d): params, layout, out or lse is NULL",
                                g->nnodes);
