@@ -6,36 +6,12 @@ Each result is checked against torch.argmax on the host (lowest index of
 the maximum). Run on the GPU machine beside bench_argmax:
     python3 bench/torch_argmax.py [replays]
 """
-import statistics
 import sys
 import time
 
 import torch
 
-
-def time_graph(fn, n, replays):
-    """fn(i) for i < n captured in one graph; median us per launch."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(n):  # warm-up outside the capture
-            fn(i)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(n):
-            fn(i)
-    for _ in range(3):
-        g.replay()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t = []
-    for _ in range(replays):
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        t.append(a.elapsed_time(b) * 1e3 / n)
-    return statistics.median(t)
+from torch_graph_timer import time_graph
 
 
 def main():
