@@ -344,31 +344,24 @@ ph_bias_tied() {
     return $rc
 }
 
-ph_argmax() {
-    need bench/bench_argmax || return 1
-    local f rc
-    f=$(result argmax md)
-    timeout 90 "$B/bench/bench_argmax" 50 2>&1 | tee -a "$f"
+# One op alone beside its PyTorch counterpart: NAME (bench/bench_NAME and
+# bench/torch_NAME.py), REPLAYS, TIMEOUT in seconds for each.
+beside_torch() {
+    local name=$1 replays=$2 limit=$3 f rc
+    need "bench/bench_$name" || return 1
+    f=$(result "$name" md)
+    timeout "$limit" "$B/bench/bench_$name" "$replays" 2>&1 | tee -a "$f"
     rc=$?
     if have_torch; then
-        f=$(result torch-argmax md)
-        timeout 90 python3 bench/torch_argmax.py 50 2>&1 | tee -a "$f" || rc=1
+        f=$(result "torch-$name" md)
+        timeout "$limit" python3 "bench/torch_$name.py" "$replays" 2>&1 | tee -a "$f" || rc=1
     fi
     return $rc
 }
 
-ph_sample() {
-    need bench/bench_sample || return 1
-    local f rc
-    f=$(result sample md)
-    timeout 300 "$B/bench/bench_sample" 30 2>&1 | tee -a "$f"
-    rc=$?
-    if have_torch; then
-        f=$(result torch-sample md)
-        timeout 300 python3 bench/torch_sample.py 30 2>&1 | tee -a "$f" || rc=1
-    fi
-    return $rc
-}
+ph_argmax() { beside_torch argmax 50 90; }
+
+ph_sample() { beside_torch sample 30 300; }
 
 ph_gemv() {
     need bench/bench_gemv || return 1
