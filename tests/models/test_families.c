@@ -35,6 +35,21 @@ static float load(const void *p, reel_dtype dt, size_t i)
     return f;
 }
 
+/* The plans of these tests: buckets 1 and 4, 64 tokens of context, two
+ * sequences, nb blocks of bs tokens. */
+static reel_model_opts small_opts(int bs, int nb)
+{
+    reel_model_opts o = REEL_MODEL_OPTS_INIT;
+    o.num_buckets = 2;
+    o.buckets[0] = 1;
+    o.buckets[1] = 4;
+    o.max_context = 64;
+    o.max_seqs = 2;
+    o.block_size = bs;
+    o.num_blocks = nb;
+    return o;
+}
+
 /* Opens dir, checks what reel_model_info says against f, compiles, runs
  * the prompt and then GEN decode steps, each fed the argmax of the row
  * before; tokens[PROMPT + GEN] (the prompt, then the fed tokens) and
@@ -65,14 +80,7 @@ static void run(reel_ctx *ctx, const mfam *f, reel_dtype dt, const char *dir, in
     cr_expect_eq(in.kv_bytes_per_token, kvb, "%s", f->name);
 
     const int N = PROMPT + GEN, bs = 4, nb = (N + bs - 1) / bs;
-    reel_model_opts o = REEL_MODEL_OPTS_INIT;
-    o.num_buckets = 2;
-    o.buckets[0] = 1;
-    o.buckets[1] = 4;
-    o.max_context = 64;
-    o.max_seqs = 2;
-    o.block_size = bs;
-    o.num_blocks = nb;
+    reel_model_opts o = small_opts(bs, nb);
     o.logits = 1;
     reel_compile_opts co = REEL_COMPILE_OPTS_INIT;
     co.no_capture = !capture;
@@ -358,14 +366,7 @@ static void sample_run(reel_ctx *ctx, const mfam *f, const char *dir, float temp
     reel_model *m = NULL;
     cr_assert_eq(reel_model_open(ctx, dir, &m), REEL_OK, "%s: %s", f->name, reel_ctx_last_error(ctx));
     const int bs = 4, nb = (PROMPT + n + bs - 1) / bs;
-    reel_model_opts o = REEL_MODEL_OPTS_INIT;
-    o.num_buckets = 2;
-    o.buckets[0] = 1;
-    o.buckets[1] = 4;
-    o.max_context = 64;
-    o.max_seqs = 2;
-    o.block_size = bs;
-    o.num_blocks = nb;
+    reel_model_opts o = small_opts(bs, nb);
     o.sample = 1;
     reel_plan *p = NULL;
     cr_assert_eq(reel_model_compile(m, &o, NULL, &p), REEL_OK, "%s: %s", f->name, reel_ctx_last_error(ctx));
