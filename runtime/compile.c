@@ -136,8 +136,18 @@ static reel_status select_kernels(reel_plan *p)
                                    reel_plan_node_name(p, i, buf, sizeof buf), p->impl[i]->name);
             p->plan_reason = REEL_FALLBACK_OP_NOT_CAPTURABLE;
         }
-        if (n->op == REEL_OP_TOPK && n->attrs.topk.has_page_table)
+        if (n->op == REEL_OP_TOPK && n->attrs.topk.has_page_table) {
+            /* The step checks the page table on the host before launch (a
+             * refusal seen only inside the graph would come after earlier
+             * ops wrote their states): it must be data the host has. */
+            const reel_tinfo *pt = &p->tensors[n->in[2]];
+            if (pt->kind != REEL_T_INPUT)
+                return reel_seterr(p->err, REEL_E_UNSUPPORTED,
+                                   "%s: page table '%s' is not a graph input; the step checks every page table "
+                                   "on the host before launch, so it must be one (reel_input)",
+                                   reel_plan_node_name(p, i, buf, sizeof buf), pt->name);
             p->checks_limits = true;
+        }
         if (n->op == REEL_OP_PAGED_ATTENTION) {
             p->checks_limits = true;
             if (!p->impl[i]->fixed_context)

@@ -220,7 +220,8 @@ reel_status reel_staging_refused(reel_plan *p, int32_t code, const reel_layout *
     if (code == REEL_E_LIMIT)
         return reel_seterr(p->err, REEL_E_LIMIT,
                            "step refused inside the graph: op %s saw a context, block or page beyond its limit "
-                           "(max_context %d, %d blocks per sequence); outputs are invalid",
+                           "(max_context %d, %d blocks per sequence); outputs are invalid and states this step wrote stay "
+                           "written (every limit is checked before launch: this one was not)",
                            len ? ops : "(unknown)", L->max_context, L->max_blocks);
     return reel_seterr(p->err, code > 0 && code < REEL_STATUS_COUNT ? (reel_status)code : REEL_E_INTERNAL,
                        "step: a kernel reported %s", reel_status_str((reel_status)code));

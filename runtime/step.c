@@ -121,6 +121,52 @@ static reel_status check_seqs(reel_plan *p, const reel_step_info *s, step_need *
     return check_slots(p, s);
 }
 
+/* A step input's host copy (set_input's stash, or the staging it wrote in
+ * place). */
+static const void *input_host(reel_plan *p, uint32_t t)
+{
+    return p->staged[t] ? reel_staging_input_slot(p, t) : p->stash[t];
+}
+
+/* Top-k's page transform maps candidate i of a row to page_table[i / ps] *
+ * ps + i % ps; a result past INT32_MAX is a refusal. Every candidate (i <
+ * min(length, N); N where the lengths are computed) is checked here, from
+ * the page table the caller set, before anything runs: a refusal the
+ * kernel would see only after an earlier op wrote its states must not
+ * change them (the page table is a graph input by compile's rule). The
+ * kernel keeps its own check as a second line. */
+static reel_status check_topk_pages(reel_plan *p, int32_t n)
+{
+    for (int i = 0; i < p->nnodes; i++) {
+        const reel_node *nd = &p->nodes[i];
+        if (nd->op != REEL_OP_TOPK || !nd->attrs.topk.has_page_table)
+            continue;
+        const reel_shape *ss = &p->tensors[nd->in[0]].shape, *ps_shape = &p->tensors[nd->in[2]].shape;
+        int64_t ncols = ss->dims[1], npages = ps_shape->dims[1], ps = nd->attrs.topk.page_size;
+        const int32_t *pt = input_host(p, nd->in[2]);
+        const int32_t *lens = p->tensors[nd->in[1]].kind == REEL_T_INPUT ? input_host(p, nd->in[1]) : NULL;
+        for (int32_t t = 0; t < n; t++) {
+            int64_t lim = lens ? (lens[t] < 0 ? 0 : (lens[t] > ncols ? ncols : lens[t])) : ncols;
+            const int32_t *row = pt + (size_t)t * (size_t)npages;
+            for (int64_t j = 0; j * ps < lim; j++) {
+                if (row[j] < 0)
+                    continue; /* unmapped: its candidates give -1 */
+                int64_t last = (lim < (j + 1) * ps ? lim : (j + 1) * ps) - 1 - j * ps;
+                if ((int64_t)row[j] * ps + last <= INT32_MAX)
+                    continue;
+                char buf[160];
+                return reel_seterr(p->err, REEL_E_LIMIT,
+                                   "step: %s: row %d's page table entry %lld is %d, which maps candidate %lld "
+                                   "to slot %lld, past INT32_MAX (page size %lld); refused before launch",
+                                   reel_plan_node_name(p, i, buf, sizeof buf), t, (long long)j, row[j],
+                                   (long long)(j * ps + last), (long long)((int64_t)row[j] * ps + last),
+                                   (long long)ps);
+            }
+        }
+    }
+    return REEL_OK;
+}
+
 static reel_status check_step(reel_plan *p, const reel_step_info *s, step_need *need)
 {
     if (s->num_tokens <= 0 || s->num_tokens > (1 << 24))
@@ -128,6 +174,7 @@ static reel_status check_step(reel_plan *p, const reel_step_info *s, step_need *
     if (s->num_seqs < 0)
         return reel_seterr(p->err, REEL_E_INVALID_ARG, "step: num_seqs %d is negative", s->num_seqs);
     REEL_TRY(check_inputs(p, s->num_tokens));
+    REEL_TRY(check_topk_pages(p, s->num_tokens));
     need->max_ctx = 0;
     need->max_blocks = 0;
     if (p->has_attention)

@@ -317,9 +317,11 @@ reel_tensor reel_paged_attention(reel_graph *g, reel_tensor q, reel_tensor k, re
  * candidate. A row with fewer than k candidates gives its valid indices, then
  * -1. With a page table [T, P] int32 (pass the invalid handle for none),
  * index i becomes page_table[i / page_size] * page_size + i % page_size;
- * -1 stays -1; a result past INT32_MAX (or a page past P) gives -1 and fails
- * the step with REEL_E_LIMIT. Result [T, k] int32, order of equal scores
- * unspecified. */
+ * -1 stays -1. The page table must be a graph input and cover N (P *
+ * page_size >= N): the step checks it before anything runs, and a page
+ * entry that would map a candidate (i < min(length, N)) past INT32_MAX
+ * fails the step with REEL_E_LIMIT, no op run, no state written. Result
+ * [T, k] int32, order of equal scores unspecified. */
 reel_tensor reel_topk(reel_graph *g, reel_tensor scores, reel_tensor lengths, reel_tensor page_table,
                       int k, int page_size);
 /* Combines P partial attention results: outs [T, P, H*Dh], lses [T, P, H] f32
