@@ -211,6 +211,65 @@ reel_tensor reel_sample(reel_graph *g, reel_tensor logits, reel_tensor params, r
     return out;
 }
 
+reel_status reel_moe_route(reel_graph *g, reel_tensor logits, reel_tensor bias, const reel_moe_params *p,
+                           reel_tensor *ids, reel_tensor *weights)
+{
+    reel_tensor res[REEL_OP_MAX_OUT] = { { 0 } };
+    reel_status st = REEL_E_INVALID_ARG;
+    reel_moe_params mp = REEL_MOE_PARAMS_INIT;
+    char what[64];
+    if (!g) {
+        st = reel_seterr(NULL, REEL_E_INVALID_ARG, "reel_moe_route: NULL graph");
+    } else if (!p || !ids || !weights) {
+        st = reel_graph_fail(g, REEL_E_INVALID_ARG, "op 'moe_route' (node %d): params, ids or weights is NULL",
+                             g->nnodes);
+    } else {
+        snprintf(what, sizeof what, "op 'moe_route' (node %d)", g->nnodes);
+        st = reel_graph_load_struct(g, &mp, p, &reel_abi_moe_params, what);
+    }
+    if (st == REEL_OK) {
+        reel_op_attrs a = { .moe = { mp.num_experts, mp.top_k, mp.scoring, mp.n_group > 1 ? mp.n_group : 0,
+                                     mp.n_group > 1 ? mp.topk_group : 0, mp.renormalize,
+                                     mp.routed_scaling == 0.0f ? 1.0f : mp.routed_scaling } };
+        if (mp.n_group < 0 || mp.topk_group < 0) { /* the schema names them */
+            a.moe.n_group = mp.n_group;
+            a.moe.topk_group = mp.topk_group;
+        }
+        uint32_t in[REEL_OP_MAX_IN] = { logits.id, bias.id };
+        st = add_node(g, REEL_OP_MOE_ROUTE, in, 1u << 1, &a, res);
+    }
+    if (ids)
+        *ids = res[0];
+    if (weights)
+        *weights = res[1];
+    return st;
+}
+
+reel_tensor reel_moe_ffn(reel_graph *g, reel_tensor x, reel_tensor ids, reel_tensor weights, reel_tensor w_gate_up,
+                         reel_tensor w_down, int num_experts)
+{
+    reel_tensor out = { 0 };
+    if (!g)
+        return out;
+    if (!reel_graph_has(g, ids.id))
+        return node1(g, REEL_OP_MOE_ALIGN, ids.id, 0, &(reel_op_attrs){ .moe = { num_experts, 1 } });
+    /* K from the pairs the router made: every node checks it again. */
+    reel_op_attrs a = { .moe = { num_experts, (int)g->tensors[ids.id].shape.dims[1] } };
+    reel_tensor al[REEL_OP_MAX_OUT] = { { 0 } }, act = { 0 }, ys = { 0 };
+    uint32_t in_al[REEL_OP_MAX_IN] = { ids.id };
+    if (add_node(g, REEL_OP_MOE_ALIGN, in_al, 0, &a, al) != REEL_OK)
+        return out;
+    uint32_t in_gu[REEL_OP_MAX_IN] = { x.id, al[0].id, al[2].id, w_gate_up.id };
+    if (add_node(g, REEL_OP_MOE_GATE_UP, in_gu, 0, &a, &act) != REEL_OK)
+        return out;
+    uint32_t in_dn[REEL_OP_MAX_IN] = { act.id, al[2].id, w_down.id };
+    if (add_node(g, REEL_OP_MOE_DOWN, in_dn, 0, &a, &ys) != REEL_OK)
+        return out;
+    uint32_t in_cb[REEL_OP_MAX_IN] = { ys.id, al[1].id, weights.id };
+    add_node(g, REEL_OP_MOE_COMBINE, in_cb, 0, &a, &out);
+    return out;
+}
+
 reel_tensor reel_graph_paged_attention(reel_graph *g, const uint32_t *in, const reel_attn_params *p,
                                        const reel_attn_layout *lay, reel_tensor *lse)
 {

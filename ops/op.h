@@ -60,6 +60,30 @@ typedef enum reel_op_kind {
      * backends compute bit for bit are in ops/sample.h (docs/sampling.md);
      * kernels in ops/host/sample.c and ops/cuda/sample.cu. No attributes. */
     REEL_OP_SAMPLE,
+    /* Mixture of experts (issue 44; kernels in ops/host/moe.c and
+     * ops/cuda/moe.cu). Pairs are (token t, choice j), pair index t*K + j;
+     * "sorted" rows are the pairs stably sorted by expert.
+     *  moe_route   (logits [T, E] float, bias [E] f32 optional)
+     *              -> ids [T, K] i32, weights [T, K] f32 (attrs.moe).
+     *  moe_align   (ids [T, K] i32) -> order [T, K] i32 (sorted row p holds
+     *              pair order[p]), where [T, K] i32 (pair -> its sorted row),
+     *              offsets [E + 1] i32 (expert e's rows are offsets[e] ..
+     *              offsets[e+1]-1; offsets[E] = rows * K). Stable: within an
+     *              expert, pairs in ascending pair index.
+     *  moe_gate_up (x [T, H], order, offsets, w [E*2F, H]) -> act [T, K, F]
+     *              x's dtype: sorted row p = silu(g) * u of token order[p]/K
+     *              with expert e's gate and up rows, g and u rounded to the
+     *              dtype, the product in f32, rounded.
+     *  moe_down    (act [T, K, F], offsets, w [E*H, F]) -> ys [T, K, H]:
+     *              sorted row p times expert e's down rows, f32 sums.
+     *  moe_combine (ys [T, K, H], where, weights [T, K] f32) -> out [T, H]
+     *              ys' dtype: sum over j = 0..K-1 of weights[t, j] *
+     *              ys[where[t, j]] in f32, in j order. */
+    REEL_OP_MOE_ROUTE,
+    REEL_OP_MOE_ALIGN,
+    REEL_OP_MOE_GATE_UP,
+    REEL_OP_MOE_DOWN,
+    REEL_OP_MOE_COMBINE,
     REEL_OP_COUNT
 } reel_op_kind;
 
@@ -189,6 +213,9 @@ typedef union reel_op_attrs {
      * built for (0: any, all_reduce), the peer of send/recv, and recv's
      * declared shape. */
     struct { int axis, nranks, peer; reel_shape shape; } coll;
+    /* The moe ops: experts E and choices K (every moe op); the router's
+     * rules (moe_route only; routed_scaling resolved: 1 for none). */
+    struct { int num_experts, top_k, scoring, n_group, topk_group; bool renormalize; float routed_scaling; } moe;
 } reel_op_attrs;
 
 /* Output indices of a matmul's prologue results (REEL_MM_PRO_*): the sum of

@@ -477,6 +477,168 @@ static reel_status infer_topk(const reel_shape *in, int nin, const reel_op_attrs
     return REEL_OK;
 }
 
+/* ---- mixture of experts (ops/op.h) ---- */
+
+static reel_status moe_ek(const reel_op_attrs *a, char *err, size_t len)
+{
+    int e = a->moe.num_experts, k = a->moe.top_k;
+    if (e < 1 || e > REEL_MOE_MAX_EXPERTS)
+        return bad(err, len, REEL_E_INVALID_ARG, "num_experts %d outside 1..%d", e, REEL_MOE_MAX_EXPERTS);
+    if (k < 1 || k > e || k > REEL_MOE_MAX_TOPK)
+        return bad(err, len, REEL_E_INVALID_ARG, "top_k %d outside 1..%d (num_experts %d, at most %d)", k,
+                   e < REEL_MOE_MAX_TOPK ? e : REEL_MOE_MAX_TOPK, e, REEL_MOE_MAX_TOPK);
+    return REEL_OK;
+}
+
+/* A [T, K] pair operand of the op's K. */
+static reel_status need_pairs(const reel_shape *s, const char *role, reel_dtype t, int k, char *err, size_t len)
+{
+    TRY(need_tok(s, role, 2, err, len));
+    TRY(need_dtype(s, role, t, err, len));
+    if (s->dims[1] != k)
+        return bad(err, len, REEL_E_SHAPE, "%s must be [T,%d] (top_k), has %lld columns", role, k,
+                   (long long)s->dims[1]);
+    return REEL_OK;
+}
+
+static reel_status need_offsets(const reel_shape *s, int e, char *err, size_t len)
+{
+    TRY(need_const(s, "offsets", 1, err, len));
+    TRY(need_dtype(s, "offsets", REEL_I32, err, len));
+    if (s->dims[0] != (int64_t)e + 1)
+        return bad(err, len, REEL_E_SHAPE, "offsets must be [%d] (num_experts + 1), is [%lld]", e + 1,
+                   (long long)s->dims[0]);
+    return REEL_OK;
+}
+
+static reel_status infer_moe_route(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                   char *err, size_t len)
+{
+    (void)nin;
+    TRY(moe_ek(a, err, len));
+    int e = a->moe.num_experts, k = a->moe.top_k;
+    TRY(need_tok(&in[0], "logits", 2, err, len));
+    TRY(need_float(&in[0], "logits", err, len));
+    if (in[0].dims[1] != e)
+        return bad(err, len, REEL_E_SHAPE, "logits must have num_experts (%d) columns, has %lld", e,
+                   (long long)in[0].dims[1]);
+    if (a->moe.scoring != REEL_MOE_SOFTMAX && a->moe.scoring != REEL_MOE_SIGMOID)
+        return bad(err, len, REEL_E_INVALID_ARG, "scoring %d is neither REEL_MOE_SOFTMAX (0) nor REEL_MOE_SIGMOID (1)",
+                   a->moe.scoring);
+    if (in[1].ndim != 0) {
+        if (a->moe.scoring != REEL_MOE_SIGMOID)
+            return bad(err, len, REEL_E_INVALID_ARG, "a choice bias is only defined with REEL_MOE_SIGMOID scoring");
+        TRY(need_const(&in[1], "bias", 1, err, len));
+        TRY(need_dtype(&in[1], "bias", REEL_F32, err, len));
+        if (in[1].dims[0] != e)
+            return bad(err, len, REEL_E_SHAPE, "bias must be [%d] (num_experts), is [%lld]", e,
+                       (long long)in[1].dims[0]);
+    }
+    int ng = a->moe.n_group, tg = a->moe.topk_group;
+    if (ng > 1) {
+        if (e % ng != 0)
+            return bad(err, len, REEL_E_INVALID_ARG, "n_group %d does not divide num_experts %d", ng, e);
+        if (e / ng < 2)
+            return bad(err, len, REEL_E_INVALID_ARG, "groups of %d expert(s): a group is ranked by its top 2",
+                       e / ng);
+        if (tg < 1 || tg > ng)
+            return bad(err, len, REEL_E_INVALID_ARG, "topk_group %d outside 1..n_group (%d)", tg, ng);
+        if (k > tg * (e / ng))
+            return bad(err, len, REEL_E_INVALID_ARG, "top_k %d exceeds the %d experts of topk_group (%d) groups", k,
+                       tg * (e / ng), tg);
+    } else if (ng < 0 || tg < 0) {
+        return bad(err, len, REEL_E_INVALID_ARG, "n_group %d and topk_group %d must not be negative", ng, tg);
+    }
+    if (!(a->moe.routed_scaling > 0.0f) || !isfinite(a->moe.routed_scaling))
+        return bad(err, len, REEL_E_INVALID_ARG, "routed_scaling must be a positive finite number, is %g",
+                   (double)a->moe.routed_scaling);
+    set_tok(&out[0], REEL_I32, 2, k, 0);
+    set_tok(&out[1], REEL_F32, 2, k, 0);
+    return REEL_OK;
+}
+
+static reel_status infer_moe_align(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                   char *err, size_t len)
+{
+    (void)nin;
+    TRY(moe_ek(a, err, len));
+    TRY(need_pairs(&in[0], "ids", REEL_I32, a->moe.top_k, err, len));
+    set_tok(&out[0], REEL_I32, 2, a->moe.top_k, 0);
+    set_tok(&out[1], REEL_I32, 2, a->moe.top_k, 0);
+    out[2] = (reel_shape){ .dtype = REEL_I32, .ndim = 1, .tokens = false, .dims = { a->moe.num_experts + 1 } };
+    return REEL_OK;
+}
+
+/* Expert weights [E * rows_per, cols] of x's dtype. */
+static reel_status need_experts(const reel_shape *w, const reel_shape *x, int e, const char *what, int64_t *per,
+                                int64_t cols, char *err, size_t len)
+{
+    TRY(need_const(w, "w", 2, err, len));
+    TRY(same_dtype(x, "x", w, "w", err, len));
+    if (w->dims[0] % e != 0 || w->dims[0] / e < 1)
+        return bad(err, len, REEL_E_SHAPE, "w must stack num_experts (%d) %s blocks along dim 0, has %lld rows", e,
+                   what, (long long)w->dims[0]);
+    if (w->dims[1] != cols)
+        return bad(err, len, REEL_E_SHAPE, "w must have %lld columns, has %lld", (long long)cols,
+                   (long long)w->dims[1]);
+    *per = w->dims[0] / e;
+    return REEL_OK;
+}
+
+static reel_status infer_moe_gate_up(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                     char *err, size_t len)
+{
+    (void)nin;
+    TRY(moe_ek(a, err, len));
+    int e = a->moe.num_experts, k = a->moe.top_k;
+    TRY(need_tok(&in[0], "x", 2, err, len));
+    TRY(need_float(&in[0], "x", err, len));
+    TRY(need_pairs(&in[1], "order", REEL_I32, k, err, len));
+    TRY(need_offsets(&in[2], e, err, len));
+    int64_t per = 0;
+    TRY(need_experts(&in[3], &in[0], e, "gate+up", &per, in[0].dims[1], err, len));
+    if (per % 2 != 0)
+        return bad(err, len, REEL_E_SHAPE, "w's blocks of %lld rows do not split into gate and up halves",
+                   (long long)per);
+    set_tok(&out[0], in[0].dtype, 3, k, per / 2);
+    return REEL_OK;
+}
+
+static reel_status infer_moe_down(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                  char *err, size_t len)
+{
+    (void)nin;
+    TRY(moe_ek(a, err, len));
+    int e = a->moe.num_experts, k = a->moe.top_k;
+    TRY(need_tok(&in[0], "act", 3, err, len));
+    TRY(need_float(&in[0], "act", err, len));
+    if (in[0].dims[1] != k)
+        return bad(err, len, REEL_E_SHAPE, "act must be [T,%d,F] (top_k), is [T,%lld,%lld]", k,
+                   (long long)in[0].dims[1], (long long)in[0].dims[2]);
+    TRY(need_offsets(&in[1], e, err, len));
+    int64_t per = 0;
+    TRY(need_experts(&in[2], &in[0], e, "down", &per, in[0].dims[2], err, len));
+    set_tok(&out[0], in[0].dtype, 3, k, per);
+    return REEL_OK;
+}
+
+static reel_status infer_moe_combine(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                     char *err, size_t len)
+{
+    (void)nin;
+    TRY(moe_ek(a, err, len));
+    int k = a->moe.top_k;
+    TRY(need_tok(&in[0], "ys", 3, err, len));
+    TRY(need_float(&in[0], "ys", err, len));
+    if (in[0].dims[1] != k)
+        return bad(err, len, REEL_E_SHAPE, "ys must be [T,%d,H] (top_k), is [T,%lld,%lld]", k,
+                   (long long)in[0].dims[1], (long long)in[0].dims[2]);
+    TRY(need_pairs(&in[1], "where", REEL_I32, k, err, len));
+    TRY(need_pairs(&in[2], "weights", REEL_F32, k, err, len));
+    set_tok(&out[0], in[0].dtype, 2, in[0].dims[2], 0);
+    return REEL_OK;
+}
+
 static reel_status infer_lse_combine(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
                                      char *err, size_t len)
 {
@@ -694,6 +856,11 @@ static const reel_op_schema schemas[REEL_OP_COUNT] = {
     [REEL_OP_ROPE_FREQ] = { "rope_freq", 3, 1, infer_rope_freq, { "x", "positions", "inv_freq" } },
     [REEL_OP_RMSNORM_HEADS] = { "rmsnorm_heads", 2, 1, infer_rmsnorm_heads, { "x", "w" } },
     [REEL_OP_SAMPLE] = { "sample", 3, 1, infer_sample, { "logits", "params", "rng" } },
+    [REEL_OP_MOE_ROUTE] = { "moe_route", 2, 2, infer_moe_route, { "logits", "bias" } },
+    [REEL_OP_MOE_ALIGN] = { "moe_align", 1, 3, infer_moe_align, { "ids" } },
+    [REEL_OP_MOE_GATE_UP] = { "moe_gate_up", 4, 1, infer_moe_gate_up, { "x", "order", "offsets", "w" } },
+    [REEL_OP_MOE_DOWN] = { "moe_down", 3, 1, infer_moe_down, { "act", "offsets", "w" } },
+    [REEL_OP_MOE_COMBINE] = { "moe_combine", 3, 1, infer_moe_combine, { "ys", "where", "weights" } },
 };
 
 const char *reel_op_node_label(reel_op_kind k, int node, const char *out, bool quoted, char *buf, size_t len)

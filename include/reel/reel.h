@@ -324,6 +324,54 @@ reel_tensor reel_paged_attention(reel_graph *g, reel_tensor q, reel_tensor k, re
  * [T, k] int32, order of equal scores unspecified. */
 reel_tensor reel_topk(reel_graph *g, reel_tensor scores, reel_tensor lengths, reel_tensor page_table,
                       int k, int page_size);
+/* ---- mixture of experts ---- */
+
+#define REEL_MOE_MAX_EXPERTS 512
+#define REEL_MOE_MAX_TOPK 16
+typedef enum reel_moe_scoring {
+    REEL_MOE_SOFTMAX = 0, /* Mixtral, Qwen2/3-MoE: softmax over the experts */
+    REEL_MOE_SIGMOID = 1, /* DeepSeek V3: sigmoid per expert, choice biased */
+} reel_moe_scoring;
+#define REEL_MOE_PARAMS_MAGIC REEL_MAGIC('r', 'm', 'o', 'e')
+typedef struct reel_moe_params {
+    size_t size;               /* sizeof(reel_moe_params) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_MOE_PARAMS_MAGIC */
+    int num_experts;           /* E: 1 .. REEL_MOE_MAX_EXPERTS */
+    int top_k;                 /* experts per token: 1 .. min(E, REEL_MOE_MAX_TOPK) */
+    int scoring;               /* reel_moe_scoring */
+    bool renormalize;          /* the k weights divided by their sum (+1e-20 with sigmoid) */
+    int n_group, topk_group;   /* n_group > 1: groups of E / n_group experts, only the
+                                  topk_group best kept (ranked by the sum of their top-2
+                                  choice scores); undefined or 0: no groups */
+    float routed_scaling;      /* multiplies the weights; undefined or 0: 1 */
+} reel_moe_params;
+#define REEL_MOE_PARAMS_HEAD REEL_STRUCT_HEAD(reel_moe_params, REEL_MOE_PARAMS_MAGIC)
+#define REEL_MOE_PARAMS_INIT REEL_STRUCT_INIT(reel_moe_params, REEL_MOE_PARAMS_MAGIC)
+/* The router: logits [T, E] (any float dtype, computed in f32) and an
+ * optional choice bias [E] f32 (DeepSeek's e_score_correction_bias; the
+ * invalid handle for none, allowed only with sigmoid) -> *ids [T, top_k]
+ * int32 and *weights [T, top_k] f32. Scores are softmax(logits) or
+ * sigmoid(logits); experts are chosen by score (+ bias), best first, equal
+ * scores to the lower expert id, on every backend alike; with groups, the
+ * experts outside the kept groups count as choice score 0 (as DeepSeek V3
+ * masks them). The weights are the chosen experts' scores (never the bias),
+ * renormalized and scaled as p says. */
+reel_status reel_moe_route(reel_graph *g, reel_tensor logits, reel_tensor bias, const reel_moe_params *p,
+                           reel_tensor *ids, reel_tensor *weights);
+/* The routed experts' SwiGLU MLP: x [T, H] (f32, f16 or bf16), ids and
+ * weights from reel_moe_route, w_gate_up [E * 2F, H] (expert e's gate rows
+ * e*2F .. e*2F+F-1, then its up rows) and w_down [E * H, F] (expert e's rows
+ * e*H ..), both x's dtype -> [T, H] of x's dtype: for each token the sum
+ * over its k experts, in the order route gave them, of weight times
+ * down(silu(gate(x)) * up(x)), gate and up rounded to x's dtype first, the
+ * sum in f32. The token-expert pairs are sorted by expert into a layout of
+ * T * k rows (the worst case, every pair on one expert, fits by
+ * construction); each expert's weights are read once per step and an
+ * expert no token chose is skipped, all on the device. Adds four nodes
+ * (moe_align, moe_gate_up, moe_down, moe_combine). */
+reel_tensor reel_moe_ffn(reel_graph *g, reel_tensor x, reel_tensor ids, reel_tensor weights, reel_tensor w_gate_up,
+                         reel_tensor w_down, int num_experts);
 /* Combines P partial attention results: outs [T, P, H*Dh], lses [T, P, H] f32
  * -> out [T, H*Dh] (outs' dtype) and lse [T, H] f32. An empty partial is
  * (0, -inf); +inf and NaN lse count as -inf; a zero-weight partial adds
