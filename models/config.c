@@ -93,13 +93,18 @@ typedef struct family_def {
     bool qkv_bias;        /* q, k, v biases always (Qwen2) */
     bool qk_norm;
     bool mlp_bias;        /* reads mlp_bias */
+    int moe;              /* MOE_NONE, MOE_QWEN3, MOE_MIXTRAL: which keys say the experts */
 } family_def;
 
+enum { MOE_NONE, MOE_QWEN3, MOE_MIXTRAL };
+
 static const family_def families[] = {
-    {"llama", REEL_MODEL_LLAMA, 2048, 0, true, false, false, true},
-    {"mistral", REEL_MODEL_MISTRAL, 4096 * 32, 0, false, false, false, false},
-    {"qwen2", REEL_MODEL_QWEN2, 32768, 0, false, true, false, false},
-    {"qwen3", REEL_MODEL_QWEN3, 32768, 128, true, false, true, false},
+    {"llama", REEL_MODEL_LLAMA, 2048, 0, true, false, false, true, MOE_NONE},
+    {"mistral", REEL_MODEL_MISTRAL, 4096 * 32, 0, false, false, false, false, MOE_NONE},
+    {"qwen2", REEL_MODEL_QWEN2, 32768, 0, false, true, false, false, MOE_NONE},
+    {"qwen3", REEL_MODEL_QWEN3, 32768, 128, true, false, true, false, MOE_NONE},
+    {"qwen3_moe", REEL_MODEL_QWEN3_MOE, 32768, 128, true, false, true, false, MOE_QWEN3},
+    {"mixtral", REEL_MODEL_MIXTRAL, 4096 * 32, 0, false, false, false, false, MOE_MIXTRAL},
 };
 
 static reel_status read_dtype(const rd *r, model_cfg *c)
@@ -174,18 +179,20 @@ static reel_status read_sliding(const rd *r, model_cfg *c)
 {
     char why[200];
     int w = 0;
-    if (c->family == REEL_MODEL_MISTRAL) {
-        /* MistralConfig: sliding_window 4096 when absent; null turns it off */
+    if (c->family == REEL_MODEL_MISTRAL || c->family == REEL_MODEL_MIXTRAL) {
+        /* MistralConfig: sliding_window 4096 when absent; null turns it off.
+         * MixtralConfig: none when absent. */
         const json_t *v = json_object_get(r->root, "sliding_window");
-        if (v && json_is_null(v))
+        if ((v && json_is_null(v)) || (!v && c->family == REEL_MODEL_MIXTRAL))
             return REEL_OK;
         TRY(get_int(r, r->root, "", "sliding_window", 1, INT32_MAX, true, 4096, &w));
-        snprintf(why, sizeof why, "a sliding window of %d tokens (%s when absent; null turns it off) is not built, "
-                 "so a plan's max_context may not pass it", w, "4096");
+        snprintf(why, sizeof why, "a sliding window of %d tokens (%s) is not built, so a plan's max_context may "
+                 "not pass it", w, c->family == REEL_MODEL_MISTRAL ? "4096 when absent; null turns it off"
+                                                                   : "null or absent turns it off");
         set_limit(c, w, "sliding_window", why);
         return REEL_OK;
     }
-    if (c->family != REEL_MODEL_QWEN2 && c->family != REEL_MODEL_QWEN3)
+    if (c->family != REEL_MODEL_QWEN2 && c->family != REEL_MODEL_QWEN3 && c->family != REEL_MODEL_QWEN3_MOE)
         return REEL_OK; /* LlamaConfig has no sliding window */
     bool use = false;
     TRY(get_bool(r, r->root, "", "use_sliding_window", false, &use));
@@ -346,6 +353,51 @@ static reel_status read_rope(const rd *r, model_cfg *c)
     return REEL_OK;
 }
 
+/* ---- mixture of experts ------------------------------------------------------------ */
+
+/* Qwen3MoeConfig (num_experts, num_experts_per_tok, moe_intermediate_size,
+ * norm_topk_prob, decoder_sparse_step, mlp_only_layers) and MixtralConfig
+ * (num_local_experts, num_experts_per_tok; always renormalized). Keys of
+ * training only (router_aux_loss_coef, output_router_logits,
+ * router_jitter_noise) are not read. */
+static reel_status read_moe(const rd *r, const family_def *f, model_cfg *c)
+{
+    c->sparse_step = 1;
+    if (f->moe == MOE_NONE)
+        return REEL_OK;
+    const json_t *root = r->root;
+    if (f->moe == MOE_MIXTRAL) {
+        TRY(get_int(r, root, "", "num_local_experts", 1, REEL_MOE_MAX_EXPERTS, true, 8, &c->experts));
+        TRY(get_int(r, root, "", "num_experts_per_tok", 1, REEL_MOE_MAX_TOPK, true, 2, &c->topk));
+        c->moe_ffn = c->ffn;
+        c->norm_topk = true;
+    } else {
+        TRY(get_int(r, root, "", "num_experts", 0, REEL_MOE_MAX_EXPERTS, true, 128, &c->experts));
+        TRY(get_int(r, root, "", "num_experts_per_tok", 1, REEL_MOE_MAX_TOPK, true, 8, &c->topk));
+        TRY(get_int(r, root, "", "moe_intermediate_size", 1, BIG, true, 768, &c->moe_ffn));
+        TRY(get_bool(r, root, "", "norm_topk_prob", false, &c->norm_topk));
+        TRY(get_int(r, root, "", "decoder_sparse_step", 1, 4096, true, 1, &c->sparse_step));
+        const json_t *ml = get(root, "mlp_only_layers");
+        if (ml && !json_is_array(ml))
+            return reel_seterr(r->err, REEL_E_INVALID_ARG, "%s: \"mlp_only_layers\" wants a list of layer indices",
+                               r->label);
+        for (size_t i = 0; ml && i < json_array_size(ml); i++) {
+            const json_t *e = json_array_get(ml, i);
+            if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= c->layers)
+                return reel_seterr(r->err, REEL_E_INVALID_ARG, "%s: \"mlp_only_layers\"[%zu] wants a layer index in "
+                                   "[0, %d]", r->label, i, c->layers - 1);
+            int l = (int)json_integer_value(e);
+            c->mlp_only[l / 64] |= 1ull << (l % 64);
+        }
+        if (c->experts == 0)
+            return REEL_OK; /* transformers builds every layer dense */
+    }
+    if (c->topk > c->experts)
+        return reel_seterr(r->err, REEL_E_INVALID_ARG, "%s: \"num_experts_per_tok\" %d is more than the %d experts",
+                           r->label, c->topk, c->experts);
+    return REEL_OK;
+}
+
 /* ---- the whole config ---------------------------------------------------------- */
 
 reel_status model_cfg_read(const void *json_root, const char *label, model_cfg *c, reel_err *err)
@@ -365,7 +417,7 @@ reel_status model_cfg_read(const void *json_root, const char *label, model_cfg *
             f = &families[i];
     if (!f)
         return reel_seterr(err, REEL_E_UNSUPPORTED, "%s: \"model_type\" is \"%.40s\"; reel builds llama, mistral, "
-                           "qwen2 and qwen3", label, json_string_value(mt));
+                           "qwen2, qwen3, qwen3_moe and mixtral", label, json_string_value(mt));
     c->family = f->family;
     TRY(refuse_unbuilt(&r, f));
     TRY(get_int(&r, root, "", "num_hidden_layers", 1, 4096, false, 0, &c->layers));
@@ -398,5 +450,6 @@ reel_status model_cfg_read(const void *json_root, const char *label, model_cfg *
                            "num_attention_heads) is %d, odd: rope rotates pairs", label, c->head_dim);
     TRY(read_rope(&r, c));
     TRY(read_sliding(&r, c));
+    TRY(read_moe(&r, f, c));
     return REEL_OK;
 }

@@ -30,7 +30,25 @@ static const char *const layer_suffix[MT_LAYER_KINDS] = {
     [MT_GATE] = "mlp.gate_proj.weight",
     [MT_UP] = "mlp.up_proj.weight",
     [MT_DOWN] = "mlp.down_proj.weight",
+    [MT_ROUTER] = "mlp.gate.weight",
 };
+
+/* The experts' names: "mlp.experts.<e>.gate_proj.weight" (Qwen3-MoE) or
+ * "block_sparse_moe.experts.<e>.w1.weight" (Mixtral: w1 gate, w3 up, w2
+ * down), j 0 gate, 1 up, 2 down. */
+static void expert_name(const model_cfg *c, int l, int e, int j, char *buf, size_t len)
+{
+    static const char *const qwen[3] = {"gate_proj", "up_proj", "down_proj"}, *const mix[3] = {"w1", "w3", "w2"};
+    if (c->family == REEL_MODEL_MIXTRAL)
+        snprintf(buf, len, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e, mix[j]);
+    else
+        snprintf(buf, len, "model.layers.%d.mlp.experts.%d.%s.weight", l, e, qwen[j]);
+}
+
+static const char *router_suffix(const model_cfg *c)
+{
+    return c->family == REEL_MODEL_MIXTRAL ? "block_sparse_moe.gate.weight" : "mlp.gate.weight";
+}
 
 int model_tensor_index(const reel_model *m, int layer, int kind)
 {
@@ -58,7 +76,7 @@ reel_status model_tensors_make(reel_model *m, reel_err *err)
     const int64_t D = c->hidden, Dh = c->head_dim, Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
     const int64_t F = c->ffn, V = c->vocab;
     size_t nidx = MT_GLOBAL_KINDS + (size_t)c->layers * MT_LAYER_KINDS;
-    m->t = reel_hcalloc(3 + (size_t)c->layers * MT_LAYER_KINDS, sizeof *m->t);
+    m->t = reel_hcalloc(3 + (size_t)c->layers * (MT_LAYER_KINDS + 3 * (size_t)c->experts), sizeof *m->t);
     m->tidx = reel_halloc(nidx * sizeof *m->tidx);
     if (!m->t || !m->tidx)
         return reel_seterr(err, REEL_E_OOM, "model: out of host memory for the tensor table");
@@ -66,20 +84,35 @@ reel_status model_tensors_make(reel_model *m, reel_err *err)
         m->tidx[i] = -1;
     push(m, &m->tidx[MT_EMBED], "model.embed_tokens.weight", V, D, -1);
     for (int l = 0; l < c->layers; l++) {
+        const bool moe = model_layer_moe(c, l);
+        const int64_t Fd = moe ? 0 : F; /* a layer with experts has no dense MLP */
         /* [out, in] per kind; 0: absent from this model */
         const int64_t shape[MT_LAYER_KINDS][2] = {
             [MT_IN_NORM] = {D, 0}, [MT_Q] = {Q, D}, [MT_K] = {KV, D}, [MT_V] = {KV, D},
             [MT_QB] = {c->qkv_bias ? Q : 0, 0}, [MT_KB] = {c->qkv_bias ? KV : 0, 0},
             [MT_VB] = {c->qkv_bias ? KV : 0, 0}, [MT_QN] = {c->qk_norm ? Dh : 0, 0},
             [MT_KN] = {c->qk_norm ? Dh : 0, 0}, [MT_O] = {D, Q}, [MT_OB] = {c->o_bias ? D : 0, 0},
-            [MT_POST_NORM] = {D, 0}, [MT_GATE] = {F, D}, [MT_UP] = {F, D}, [MT_DOWN] = {D, F},
+            [MT_POST_NORM] = {D, 0}, [MT_GATE] = {Fd, D}, [MT_UP] = {Fd, D}, [MT_DOWN] = {Fd ? D : 0, Fd},
+            [MT_ROUTER] = {moe ? c->experts : 0, D},
         };
         for (int k = 0; k < MT_LAYER_KINDS; k++) {
-            if (!shape[k][0])
+            if (!shape[k][0] || k == MT_EXPERTS)
                 continue;
             char n[96];
-            snprintf(n, sizeof n, "model.layers.%d.%s", l, layer_suffix[k]);
+            snprintf(n, sizeof n, "model.layers.%d.%s", l, k == MT_ROUTER ? router_suffix(c) : layer_suffix[k]);
             push(m, &m->tidx[MT_GLOBAL_KINDS + l * MT_LAYER_KINDS + k], n, shape[k][0], shape[k][1], l);
+        }
+        for (int e = 0; moe && e < c->experts; e++) {
+            const int64_t Fe = c->moe_ffn;
+            const int64_t es[3][2] = {{Fe, D}, {Fe, D}, {D, Fe}};
+            for (int j = 0; j < 3; j++) {
+                char n[96];
+                int slot;
+                expert_name(c, l, e, j, n, sizeof n);
+                push(m, &slot, n, es[j][0], es[j][1], l);
+                if (e == 0 && j == 0)
+                    m->tidx[MT_GLOBAL_KINDS + l * MT_LAYER_KINDS + MT_EXPERTS] = slot;
+            }
         }
     }
     push(m, &m->tidx[MT_NORM], "model.norm.weight", D, 0, -1);
@@ -139,7 +172,30 @@ void model_stage_range(const reel_model *m, const model_opts *o, int *first, int
 
 /* The parameter kinds of a layer, in graph order. */
 enum { P_IN_NORM, P_QKV, P_QKV_B, P_Q, P_K, P_V, P_QB, P_KB, P_VB, P_QN, P_KN, P_O, P_OB, P_POST_NORM, P_GATE_UP,
-       P_DOWN, P_LAYER_KINDS };
+       P_DOWN, P_ROUTER, P_EXP_GATE_UP, P_EXP_DOWN, P_LAYER_KINDS };
+
+/* Appends layer l's expert stack: every expert's gate and up (down: false)
+ * or every expert's down, stacked along dim 0 as reel_moe_ffn reads them. */
+static void add_experts(const reel_model *m, model_param *out, int *n, int l, bool gate_up)
+{
+    int base = model_tensor_index(m, l, MT_EXPERTS);
+    if (base < 0)
+        return;
+    const model_cfg *c = &m->c;
+    model_param *p = &out[(*n)++];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "model.layers.%d.experts.%s.weight", l, gate_up ? "gate_up_proj" : "down_proj");
+    p->dtype = c->dtype;
+    p->ndim = 2;
+    p->exp_base = base;
+    p->nexp = c->experts;
+    p->nek = gate_up ? 2 : 1;
+    p->ek[0] = gate_up ? 0 : 2;
+    p->ek[1] = 1;
+    p->nparts = p->nexp * p->nek;
+    p->dims[0] = (int64_t)c->experts * (gate_up ? 2 * (int64_t)c->moe_ffn : (int64_t)c->hidden);
+    p->dims[1] = gate_up ? c->hidden : c->moe_ffn;
+}
 
 /* Appends parameter `name` made of the given tensor kinds of layer l
  * (stacked along dim 0); skipped when the model lacks the first part. */
@@ -200,6 +256,9 @@ static void layer_param(const reel_model *m, const model_opts *o, model_param *o
         add_param(m, out, n, l, name, 2, (int[]){MT_GATE, MT_UP});
         break;
     case P_DOWN: ONE(MT_DOWN); break;
+    case P_ROUTER: ONE(MT_ROUTER); break;
+    case P_EXP_GATE_UP: add_experts(m, out, n, l, true); break;
+    case P_EXP_DOWN: add_experts(m, out, n, l, false); break;
     default: break;
     }
 #undef ONE
@@ -332,8 +391,23 @@ static reel_tensor layer(gb *b, int l, reel_tensor h, reel_tensor pos, reel_tens
     reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
     h = reel_add(g, h, proj(b, a, l, "self_attn.o_proj", c->o_bias));
     x = reel_rmsnorm(g, h, lparam(b, l, "post_attention_layernorm.weight"), eps);
-    reel_tensor f = reel_silu_and_mul(g, reel_matmul(g, x, lparam(b, l, "mlp.gate_up_proj.weight"), true));
-    h = reel_add(g, h, reel_matmul(g, f, lparam(b, l, "mlp.down_proj.weight"), true));
+    if (model_layer_moe(c, l)) {
+        /* The router's logits in the model's dtype, softmax in f32 inside
+         * the route (transformers' Mixtral and Qwen3-MoE blocks). */
+        reel_tensor logits = reel_matmul(g, x, lparam(b, l, router_suffix(c)), true);
+        reel_moe_params mp = REEL_MOE_PARAMS_INIT;
+        mp.num_experts = c->experts;
+        mp.top_k = c->topk;
+        mp.scoring = REEL_MOE_SOFTMAX;
+        mp.renormalize = c->norm_topk;
+        reel_tensor ids = {0}, w = {0};
+        reel_moe_route(g, logits, (reel_tensor){0}, &mp, &ids, &w);
+        h = reel_add(g, h, reel_moe_ffn(g, x, ids, w, lparam(b, l, "experts.gate_up_proj.weight"),
+                                        lparam(b, l, "experts.down_proj.weight"), c->experts));
+    } else {
+        reel_tensor f = reel_silu_and_mul(g, reel_matmul(g, x, lparam(b, l, "mlp.gate_up_proj.weight"), true));
+        h = reel_add(g, h, reel_matmul(g, f, lparam(b, l, "mlp.down_proj.weight"), true));
+    }
     snprintf(n, sizeof n, "l%d.out", l);
     reel_set_name(g, h, n);
     return h;

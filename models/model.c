@@ -13,7 +13,8 @@
 #include "models/model.h"
 #include "runtime/plan.h"
 
-static const char *const family_names[REEL_MODEL_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3"};
+static const char *const family_names[REEL_MODEL_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3",
+                                                                        "qwen3_moe", "mixtral"};
 static const char *const rope_type_names[REEL_ROPE_TYPE_COUNT] = {"default", "linear", "dynamic", "yarn", "llama3"};
 
 const char *reel_model_family_name(reel_model_family f)
@@ -110,7 +111,8 @@ static reel_status check_checkpoint(reel_model *m, const char *dir)
 {
     reel_err *err = err_of(m->ctx);
     const model_cfg *c = &m->c;
-    static const char *const fam[REEL_MODEL_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3"};
+    static const char *const fam[REEL_MODEL_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3",
+                                                                        "qwen3_moe", "mixtral"};
     if (!c->dtype_given) { /* no torch_dtype: the embedding's */
         reel_st_tensor e = REEL_ST_TENSOR_INIT;
         if (reel_safetensors_find(m->ck, "model.embed_tokens.weight", &e) == REEL_OK && e.dtype != REEL_DTYPE_COUNT &&
@@ -221,6 +223,17 @@ reel_status reel_model_info_get(const reel_model *m, reel_model_info *out)
     full.kv_bytes_per_token =
         2ull * (uint64_t)c->layers * (uint64_t)c->kv_heads * (uint64_t)c->head_dim * reel_dtype_size(c->dtype);
     full.has_weights = m->ck != NULL;
+    full.experts = c->experts;
+    full.experts_per_token = c->experts > 0 ? c->topk : 0;
+    full.expert_ffn = c->experts > 0 ? c->moe_ffn : 0;
+    uint64_t unused = 0; /* expert weights one token does not read */
+    for (int l = 0; l < c->layers; l++) {
+        if (!model_layer_moe(c, l))
+            continue;
+        full.moe_layers++;
+        unused += (uint64_t)(c->experts - c->topk) * 3ull * (uint64_t)c->moe_ffn * (uint64_t)c->hidden;
+    }
+    full.active_param_bytes = full.param_bytes - unused * reel_dtype_size(c->dtype);
     return reel_struct_fill(out, &full, &reel_abi_model_info, err_of(m->ctx));
 }
 
@@ -309,10 +322,15 @@ static reel_status bind(const reel_model *m, reel_plan *p, const reel_model_opts
             continue;
         }
         if (!fn) {
-            const char *names[3];
+            const char **names = reel_halloc((size_t)pp->nparts * sizeof *names);
+            if (!names) {
+                st = reel_seterr(err, REEL_E_OOM, "reel_model_bind: out of host memory for '%s'", pp->name);
+                break;
+            }
             for (int k = 0; k < pp->nparts; k++)
-                names[k] = m->t[pp->part[k]].name;
+                names[k] = m->t[model_param_part(pp, k)].name;
             st = reel_safetensors_write_param(m->ck, p, pp->name, pp->nparts, names);
+            reel_hfree(names);
             continue;
         }
         size_t es = reel_dtype_size(pp->dtype);
@@ -325,7 +343,7 @@ static reel_status bind(const reel_model *m, reel_plan *p, const reel_model_opts
         }
         size_t at = 0;
         for (int k = 0; k < pp->nparts && st == REEL_OK; k++) {
-            reel_model_tensor t = tensor_info(m, pp->part[k]);
+            reel_model_tensor t = tensor_info(m, model_param_part(pp, k));
             size_t tb = (size_t)t.dims[0] * (size_t)(t.ndim == 2 ? t.dims[1] : 1) * es;
             st = fn(user, &t, buf + at, tb);
             if (st != REEL_OK)

@@ -32,6 +32,12 @@ typedef struct model_cfg {
     double beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor; /* yarn (attention_factor < 0:
                                                                               computed) */
     bool truncate;              /* yarn */
+    /* Mixture of experts (experts 0: dense). A layer has experts unless
+     * it is in mlp_only_layers or (l + 1) % sparse_step != 0; the others
+     * have the dense MLP of ffn. */
+    int experts, topk, moe_ffn, sparse_step;
+    bool norm_topk;
+    uint64_t mlp_only[64];      /* bit l: layer l is dense (mlp_only_layers; layers <= 4096) */
     /* The largest max_context a plan may have, and the key that says so. */
     int32_t context_limit;      /* INT32_MAX: none */
     char limit_key[64];
@@ -42,6 +48,12 @@ typedef struct model_cfg {
  * REEL_E_INVALID_ARG for a malformed value, REEL_E_UNSUPPORTED for a key or
  * value the layer does not build; the message names the key. */
 reel_status model_cfg_read(const void *json_root, const char *label, model_cfg *c, reel_err *err);
+
+/* Layer l has routed experts. */
+static inline bool model_layer_moe(const model_cfg *c, int l)
+{
+    return c->experts > 0 && !(c->mlp_only[l / 64] >> (l % 64) & 1) && (l + 1) % c->sparse_step == 0;
+}
 
 /* The rope's inverse frequencies [head_dim / 2] (double, transformers'
  * formulas for c->rope) and its attention factor. */
@@ -73,8 +85,10 @@ struct reel_model {
 enum { MT_EMBED, MT_NORM, MT_LM_HEAD, MT_GLOBAL_KINDS };
 enum {
     MT_IN_NORM, MT_Q, MT_K, MT_V, MT_QB, MT_KB, MT_VB, MT_QN, MT_KN, MT_O, MT_OB, MT_POST_NORM, MT_GATE, MT_UP,
-    MT_DOWN, MT_LAYER_KINDS
+    MT_DOWN, MT_ROUTER, MT_EXPERTS, MT_LAYER_KINDS
 };
+/* MT_EXPERTS is the first expert's gate; expert e's gate, up and down are
+ * m->t[that + 3e + 0, 1, 2] (pushed together). */
 /* Index into m->t of a global (layer -1) or a layer's tensor kind; -1 when the model has none. */
 int model_tensor_index(const reel_model *m, int layer, int kind);
 /* Fills m->t, m->nt, m->tidx from m->c. */
@@ -101,8 +115,17 @@ typedef struct model_param {
     int ndim;
     int64_t dims[2];
     int nparts;
-    int part[3];                /* indices into m->t */
+    int part[3];                /* indices into m->t (nparts <= 3) */
+    /* An expert stack (nexp > 0): part i is m->t[exp_base + 3 * (i / nek)
+     * + ek[i % nek]], nparts = nexp * nek (gate and up of each expert in
+     * turn: ek {0, 1}; down: ek {2}). */
+    int exp_base, nexp, nek, ek[2];
 } model_param;
+/* Index into m->t of part i of p. */
+static inline int model_param_part(const model_param *p, int i)
+{
+    return p->nexp > 0 ? p->exp_base + 3 * (i / p->nek) + p->ek[i % p->nek] : p->part[i];
+}
 /* The stage's parameters in graph order (allocated with reel_hcalloc; the
  * caller frees *out with reel_hfree). */
 reel_status model_params(const reel_model *m, const model_opts *o, model_param **out, int *n, reel_err *err);

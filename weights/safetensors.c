@@ -726,25 +726,27 @@ reel_status reel_safetensors_write_param(const reel_safetensors *ck, reel_plan *
 {
     if (!p)
         return reel_seterr(NULL, REEL_E_INVALID_ARG, "safetensors_write_param: NULL plan");
-    if (!ck || !param || nparts < 1 || nparts > 64 || !tensors)
+    if (!ck || !param || nparts < 1 || nparts > REEL_ST_MAX_PARTS || !tensors)
         return reel_seterr(p->err, REEL_E_INVALID_ARG, "safetensors_write_param: NULL checkpoint, parameter or "
-                           "tensors, or %d parts (1 to 64)", nparts);
+                           "tensors, or %d parts (1 to %d)", nparts, REEL_ST_MAX_PARTS);
     int t = reel_plan_find_tensor(p, param, REEL_T_PARAM);
     if (t < 0)
         return reel_seterr(p->err, REEL_E_NOT_FOUND, "safetensors_write_param: the plan has no parameter named "
                            "'%s'", param);
     const reel_shape *ps = &p->tensors[t].shape;
-    const st_entry *parts[64];
     int64_t rows0 = 0;
+    /* Every part checked before the first is written (nothing written
+     * unless all check); looked up again to write, so that an expert stack
+     * of hundreds of parts needs no array of them. */
     for (int i = 0; i < nparts; i++) {
         if (!tensors[i])
             return reel_seterr(p->err, REEL_E_INVALID_ARG, "safetensors_write_param '%s': part %d is NULL", param,
                                i);
-        parts[i] = lookup(ck, tensors[i]);
-        if (!parts[i])
+        const st_entry *e = lookup(ck, tensors[i]);
+        if (!e)
             return reel_seterr(p->err, REEL_E_NOT_FOUND, "parameter '%s': the checkpoint has no tensor '%s'", param,
                                tensors[i]);
-        REEL_TRY(check_part(p, param, ps, parts[i], nparts, &rows0));
+        REEL_TRY(check_part(p, param, ps, e, nparts, &rows0));
     }
     if (rows0 != ps->dims[0]) {
         char b[96];
@@ -754,7 +756,7 @@ reel_status reel_safetensors_write_param(const reel_safetensors *ck, reel_plan *
     }
     size_t off = 0;
     for (int i = 0; i < nparts; i++) {
-        const st_entry *e = parts[i];
+        const st_entry *e = lookup(ck, tensors[i]);
         reel_status st = reel_plan_write_param_part(p, t, off, ck->files[e->file].data + e->begin, e->bytes,
                                                     i == nparts - 1);
         if (st != REEL_OK)

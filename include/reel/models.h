@@ -72,6 +72,8 @@ typedef enum reel_model_family {
     REEL_MODEL_MISTRAL,    /* "mistral" */
     REEL_MODEL_QWEN2,      /* "qwen2": Qwen2, Qwen2.5 (q/k/v biases) */
     REEL_MODEL_QWEN3,      /* "qwen3": Qwen3 dense (q_norm, k_norm) */
+    REEL_MODEL_QWEN3_MOE,  /* "qwen3_moe": Qwen3 attention, softmax-routed experts */
+    REEL_MODEL_MIXTRAL,    /* "mixtral": Mistral attention, 8 experts, top-2 renormalized */
     REEL_MODEL_FAMILY_COUNT
 } reel_model_family;
 /* The family's model_type ("llama", ...); NULL out of range. */
@@ -114,6 +116,13 @@ typedef struct reel_model_info {
     uint64_t param_bytes;      /* every weight the model reads */
     uint64_t kv_bytes_per_token; /* K and V of one token in all layers */
     int has_weights;           /* opened from a checkpoint (reel_model_open), not a config alone */
+    /* Appended in 0.2 (mixture of experts; 0 for a dense model): */
+    int experts;               /* routed experts per MoE layer */
+    int experts_per_token;     /* num_experts_per_tok */
+    int expert_ffn;            /* an expert's intermediate size */
+    int moe_layers;            /* layers with experts (the others have the dense MLP of ffn) */
+    uint64_t active_param_bytes; /* the weights one token reads: param_bytes less the experts it
+                                    does not use */
 } reel_model_info;
 #define REEL_MODEL_INFO_HEAD REEL_STRUCT_HEAD(reel_model_info, REEL_MODEL_INFO_MAGIC)
 #define REEL_MODEL_INFO_INIT REEL_STRUCT_INIT(reel_model_info, REEL_MODEL_INFO_MAGIC)

@@ -87,12 +87,15 @@ const char *reel_safetensors_metadata(const reel_safetensors *ck, const char *ke
 /* Writes plan parameter `param` from the checkpoint: with one tensor, its
  * dtype and shape must be the parameter's; with several, they are stacked
  * along dim 0 in the order given (q, k and v into one fused projection; a
- * gate and an up projection into one), so each must have the parameter's
- * dtype and trailing dims, and their first dims must add up to its first.
- * Each part is copied from the mapping straight into the parameter.
+ * gate and an up projection into one; the experts of a mixture-of-experts
+ * layer into one), so each must have the parameter's dtype and trailing
+ * dims, and their first dims must add up to its first. 1 to
+ * REEL_ST_MAX_PARTS parts. Each part is copied from the mapping straight
+ * into the parameter.
  * REEL_E_NOT_FOUND names a missing tensor or parameter; REEL_E_DTYPE and
  * REEL_E_SHAPE name the tensor, the parameter and both dtypes or shapes.
  * Nothing is written unless every part checks. */
+#define REEL_ST_MAX_PARTS 4096
 reel_status reel_safetensors_write_param(const reel_safetensors *ck, reel_plan *p, const char *param, int nparts,
                                          const char *const *tensors);
 

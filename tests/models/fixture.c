@@ -24,7 +24,7 @@ const mfam mf_families[] = {
      "\"rope_theta\": 500000.0, \"tie_word_embeddings\": true, \"torch_dtype\": \"%s\", "
      "\"transformers_version\": \"4.45.0.dev0\", \"use_cache\": true, \"vocab_size\": 256}",
      REEL_MODEL_LLAMA, 2, 128, 8, 2, 16, 192, 256, true, false, false, false, 1e-5, 500000.0, 131072,
-     REEL_ROPE_LLAMA3, {"llama3", 32.0, 1.0, 4.0, 8192, -1, 0, 0, 0, 0, -1}},
+     REEL_ROPE_LLAMA3, {"llama3", 32.0, 1.0, 4.0, 8192, -1, 0, 0, 0, 0, -1}, MF_DENSE},
     {"Llama-3.1-8B",
      "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
      "\"bos_token_id\": 128000, \"eos_token_id\": 128001, \"hidden_act\": \"silu\", \"hidden_size\": 128, "
@@ -36,7 +36,7 @@ const mfam mf_families[] = {
      "\"tie_word_embeddings\": false, \"torch_dtype\": \"%s\", \"transformers_version\": \"4.43.0.dev0\", "
      "\"use_cache\": true, \"vocab_size\": 320}",
      REEL_MODEL_LLAMA, 2, 128, 8, 2, 16, 224, 320, false, false, false, false, 1e-5, 500000.0, 131072,
-     REEL_ROPE_LLAMA3, {"llama3", 8.0, 1.0, 4.0, 8192, -1, 0, 0, 0, 0, -1}},
+     REEL_ROPE_LLAMA3, {"llama3", 8.0, 1.0, 4.0, 8192, -1, 0, 0, 0, 0, -1}, MF_DENSE},
     {"Mistral-7B-v0.3",
      "{\"architectures\": [\"MistralForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 1, "
      "\"eos_token_id\": 2, \"hidden_act\": \"silu\", \"hidden_size\": 64, \"initializer_range\": 0.02, "
@@ -46,7 +46,7 @@ const mfam mf_families[] = {
      "\"torch_dtype\": \"%s\", \"transformers_version\": \"4.42.0.dev0\", \"use_cache\": true, "
      "\"vocab_size\": 384}",
      REEL_MODEL_MISTRAL, 2, 64, 4, 1, 16, 160, 384, false, false, false, false, 1e-5, 1e6, 32768,
-     REEL_ROPE_DEFAULT, NO_ROPE},
+     REEL_ROPE_DEFAULT, NO_ROPE, MF_DENSE},
     {"Qwen2.5-0.5B",
      "{\"architectures\": [\"Qwen2ForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 151643, "
      "\"eos_token_id\": 151643, \"hidden_act\": \"silu\", \"hidden_size\": 112, \"initializer_range\": 0.02, "
@@ -56,7 +56,7 @@ const mfam mf_families[] = {
      "\"tie_word_embeddings\": true, \"torch_dtype\": \"%s\", \"transformers_version\": \"4.40.1\", "
      "\"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 256}",
      REEL_MODEL_QWEN2, 2, 112, 14, 2, 8, 160, 256, true, true, false, false, 1e-6, 1e6, 32768,
-     REEL_ROPE_DEFAULT, NO_ROPE},
+     REEL_ROPE_DEFAULT, NO_ROPE, MF_DENSE},
     {"Qwen3-0.6B",
      "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
      "\"bos_token_id\": 151643, \"eos_token_id\": 151645, \"head_dim\": 32, \"hidden_act\": \"silu\", "
@@ -67,7 +67,7 @@ const mfam mf_families[] = {
      "\"torch_dtype\": \"%s\", \"transformers_version\": \"4.51.0\", \"use_cache\": true, "
      "\"use_sliding_window\": false, \"vocab_size\": 256}",
      REEL_MODEL_QWEN3, 2, 64, 4, 2, 32, 96, 256, true, false, false, true, 1e-6, 1e6, 40960, REEL_ROPE_DEFAULT,
-     NO_ROPE},
+     NO_ROPE, MF_DENSE},
     /* Qwen3 with the long-context rope Qwen's model cards give */
     {"Qwen3-0.6B-yarn",
      "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
@@ -80,7 +80,7 @@ const mfam mf_families[] = {
      "\"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false, "
      "\"vocab_size\": 256}",
      REEL_MODEL_QWEN3, 2, 64, 4, 2, 32, 96, 256, true, false, false, true, 1e-6, 1e6, 131072, REEL_ROPE_YARN,
-     {"yarn", 4.0, 0, 0, 32768, -1, 0, 0, 0, 0, -1}},
+     {"yarn", 4.0, 0, 0, 32768, -1, 0, 0, 0, 0, -1}, MF_DENSE},
     /* Llama 2 with linear rope scaling under the old key "type", no kv heads (MHA) */
     {"Llama-2-linear",
      "{\"architectures\": [\"LlamaForCausalLM\"], \"bos_token_id\": 1, \"eos_token_id\": 2, "
@@ -90,7 +90,7 @@ const mfam mf_families[] = {
      "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 4.0}, \"tie_word_embeddings\": false, "
      "\"torch_dtype\": \"%s\", \"transformers_version\": \"4.31.0\", \"use_cache\": true, \"vocab_size\": 256}",
      REEL_MODEL_LLAMA, 2, 64, 4, 4, 16, 172, 256, false, false, false, false, 1e-5, 10000.0, 16384,
-     REEL_ROPE_LINEAR, {"linear", 4.0, 0, 0, 0, -1, 0, 0, 0, 0, -1}},
+     REEL_ROPE_LINEAR, {"linear", 4.0, 0, 0, 0, -1, 0, 0, 0, 0, -1}, MF_DENSE},
     /* Llama with attention_bias and dynamic NTK scaling (served up to its length) */
     {"Llama-dynamic-bias",
      "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": true, \"hidden_act\": \"silu\", "
@@ -100,7 +100,37 @@ const mfam mf_families[] = {
      "\"factor\": 2.0}, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false, \"torch_dtype\": \"%s\", "
      "\"vocab_size\": 256}",
      REEL_MODEL_LLAMA, 2, 64, 4, 2, 16, 128, 256, false, true, true, false, 1e-6, 10000.0, 4096,
-     REEL_ROPE_DYNAMIC, {"dynamic", 2.0, 0, 0, 0, -1, 0, 0, 0, 0, -1}},
+     REEL_ROPE_DYNAMIC, {"dynamic", 2.0, 0, 0, 0, -1, 0, 0, 0, 0, -1}, MF_DENSE},
+    /* Qwen3-30B-A3B's config (128 experts, 8 a token, norm_topk_prob) shrunk
+     * to 16 experts of 4 a token; layer 1 in mlp_only_layers (dense, the
+     * intermediate_size), as Qwen3-MoE configs allow. */
+    {"Qwen3-30B-A3B",
+     "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0, "
+     "\"bos_token_id\": 151643, \"decoder_sparse_step\": 1, \"eos_token_id\": 151645, \"head_dim\": 16, "
+     "\"hidden_act\": \"silu\", \"hidden_size\": 64, \"initializer_range\": 0.02, \"intermediate_size\": 96, "
+     "\"max_position_embeddings\": 40960, \"max_window_layers\": 48, \"mlp_only_layers\": [1], "
+     "\"model_type\": \"qwen3_moe\", \"moe_intermediate_size\": 24, \"norm_topk_prob\": true, "
+     "\"num_attention_heads\": 8, \"num_experts\": 16, \"num_experts_per_tok\": 4, \"num_hidden_layers\": 3, "
+     "\"num_key_value_heads\": 2, \"output_router_logits\": false, \"rms_norm_eps\": 1e-06, "
+     "\"rope_scaling\": null, \"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.001, "
+     "\"sliding_window\": null, \"tie_word_embeddings\": false, \"torch_dtype\": \"%s\", "
+     "\"transformers_version\": \"4.51.0\", \"use_cache\": true, \"use_sliding_window\": false, "
+     "\"vocab_size\": 256}",
+     REEL_MODEL_QWEN3_MOE, 3, 64, 8, 2, 16, 96, 256, false, false, false, true, 1e-6, 1e6, 40960,
+     REEL_ROPE_DEFAULT, NO_ROPE, 16, 4, 24, true, 1, 1, false},
+    /* Mixtral-8x7B-v0.1's config shrunk: 8 experts, 2 a token, always
+     * renormalized. */
+    {"Mixtral-8x7B",
+     "{\"architectures\": [\"MixtralForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 1, "
+     "\"eos_token_id\": 2, \"hidden_act\": \"silu\", \"hidden_size\": 64, \"initializer_range\": 0.02, "
+     "\"intermediate_size\": 48, \"max_position_embeddings\": 32768, \"model_type\": \"mixtral\", "
+     "\"num_attention_heads\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2, "
+     "\"num_key_value_heads\": 2, \"num_local_experts\": 8, \"output_router_logits\": false, "
+     "\"rms_norm_eps\": 1e-05, \"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.02, "
+     "\"sliding_window\": null, \"tie_word_embeddings\": false, \"torch_dtype\": \"%s\", "
+     "\"transformers_version\": \"4.36.0.dev0\", \"use_cache\": true, \"vocab_size\": 256}",
+     REEL_MODEL_MIXTRAL, 2, 64, 4, 2, 16, 48, 256, false, false, false, false, 1e-5, 1e6, 32768,
+     REEL_ROPE_DEFAULT, NO_ROPE, 8, 2, 48, true, 1, -1, true},
 };
 const int mf_nfamilies = (int)(sizeof mf_families / sizeof mf_families[0]);
 
@@ -298,9 +328,29 @@ void mf_write(const mfam *f, reel_dtype dt, uint64_t seed, const char *dir, mwei
         if (f->o_bias)
             add(w, L("self_attn.o_proj.bias"), D, 0, -0.5, 0.5, &s, dt);
         add(w, L("post_attention_layernorm.weight"), D, 0, 0.5, 1.5, &s, dt);
-        add(w, L("mlp.gate_proj.weight"), F, D, -sD, sD, &s, dt);
-        add(w, L("mlp.up_proj.weight"), F, D, -sD, sD, &s, dt);
-        add(w, L("mlp.down_proj.weight"), D, F, -sF, sF, &s, dt);
+        if (mf_layer_moe(f, l)) {
+            const int64_t Fe = f->moe_ffn;
+            const double sE = sqrt(3.0 / Fe);
+            add(w, L(f->mixtral_names ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"), f->experts, D, -4 * sD,
+                4 * sD, &s, dt);
+            for (int e = 0; e < f->experts; e++) {
+                char en[96];
+                const char *const *pn = f->mixtral_names ? (const char *const[]){"w1", "w3", "w2"}
+                                                        : (const char *const[]){"gate_proj", "up_proj", "down_proj"};
+                for (int j = 0; j < 3; j++) {
+                    snprintf(en, sizeof en, "%s.experts.%d.%s.weight", f->mixtral_names ? "block_sparse_moe" : "mlp",
+                             e, pn[j]);
+                    if (j < 2)
+                        add(w, L(en), Fe, D, -sD, sD, &s, dt);
+                    else
+                        add(w, L(en), D, Fe, -sE, sE, &s, dt);
+                }
+            }
+        } else {
+            add(w, L("mlp.gate_proj.weight"), F, D, -sD, sD, &s, dt);
+            add(w, L("mlp.up_proj.weight"), F, D, -sD, sD, &s, dt);
+            add(w, L("mlp.down_proj.weight"), D, F, -sF, sF, &s, dt);
+        }
 #undef L
     }
     add(w, "model.norm.weight", D, 0, 0.5, 1.5, &s, dt);
@@ -375,9 +425,68 @@ static void rope(double *x, int hd, int pos, const double *inv, double attn)
     }
 }
 
-void mf_reference(const mfam *f, const mweights *w, const int32_t *tokens, int n, const double *inv, double attn,
-                  double *logits)
+bool mf_layer_moe(const mfam *f, int l) { return f->experts > 0 && l != f->mlp_only && (l + 1) % f->sparse_step == 0; }
+
+/* transformers' Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock: the router's
+ * logits (rounded to the model's dtype by round_router, as its linear gives
+ * them), softmax, the top k (equal scores: the lower expert), renormalized
+ * when the config says, each chosen expert's SwiGLU MLP weighted. */
+static void moe_mlp(const mfam *f, const mweights *w, int l, const double *x, double *out,
+                    double (*round_router)(double))
 {
+    const int D = f->hidden, E = f->experts, Fe = f->moe_ffn;
+    const char *pre = f->mixtral_names ? "block_sparse_moe" : "mlp";
+    char n[128];
+    double lg[64], p[64], g[256], u[256], y[256];
+    cr_assert(E <= 64 && Fe <= 256 && D <= 256);
+    snprintf(n, sizeof n, "%s.gate.weight", pre);
+    linear(x, lw(w, l, n), NULL, D, E, lg);
+    double mx = -INFINITY, sum = 0;
+    for (int e = 0; e < E; e++)
+        mx = fmax(mx, lg[e] = round_router(lg[e]));
+    for (int e = 0; e < E; e++)
+        sum += (p[e] = exp(lg[e] - mx));
+    int chosen[16];
+    double wt[16], wsum = 0;
+    for (int j = 0; j < f->topk; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++)
+                taken |= chosen[i] == e;
+            if (!taken && (best < 0 || lg[e] > lg[best]))
+                best = e;
+        }
+        chosen[j] = best;
+        wsum += (wt[j] = p[best] / sum);
+    }
+    for (int i = 0; i < D; i++)
+        out[i] = 0;
+    for (int j = 0; j < f->topk; j++) {
+        const char *const *pn = f->mixtral_names ? (const char *const[]){"w1", "w3", "w2"}
+                                                : (const char *const[]){"gate_proj", "up_proj", "down_proj"};
+        snprintf(n, sizeof n, "%s.experts.%d.%s.weight", pre, chosen[j], pn[0]);
+        linear(x, lw(w, l, n), NULL, D, Fe, g);
+        snprintf(n, sizeof n, "%s.experts.%d.%s.weight", pre, chosen[j], pn[1]);
+        linear(x, lw(w, l, n), NULL, D, Fe, u);
+        for (int i = 0; i < Fe; i++)
+            g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+        snprintf(n, sizeof n, "%s.experts.%d.%s.weight", pre, chosen[j], pn[2]);
+        linear(g, lw(w, l, n), NULL, Fe, D, y);
+        double c = f->norm_topk ? wt[j] / wsum : wt[j];
+        for (int i = 0; i < D; i++)
+            out[i] += c * y[i];
+    }
+}
+
+static double keep(double v) { return v; }
+static double to_f32(double v) { return (float)v; }
+static double to_bf16_d(double v) { return from_bf16(to_bf16((float)v)); }
+
+void mf_reference(const mfam *f, const mweights *w, const int32_t *tokens, int n, const double *inv, double attn,
+                  reel_dtype dt, double *logits)
+{
+    double (*round_router)(double) = dt == REEL_BF16 ? to_bf16_d : dt == REEL_F32 ? to_f32 : keep;
     const int D = f->hidden, H = f->heads, Hk = f->kv_heads, Dh = f->head_dim, F = f->ffn, V = f->vocab;
     const int Q = H * Dh, KV = Hk * Dh;
     double *h = calloc((size_t)n * D, sizeof *h), *x = calloc((size_t)D, sizeof *x);
@@ -436,11 +545,15 @@ void mf_reference(const mfam *f, const mweights *w, const int32_t *tokens, int n
             for (int i = 0; i < D; i++)
                 ht[i] += o[i];
             rmsnorm(ht, lw(w, l, "post_attention_layernorm.weight"), D, f->eps, x);
-            linear(x, lw(w, l, "mlp.gate_proj.weight"), NULL, D, F, g);
-            linear(x, lw(w, l, "mlp.up_proj.weight"), NULL, D, F, u);
-            for (int i = 0; i < F; i++)
-                g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
-            linear(g, lw(w, l, "mlp.down_proj.weight"), NULL, F, D, o);
+            if (mf_layer_moe(f, l)) {
+                moe_mlp(f, w, l, x, o, round_router);
+            } else {
+                linear(x, lw(w, l, "mlp.gate_proj.weight"), NULL, D, F, g);
+                linear(x, lw(w, l, "mlp.up_proj.weight"), NULL, D, F, u);
+                for (int i = 0; i < F; i++)
+                    g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+                linear(g, lw(w, l, "mlp.down_proj.weight"), NULL, F, D, o);
+            }
             for (int i = 0; i < D; i++)
                 ht[i] += o[i];
         }

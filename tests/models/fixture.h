@@ -42,7 +42,19 @@ typedef struct mfam {
     int max_pos;
     reel_rope_type rope_type;
     tf_rope rope;
+    /* Mixture of experts (experts 0: dense): the experts of a layer, the
+     * choices per token, an expert's intermediate size, renormalized
+     * weights, every sparse_step-th layer with experts but mlp_only (-1:
+     * none); moe_names: Mixtral's (block_sparse_moe, w1/w3/w2) or Qwen3-MoE's
+     * (mlp.gate, mlp.experts.<e>.gate_proj). */
+    int experts, topk, moe_ffn;
+    bool norm_topk;
+    int sparse_step, mlp_only;
+    bool mixtral_names;
 } mfam;
+#define MF_DENSE 0, 0, 0, false, 1, -1, false
+/* Layer l of f has experts. */
+bool mf_layer_moe(const mfam *f, int l);
 
 extern const mfam mf_families[];
 extern const int mf_nfamilies;
@@ -66,9 +78,12 @@ void mf_write(const mfam *f, reel_dtype dt, uint64_t seed, const char *dir, mwei
               const char *drop);
 void mf_weights_free(mweights *w);
 /* A float64 forward pass of f over tokens[0..n) of one sequence at
- * positions 0..n-1: logits [n][vocab]. inv and attn: the rope to use. */
+ * positions 0..n-1: logits [n][vocab]. inv and attn: the rope to use; dt:
+ * the model's dtype, to which the routers' logits are rounded (as the
+ * model's linear layer gives them: the experts chosen are then the model's;
+ * any other value keeps them in float64). */
 void mf_reference(const mfam *f, const mweights *w, const int32_t *tokens, int n, const double *inv, double attn,
-                  double *logits);
+                  reel_dtype dt, double *logits);
 
 /* A fresh directory under /tmp (static buffer) and its removal. */
 const char *mf_tmpdir(void);

@@ -75,6 +75,18 @@ static void run(reel_ctx *ctx, const mfam *f, reel_dtype dt, const char *dir, in
     cr_expect_eq(in.rope_type, (int)f->rope_type, "%s: rope %d", f->name, in.rope_type);
     int expected_tensors = 1 + f->layers * (9 + (f->qkv_bias ? 3 : 0) + (f->qk_norm ? 2 : 0) + (f->o_bias ? 1 : 0)) +
                            1 + (f->tied ? 0 : 1);
+    int moe_layers = 0;
+    for (int l = 0; l < f->layers; l++)
+        if (mf_layer_moe(f, l)) { /* a router and 3 a expert for the dense MLP's 3 */
+            expected_tensors += 1 + 3 * f->experts - 3;
+            moe_layers++;
+        }
+    cr_expect(in.experts == f->experts && in.experts_per_token == f->topk && in.moe_layers == moe_layers &&
+                  in.expert_ffn == (f->experts ? f->moe_ffn : 0),
+              "%s: experts %d, %d a token, ffn %d, %d layers", f->name, in.experts, in.experts_per_token,
+              in.expert_ffn, in.moe_layers);
+    cr_expect(f->experts ? in.active_param_bytes < in.param_bytes : in.active_param_bytes == in.param_bytes, "%s",
+              f->name);
     cr_expect_eq(reel_model_tensor_count(m), expected_tensors, "%s", f->name);
     uint64_t kvb = 2ull * f->layers * f->kv_heads * f->head_dim * reel_dtype_size(dt);
     cr_expect_eq(in.kv_bytes_per_token, kvb, "%s", f->name);
@@ -161,7 +173,7 @@ static void check_family(const mfam *f, reel_dtype dt, double rtol)
     run(ctx, f, dt, dir, tokens, got, true);
     double inv[256], attn;
     tf_inv_freq(&f->rope, f->head_dim, f->theta, f->max_pos, inv, &attn);
-    mf_reference(f, &w, tokens, N, inv, attn, want);
+    mf_reference(f, &w, tokens, N, inv, attn, dt, want);
     double scale = max_abs(want, nl), err = max_diff(got, want, nl);
     cr_expect(err <= rtol * scale, "%s (%s): logits differ from the float64 reference by %.3g of their scale %.3g "
               "(tolerance %.3g)", f->name, reel_dtype_name(dt), err / scale, scale, rtol);
@@ -170,7 +182,7 @@ static void check_family(const mfam *f, reel_dtype dt, double rtol)
         tf_rope plain = {NULL, 1, 0, 0, 0, -1, 0, 0, 0, 0, -1};
         double inv0[256], attn0;
         tf_inv_freq(&plain, f->head_dim, f->theta, f->max_pos, inv0, &attn0);
-        mf_reference(f, &w, tokens, N, inv0, attn0, other);
+        mf_reference(f, &w, tokens, N, inv0, attn0, dt, other);
         double miss = max_diff(got, other, nl);
         cr_expect(miss > 4 * rtol * scale, "%s: the unscaled rope's logits are as close (%.3g of the scale) as the "
                   "%s rope's (%.3g): the check cannot see the table", f->name, miss / scale, f->rope.type,
@@ -213,6 +225,8 @@ FAMILY_TEST(qwen3_0_6b_with_qk_norms_and_an_explicit_head_dim, "Qwen3-0.6B")
 FAMILY_TEST(qwen3_with_yarn_rope, "Qwen3-0.6B-yarn")
 FAMILY_TEST(llama_2_with_linear_rope_under_the_old_type_key, "Llama-2-linear")
 FAMILY_TEST(llama_with_attention_bias_and_dynamic_rope, "Llama-dynamic-bias")
+FAMILY_TEST(qwen3_moe_with_16_experts_4_a_token_and_a_dense_layer, "Qwen3-30B-A3B")
+FAMILY_TEST(mixtral_with_8_experts_2_a_token, "Mixtral-8x7B")
 
 /* A model parsed from config.json alone builds and compiles; its plan waits
  * for reel_model_bind_source, and reel_model_bind says so. */

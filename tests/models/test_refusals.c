@@ -315,3 +315,35 @@ Test(models_refusals, a_directory_without_config_or_weights_is_not_found, .init 
     cr_expect(strstr(reel_ctx_last_error(ctx), "model.safetensors") != NULL, "%s", reel_ctx_last_error(ctx));
     mf_rmdir(dir);
 }
+
+/* The experts' keys: out of what the MoE kernels hold, or inconsistent,
+ * refused by name; model types of other MoE families refused as such. */
+Test(models_refusals, expert_keys_outside_the_kernels_are_refused_by_name, .init = setup, .fini = teardown)
+{
+    refused("qwen3_moe", ", \"num_experts\": 600", REEL_E_INVALID_ARG, "num_experts");
+    refused("qwen3_moe", ", \"num_experts\": 8, \"num_experts_per_tok\": 9", REEL_E_INVALID_ARG,
+            "num_experts_per_tok");
+    refused("qwen3_moe", ", \"num_experts_per_tok\": 17", REEL_E_INVALID_ARG, "num_experts_per_tok");
+    refused("qwen3_moe", ", \"mlp_only_layers\": [2]", REEL_E_INVALID_ARG, "mlp_only_layers");
+    refused("qwen3_moe", ", \"mlp_only_layers\": 1", REEL_E_INVALID_ARG, "mlp_only_layers");
+    refused("qwen3_moe", ", \"decoder_sparse_step\": 0", REEL_E_INVALID_ARG, "decoder_sparse_step");
+    refused("qwen3_moe", ", \"moe_intermediate_size\": 0", REEL_E_INVALID_ARG, "moe_intermediate_size");
+    refused("mixtral", ", \"num_local_experts\": 513", REEL_E_INVALID_ARG, "num_local_experts");
+    refused("mixtral", ", \"num_local_experts\": 2, \"num_experts_per_tok\": 3", REEL_E_INVALID_ARG,
+            "num_experts_per_tok");
+    refused("deepseek_v3", "", REEL_E_UNSUPPORTED, "model_type");
+    refused("qwen2_moe", "", REEL_E_UNSUPPORTED, "model_type");
+    /* num_experts 0: transformers builds every layer dense */
+    reel_model *m = accepted("qwen3_moe", ", \"num_experts\": 0");
+    reel_model_info in = REEL_MODEL_INFO_INIT;
+    cr_assert_eq(reel_model_info_get(m, &in), REEL_OK);
+    cr_expect_eq(in.moe_layers, 0);
+    cr_expect_eq(in.active_param_bytes, in.param_bytes);
+    reel_model_close(m);
+    /* decoder_sparse_step 2: layers 1, 3, ... have experts */
+    m = accepted("qwen3_moe", ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"decoder_sparse_step\": 2");
+    cr_assert_eq(reel_model_info_get(m, &in), REEL_OK);
+    cr_expect_eq(in.moe_layers, 1);
+    cr_expect_eq(in.experts, 4);
+    reel_model_close(m);
+}
