@@ -317,7 +317,8 @@ reel_tensor reel_paged_attention(reel_graph *g, reel_tensor q, reel_tensor k, re
  * candidate. A row with fewer than k candidates gives its valid indices, then
  * -1. With a page table [T, P] int32 (pass the invalid handle for none),
  * index i becomes page_table[i / page_size] * page_size + i % page_size;
- * -1 stays -1. The page table must be a graph input and cover N (P *
+ * -1 stays -1, and so does an index on a page whose entry is negative
+ * (unmapped). The page table must be a graph input and cover N (P *
  * page_size >= N): the step checks it before anything runs, and a page
  * entry that would map a candidate (i < min(length, N)) past INT32_MAX
  * fails the step with REEL_E_LIMIT, no op run, no state written. Result
@@ -353,10 +354,11 @@ typedef struct reel_moe_params {
  * invalid handle for none, allowed only with sigmoid) -> *ids [T, top_k]
  * int32 and *weights [T, top_k] f32. Scores are softmax(logits) or
  * sigmoid(logits); experts are chosen by score (+ bias), best first, equal
- * scores to the lower expert id, on every backend alike; with groups, the
- * experts outside the kept groups count as choice score 0 (as DeepSeek V3
- * masks them). The weights are the chosen experts' scores (never the bias),
- * renormalized and scaled as p says. */
+ * scores to the lower expert id, on every backend alike (ops/moe.h: the
+ * same float operations on each); with groups, the experts outside the kept
+ * groups count as choice score 0 with sigmoid (as DeepSeek V3 masks them)
+ * and rank after every kept expert with softmax. The weights are the chosen
+ * experts' scores (never the bias), renormalized and scaled as p says. */
 reel_status reel_moe_route(reel_graph *g, reel_tensor logits, reel_tensor bias, const reel_moe_params *p,
                            reel_tensor *ids, reel_tensor *weights);
 /* The routed experts' SwiGLU MLP: x [T, H] (f32, f16 or bf16), ids and

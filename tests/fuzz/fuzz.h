@@ -38,16 +38,22 @@ static inline uint32_t fz_u32(fz *f)
         abort();                                                       \
     } while (0)
 
+/* REEL_FUZZ_VERBOSE set: print every call and its status. */
+static inline int fz_verbose(void)
+{
+    static int verbose = -1;
+    if (verbose < 0)
+        verbose = getenv("REEL_FUZZ_VERBOSE") != NULL;
+    return verbose;
+}
+
 /* Every status other than REEL_OK leaves a message (on ctx; on the thread
  * for calls without one). Returns st. */
 static inline reel_status fz_check(reel_status st, const reel_ctx *ctx, const char *call)
 {
     if ((int)st < 0 || st >= REEL_STATUS_COUNT)
         FZ_FAIL("%s returned %d, not a reel_status", call, (int)st);
-    static int verbose = -1;
-    if (verbose < 0)
-        verbose = getenv("REEL_FUZZ_VERBOSE") != NULL;
-    if (verbose)
+    if (fz_verbose())
         fprintf(stderr, "%s -> %s%s%s\n", call, reel_status_str(st), st ? ": " : "",
                 st ? reel_ctx_last_error(ctx) : "");
     if (st != REEL_OK) {

@@ -2,10 +2,30 @@
  * backend. The bytes are a program: builder commands over a pool of tensor
  * handles (every op the builder has; shapes with 0, odd and huge dims; every
  * dtype and an invalid one; streams; outputs; names), then compile options
- * (buckets, limits, strict, no_capture, check_hazards, pdl), then steps with
- * random metadata, inputs, parameter writes, state binds and reads.
+ * (buckets, limits, strict, no_capture, check_hazards, pdl, no_fuse), then
+ * steps with random metadata, inputs, parameter writes, state binds and reads.
  * Invariants: no crash or sanitizer report; every non-OK status leaves a
- * message; nothing leaks (ASan's leak check at exit / per input). */
+ * message; nothing leaks (ASan's leak check at exit / per input).
+ *
+ * Differential oracles, for a program of which at least one step succeeded:
+ * the same bytes run again (the graph built again, the same calls with the
+ * same data) with one compile option flipped must give the same statuses of
+ * compile and every step, bitwise the same outputs of every accepted step,
+ * the same state reads and bitwise the same states at the end:
+ * - captured against eager (no_capture flipped; not for strict programs,
+ *   whose steps an eager plan refuses by design): reel.h promises that a step
+ *   past a graph's limits "runs eagerly through the same kernels", and a
+ *   step inside a bucket runs in that bucket's layout either way;
+ * - fused against unfused (no_fuse flipped): docs/fusion.md says every fused
+ *   node keeps the rounding points of the pair it replaces, "so a fused plan
+ *   gives the unfused plan's bits on the host backend" (runtime/fuse.c,
+ *   docs/attention.md for the rope fused into attention), so the comparison
+ *   is bitwise too, with no tolerance. (On CUDA the same holds per
+ *   docs/fusion.md except where cuBLASLt's split-K differs; this target
+ *   runs on the host only.)
+ * A variant whose compile or step is refused with REEL_E_OOM (an unfused plan
+ * holds more activations) ends the comparison; any other difference is a
+ * broken invariant. */
 #include "fuzz.h"
 
 FZ_ASAN_DEFAULTS
@@ -24,7 +44,7 @@ static const int32_t tok_tab[] = {0, 1, 2, 3, 4, 5, 8, 16, 17, 33, 64, 100, -1, 
 static const int32_t bucket_tab[] = {1, 2, 4, 8, 16, 3, 0, -1, 64, 65, INT32_MAX, 1 << 16, 5, 6};
 static const int32_t limit_tab[] = {REEL_UNDEF_INT, 0, 1, 4, 8, 16, 64, -3, INT32_MAX, 3};
 static const int32_t meta_tab[] = {0, 1, 2, 3, 4, 5, 7, 8, -1, -2, 15, 16, 31, 63, INT32_MAX, INT32_MIN};
-static const float f_tab[] = {1e-5f, 0.0f, -1.0f, 1e30f, 10000.0f, 0.5f};
+static const float f_tab[] = {1e-5f, 0.0f, -1.0f, 1e30f, 10000.0f, 0.5f, 1.0f};
 
 /* A leaf the fuzzer made and knows the shape of (to size its data). */
 typedef struct leaf {
@@ -37,8 +57,39 @@ typedef struct leaf {
     int deferred;
 } leaf;
 
+/* One recorded result: a status and, where it is OK, the bytes (hashed;
+ * copied too up to REC_COPY, to say where two differ). */
+enum { MAX_STEPS = 5, REC_COPY = 1 << 16 };
+typedef struct blob {
+    int set;
+    reel_status st;
+    int64_t rows;
+    size_t n;
+    uint64_t hash;
+    uint8_t *copy;
+} blob;
+
+/* What one run of a program gave, for the differential oracles. */
+typedef struct record {
+    reel_status compile;
+    int strict, no_capture, no_fuse; /* the options compile saw */
+    int ok_steps;
+    int fused_nodes;   /* nodes the fusion pass made (node info's fused, or rope folded into attention) */
+    uint64_t replays;  /* steps replayed */
+    reel_status step[MAX_STEPS];
+    blob out[MAX_STEPS][MAX_OUT];
+    blob read[MAX_STEPS][LEAVES]; /* reel_plan_read_state in a step */
+    blob state[LEAVES];           /* every state at the end */
+} record;
+
+enum { RUN_AS_GIVEN, RUN_CAPTURE_FLIPPED, RUN_FUSE_FLIPPED };
+
 typedef struct world {
     fz f;
+    int variant;       /* RUN_*: which option the program runs with flipped */
+    record *rec;       /* this run's results */
+    const record *ref; /* a variant: the program's run as given, compared as we go (NULL: stop comparing) */
+    int stepi;
     reel_ctx *ctx;
     reel_graph *g;
     reel_plan *p;
@@ -86,7 +137,7 @@ static int64_t leaf_bytes(const leaf *l, int per_row)
     return n;
 }
 
-static void *fill(world *w, size_t bytes)
+static void *fill(world *w, size_t bytes, reel_dtype dt)
 {
     uint8_t *b = malloc(bytes ? bytes : 1);
     if (!b)
@@ -95,6 +146,12 @@ static void *fill(world *w, size_t bytes)
     /* small finite floats mostly; the seed's top bit lets raw bytes (NaN, inf) in */
     for (size_t i = 0; i < bytes; i++)
         b[i] = (seed & 0x80) ? (uint8_t)(seed * 31 + i * 7) : (uint8_t)((i % 4 == 3) ? 0x3f : (i * seed) & 0x7f);
+    /* int32 data with seed bit 6 (not 7): small values -1..7 (ids, lengths,
+     * page entries a step can accept) */
+    for (size_t i = 0; dt == REEL_I32 && (seed & 0xc0) == 0x40 && i + 4 <= bytes; i += 4) {
+        int32_t v = (int32_t)((i / 4 * (seed & 0x3f) + i / 12) % 9) - 1;
+        memcpy(b + i, &v, 4);
+    }
     return b;
 }
 
@@ -125,7 +182,7 @@ static void make_leaf(world *w, int kind)
         uint8_t mode = fz_u8(&w->f) % 4;
         int64_t bytes = leaf_bytes(l, 0);
         if (mode == 0 && bytes >= 0 && w->nbufs < LEAVES) {
-            void *d = fill(w, (size_t)bytes);
+            void *d = fill(w, (size_t)bytes, l->dt);
             if (d) {
                 w->bufs[w->nbufs++] = d;
                 FZ_CHECK(w->ctx, reel_param_bind(w->g, t, d));
@@ -206,6 +263,23 @@ static void build(world *w)
         }
         case 20: FZ_CHECK(w->ctx, reel_set_stream(g, pick_t(w), (int)(fz_u8(&w->f) % 7) - 1)); break;
         case 21: FZ_CHECK(NULL, reel_output(NULL, "a", pick_t(w))); break;
+        case 22: { /* the builder's other ops */
+            uint8_t op = fz_u8(&w->f) % 4;
+            reel_tensor a = pick_t(w), b = pick_t(w);
+            if (op == 0) {
+                int64_t col = FZ_PICK(&w->f, meta_tab), ncols = FZ_PICK(&w->f, meta_tab);
+                push(w, reel_view_cols(g, a, col, ncols));
+            } else if (op == 1) {
+                reel_tensor inv = pick_t(w);
+                int hd = (int)FZ_PICK(&w->f, meta_tab);
+                push(w, reel_rope_freq(g, a, b, inv, hd, FZ_PICK(&w->f, f_tab)));
+            } else if (op == 2) {
+                push(w, reel_rmsnorm_heads(g, a, b, FZ_PICK(&w->f, f_tab)));
+            } else {
+                push(w, reel_sample(g, a, b, pick_t(w)));
+            }
+            break;
+        }
         case 23: return; /* end of the graph */
         default: break;
         }
@@ -230,11 +304,34 @@ static void compile(world *w)
     o.no_capture = fl & 2 ? 1 : REEL_UNDEF_INT;
     o.check_hazards = fl & 4 ? 1 : REEL_UNDEF_INT;
     o.pdl = fl & 8 ? 1 : REEL_UNDEF_INT;
+    o.no_fuse = fl & 32 ? 1 : REEL_UNDEF_INT;
     if (fl & 16)
         o.size = sizeof(o) + 8 * (fl >> 6); /* 0: the struct of an older header (same size); more: newer */
-    reel_status st = FZ_CHECK(w->ctx, reel_compile(w->g, m == 0x55 ? NULL : &o, &w->p));
+    const reel_compile_opts *po = m == 0x55 ? NULL : &o;
+    w->rec->strict = po && (fl & 1);
+    w->rec->no_capture = po && (fl & 2);
+    w->rec->no_fuse = po && (fl & 32);
+    if (w->variant != RUN_AS_GIVEN) {
+        if (!po) { /* NULL: the defaults, with the one flag flipped */
+            reel_compile_opts d = REEL_COMPILE_OPTS_INIT;
+            o = d;
+            po = &o;
+        }
+        if (w->variant == RUN_CAPTURE_FLIPPED)
+            o.no_capture = !w->ref->no_capture;
+        else
+            o.no_fuse = !w->ref->no_fuse;
+    }
+    reel_status st = FZ_CHECK(w->ctx, reel_compile(w->g, po, &w->p));
+    w->rec->compile = st;
     if (st != REEL_OK && w->p)
         FZ_FAIL("reel_compile failed with %s and left a plan", reel_status_str(st));
+    if (w->ref && st != w->ref->compile && st != REEL_E_OOM)
+        FZ_FAIL("the program compiled %s with %s flipped (no_capture %d, no_fuse %d), %s as given: %s",
+                reel_status_str(st), w->variant == RUN_CAPTURE_FLIPPED ? "no_capture" : "no_fuse", o.no_capture,
+                o.no_fuse, reel_status_str(w->ref->compile), st ? reel_ctx_last_error(w->ctx) : "");
+    if (st != REEL_OK)
+        w->ref = NULL;
 }
 
 static int32_t *meta(world *w, int64_t n)
@@ -248,22 +345,90 @@ static int32_t *meta(world *w, int64_t n)
     return a;
 }
 
-static void touch_outputs(world *w)
+/* Records a result (b->n bytes of d where st is OK) into b. */
+static void note(blob *b, reel_status st, int64_t rows, const void *d, size_t n)
+{
+    *b = (blob){.set = 1, .st = st, .rows = rows, .n = st == REEL_OK ? n : 0, .hash = 1469598103934665603ull};
+    if (st != REEL_OK)
+        return;
+    const uint8_t *p = d;
+    for (size_t i = 0; i < n; i++) /* FNV-1a, and every byte read */
+        b->hash = (b->hash ^ p[i]) * 1099511628211ull;
+    if (n <= REC_COPY && (b->copy = malloc(n ? n : 1)) != NULL)
+        memcpy(b->copy, d, n);
+}
+
+/* A variant's result b against the same one of the run as given. */
+static void compare(const world *w, const blob *b, const blob *r, const char *what, int index, const char *name)
+{
+    if (!w->ref || !b->set || !r->set)
+        return;
+    const char *flip = w->variant == RUN_CAPTURE_FLIPPED ? (w->ref->no_capture ? "captured" : "eager (no_capture)")
+                                                         : (w->ref->no_fuse ? "fused" : "unfused (no_fuse)");
+    if (b->st != r->st || b->rows != r->rows || b->n != r->n)
+        FZ_FAIL("%s %d '%s': %s with %lld rows, %zu bytes in the %s plan, %s with %lld rows, %zu bytes as given", what,
+                index, name ? name : "(null)", reel_status_str(b->st), (long long)b->rows, b->n, flip,
+                reel_status_str(r->st), (long long)r->rows, r->n);
+    if (b->hash == r->hash && (!b->copy || !r->copy || memcmp(b->copy, r->copy, b->n) == 0))
+        return;
+    size_t at = 0;
+    while (b->copy && r->copy && at < b->n && b->copy[at] == r->copy[at])
+        at++;
+    uint32_t x = 0, y = 0;
+    if (b->copy && r->copy) {
+        size_t w4 = at & ~(size_t)3;
+        memcpy(&x, b->copy + w4, b->n - w4 < 4 ? b->n - w4 : 4);
+        memcpy(&y, r->copy + w4, b->n - w4 < 4 ? b->n - w4 : 4);
+    }
+    FZ_FAIL("%s %d '%s' (%zu bytes) differs between the %s plan and the program as given: first at byte %zu "
+            "(word 0x%08x against 0x%08x)%s", what, index, name ? name : "(null)", b->n, flip, at, x, y,
+            b->copy && r->copy ? "" : " (too long to keep: hashes differ)");
+}
+
+/* Reads every output after a step (every byte the plan says is there must
+ * be readable) and, after an accepted one, records them. */
+static void touch_outputs(world *w, int accepted)
 {
     for (int i = 0; i < w->nouts; i++) {
         const void *d = NULL;
         int64_t rows = 0, row_elems = 0;
         reel_dtype dt;
-        if (FZ_CHECK(w->ctx, reel_plan_output(w->p, w->outs[i], &d, &rows)) != REEL_OK)
+        blob *b = accepted && w->stepi < MAX_STEPS ? &w->rec->out[w->stepi][i] : NULL;
+        reel_status st = FZ_CHECK(w->ctx, reel_plan_output(w->p, w->outs[i], &d, &rows));
+        if (st == REEL_OK)
+            st = FZ_CHECK(w->ctx, reel_plan_output_desc(w->p, w->outs[i], &dt, &row_elems));
+        size_t n = st == REEL_OK ? (size_t)(rows ? rows : 1) * (size_t)row_elems * reel_dtype_size(dt) : 0;
+        if (n >= ((size_t)1 << 28))
             continue;
-        if (FZ_CHECK(w->ctx, reel_plan_output_desc(w->p, w->outs[i], &dt, &row_elems)) != REEL_OK)
+        if (b) {
+            note(b, st, rows, d, n);
+            if (w->ref)
+                compare(w, b, &w->ref->out[w->stepi][i], "step's output", w->stepi, w->outs[i]);
+        } else if (st == REEL_OK) {
+            volatile uint8_t sum = 0;
+            for (size_t k = 0; k < n; k++)
+                sum ^= ((const uint8_t *)d)[k];
+            (void)sum;
+        }
+    }
+}
+
+/* Every state leaf read back, recorded and compared (the end of a run). */
+static void read_states(world *w)
+{
+    for (int i = 0; i < w->nleaves; i++) {
+        const leaf *l = &w->leaves[i];
+        int64_t bytes = leaf_bytes(l, 0);
+        if (l->kind != 2 || bytes < 0)
             continue;
-        /* every byte the plan says is there must be readable */
-        size_t n = (size_t)(rows ? rows : 1) * (size_t)row_elems * reel_dtype_size(dt);
-        volatile uint8_t sum = 0;
-        for (size_t b = 0; b < n && n < ((size_t)1 << 28); b++)
-            sum ^= ((const uint8_t *)d)[b];
-        (void)sum;
+        void *d = malloc((size_t)bytes + 1);
+        if (!d)
+            continue;
+        reel_status st = FZ_CHECK(w->ctx, reel_plan_read_state(w->p, l->name, d, (size_t)bytes));
+        note(&w->rec->state[i], st, 0, d, (size_t)bytes);
+        if (w->ref)
+            compare(w, &w->rec->state[i], &w->ref->state[i], "state at the end, leaf", i, l->name);
+        free(d);
     }
 }
 
@@ -297,14 +462,14 @@ static void step(world *w)
                     FZ_CHECK(w->ctx, reel_plan_set_input(w->p, l->name, NULL, rows));
                 continue;
             }
-            void *d = fill(w, (size_t)(rows * row));
+            void *d = fill(w, (size_t)(rows * row), l->dt);
             FZ_CHECK(w->ctx, reel_plan_set_input(w->p, l->name, d, rows));
             free(d);
         } else if (l->kind == 1 && (l->deferred || m == 5)) {
             int64_t bytes = leaf_bytes(l, 0);
             if (bytes < 0)
                 continue;
-            void *d = fill(w, (size_t)bytes);
+            void *d = fill(w, (size_t)bytes, l->dt);
             FZ_CHECK(w->ctx, reel_plan_write_param(w->p, l->name, d, (size_t)bytes + (m == 4)));
             free(d);
         } else if (l->kind == 2 && m >= 3) {
@@ -312,12 +477,18 @@ static void step(world *w)
             if (bytes < 0)
                 continue;
             if (m == 3 && w->nbufs < LEAVES) { /* borrowed until the plan goes */
-                void *d = fill(w, (size_t)bytes);
+                void *d = fill(w, (size_t)bytes, l->dt);
                 w->bufs[w->nbufs++] = d;
                 FZ_CHECK(w->ctx, reel_plan_bind_state(w->p, l->name, d, (size_t)bytes));
             } else {
                 void *d = malloc((size_t)bytes + 1);
-                FZ_CHECK(w->ctx, reel_plan_read_state(w->p, l->name, d, (size_t)bytes + (m == 5)));
+                reel_status rs = FZ_CHECK(w->ctx, reel_plan_read_state(w->p, l->name, d, (size_t)bytes + (m == 5)));
+                if (w->stepi < MAX_STEPS) {
+                    note(&w->rec->read[w->stepi][i], rs, 0, d, (size_t)bytes);
+                    if (w->ref)
+                        compare(w, &w->rec->read[w->stepi][i], &w->ref->read[w->stepi][i], "state read in step", w->stepi,
+                                l->name);
+                }
                 if (m == 4)
                     FZ_CHECK(w->ctx, reel_plan_write_state(w->p, l->name, d, (size_t)bytes));
                 free(d);
@@ -327,8 +498,20 @@ static void step(world *w)
     uint8_t tr = fz_u8(&w->f);
     if (tr & 1)
         FZ_CHECK(w->ctx, reel_plan_trace_ops(w->p, 1));
-    FZ_CHECK(w->ctx, reel_step(w->p, fz_u8(&w->f) == 0x77 ? NULL : &s));
-    touch_outputs(w);
+    reel_status st = FZ_CHECK(w->ctx, reel_step(w->p, fz_u8(&w->f) == 0x77 ? NULL : &s));
+    if (w->stepi < MAX_STEPS) {
+        w->rec->step[w->stepi] = st;
+        w->rec->ok_steps += st == REEL_OK;
+        if (w->ref && st != w->ref->step[w->stepi]) {
+            if (st == REEL_E_OOM || w->ref->step[w->stepi] == REEL_E_OOM)
+                w->ref = NULL; /* the plans diverge from here on: nothing more to compare */
+            else
+                FZ_FAIL("step %d: %s in the %s plan, %s as given: %s", w->stepi, reel_status_str(st),
+                        w->variant == RUN_CAPTURE_FLIPPED ? "no_capture-flipped" : "no_fuse-flipped",
+                        reel_status_str(w->ref->step[w->stepi]), st ? reel_ctx_last_error(w->ctx) : "");
+        }
+    }
+    touch_outputs(w, st == REEL_OK);
     reel_fallback fb = reel_plan_last_fallback(w->p);
     if ((int)fb < 0 || fb >= REEL_FALLBACK_COUNT || !reel_fallback_str(fb))
         FZ_FAIL("last fallback %d out of range", (int)fb);
@@ -340,6 +523,7 @@ static void step(world *w)
     }
     if (tr & 2)
         FZ_CHECK(w->ctx, reel_plan_trim(w->p));
+    w->stepi++;
     free(pos);
     free(qs);
     free(slots);
@@ -359,6 +543,13 @@ static void introspect(world *w)
         reel_status s = FZ_CHECK(w->ctx, reel_plan_node_info(w->p, i, &ni));
         if (s == REEL_OK && (!ni.op || !ni.kernel || strnlen(ni.why, sizeof ni.why) == sizeof ni.why))
             FZ_FAIL("node %d: op, kernel or why missing", i);
+        /* rope fused into attention leaves fused "" but gives the node the
+         * rope's positions as a sixth input (runtime/fuse_rope.c) */
+        if (s == REEL_OK && ((ni.fused && *ni.fused) ||
+                             (!strcmp(ni.op, "paged_attention") && ni.nin > 5 && ni.in[5])))
+            w->rec->fused_nodes++;
+        if (s == REEL_OK && fz_verbose())
+            fprintf(stderr, "  node %d: %s, kernel %s, fused '%s'\n", i, ni.op, ni.kernel, ni.fused ? ni.fused : "");
     }
     for (int b = -1; b <= st.num_buckets; b++)
         for (int i = 0; i < 4; i++) {
@@ -368,10 +559,15 @@ static void introspect(world *w)
         }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* Runs the program of the bytes once: as given, or with one compile option
+ * flipped (compared as it goes with ref, the run as given). */
+static void run(const uint8_t *data, size_t size, int variant, record *rec, const record *ref)
 {
     world *w = calloc(1, sizeof(*w));
     w->f = (fz){data, size, 0};
+    w->variant = variant;
+    w->rec = rec;
+    w->ref = ref;
     reel_ctx_opts co = REEL_CTX_OPTS_INIT;
     co.backend = REEL_BACKEND_HOST;
     if (FZ_CHECK(NULL, reel_ctx_create(&co, &w->ctx)) != REEL_OK)
@@ -390,6 +586,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (int i = 0; i < steps; i++)
             step(w);
         FZ_CHECK(NULL, reel_step(NULL, NULL));
+        read_states(w);
+        reel_plan_stats st = REEL_PLAN_STATS_INIT;
+        if (FZ_CHECK(w->ctx, reel_plan_stats_get(w->p, &st)) == REEL_OK)
+            rec->replays = st.replays;
     }
     reel_plan_destroy(w->p);
     reel_graph_destroy(w->g);
@@ -397,5 +597,38 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < w->nbufs; i++)
         free(w->bufs[i]);
     free(w);
+}
+
+static void record_free(record *r)
+{
+    for (int s = 0; s < MAX_STEPS; s++) {
+        for (int i = 0; i < MAX_OUT; i++)
+            free(r->out[s][i].copy);
+        for (int i = 0; i < LEAVES; i++)
+            free(r->read[s][i].copy);
+    }
+    for (int i = 0; i < LEAVES; i++)
+        free(r->state[i].copy);
+    free(r);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    record *given = calloc(1, sizeof(*given));
+    run(data, size, RUN_AS_GIVEN, given, NULL);
+    /* Only programs that stepped: the others have nothing to compare. Each
+     * variant only where it can differ: an eager plan against a captured one
+     * that replayed a step (a strict plan's steps an eager plan refuses by
+     * design), an unfused plan against one the pass fused. */
+    for (int v = RUN_CAPTURE_FLIPPED; given->ok_steps > 0 && v <= RUN_FUSE_FLIPPED; v++) {
+        if (v == RUN_CAPTURE_FLIPPED && (given->strict || (!given->no_capture && given->replays == 0)))
+            continue;
+        if (v == RUN_FUSE_FLIPPED && !given->no_fuse && given->fused_nodes == 0)
+            continue;
+        record *r = calloc(1, sizeof(*r));
+        run(data, size, v, r, given);
+        record_free(r);
+    }
+    record_free(given);
     return 0;
 }

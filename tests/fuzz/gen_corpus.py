@@ -15,6 +15,9 @@ TOK = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 8: 6, 16: 7, 17: 8, 33: 9, 64: 10, 10
 BUCKET = {1: 0, 2: 1, 4: 2, 8: 3, 16: 4, 3: 5}
 LIMIT = {"undef": 0, 0: 1, 1: 2, 4: 3, 8: 4, 16: 5, 64: 6}
 META = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 7: 6, 8: 7, -1: 8, 16: 11}
+FLT = {1e-5: 0, 0.0: 1, -1.0: 2, 1e30: 3, 10000.0: 4, 0.5: 5, 1.0: 6}
+STRICT, NO_CAPTURE, CHECK_HAZARDS, PDL, NO_FUSE = 1, 2, 4, 8, 32  # compile flags byte
+SMALL_I32 = 0x45  # a fill byte: int32 data -1..7 (ids, lengths, page entries a step accepts)
 
 
 class G:
@@ -23,12 +26,12 @@ class G:
         self.n = 0  # pool size
         self.kinds = []  # per leaf the fuzzer tracks: the bytes a step reads for it
 
-    def leaf(self, kind, name, dt, dims, extra=(), refused=False):
+    def leaf(self, kind, name, dt, dims, extra=(), refused=False, fill=3):
         self.b += [kind, NAME[name], dt, len(dims)] + [DIM[d] for d in dims]
         if refused:  # the builder refuses it: nothing more is read
             return -1
         # a step sets an input (mode 0, fill byte), writes a deferred parameter (the same), keeps a state
-        self.kinds.append([0, 3] if kind == 0 or (kind == 1 and 1 in extra) else [0])
+        self.kinds.append([0, fill] if kind == 0 or (kind == 1 and 1 in extra) else [0])
         if kind == 0:
             self.b.append(0)  # dims not NULL
         if kind == 1:
@@ -38,7 +41,7 @@ class G:
         self.n += 1
         return self.n - 1
 
-    def inp(self, name, dims, dt=F32): return self.leaf(0, name, dt, dims)
+    def inp(self, name, dims, dt=F32, fill=3): return self.leaf(0, name, dt, dims, fill=fill)
     def param(self, name, dims, dt=F32, defer=False): return self.leaf(1, name, dt, dims, [1 if defer else 0])
     def state(self, name, dims, dt=F32): return self.leaf(2, name, dt, dims)
 
@@ -48,6 +51,11 @@ class G:
         return self.n - 1
 
     def positions(self): return self.op(3)
+    def matmul(self, x, w, t=0): return self.op(5, x, w, t)
+    def add(self, a, b): return self.op(6, a, b)
+    def rmsnorm(self, x, w): return self.op(8, x, w, FLT[1e-5])
+    def rope(self, x, pos, hd=4, rd=4): return self.op(10, x, pos, META[hd], META[rd], FLT[10000.0])
+    def view(self, x, col, n): return self.op(22, 0, x, 255, META[col], META[n])
     def out(self, name, t): self.b += [16, NAME[name], t]
     def stream(self, t, s): self.b += [20, t, s + 1]
 
@@ -125,6 +133,78 @@ def graph_seeds():
         kc = g.state("d", [8, 4, 1, 4]); vc = g.state("e", [8, 4, 1, 4])
         g.b += [13, q, k, v, kc, vc, META[2], META[1], META[4], META[4], 0, 0]; g.n += 1
         g.out("a", g.n - 1); g.compile(ctx=16, seqs=4); g.steps(steps, 5); seeds[name] = g
+    # ---- the differential oracles: each of these steps, so it runs again with no_capture and
+    # with no_fuse flipped. One seed per fusion of runtime/fuse.c and fuse_rope.c (fused in
+    # the run as given, not in the no_fuse run), steps in and past the buckets (17: eager).
+    # matmul + add of a row (BIAS epilogue), both weight layouts, f32 and bf16
+    for name, wt, dims, dt in (("fuse_matmul_bias", 0, [4, 8], F32), ("fuse_matmul_bias_t", 1, [8, 4], F32),
+                               ("fuse_matmul_bias_bf16", 1, [8, 4], BF16)):
+        g = G(); x = g.inp("a", T4, dt); w = g.param("b", dims, dt); bias = g.param("c", [8], dt)
+        g.out("a", g.add(g.matmul(x, w, wt), bias)); g.compile(); g.steps(simple_steps([3, 17], 1), 1); seeds[name] = g
+    # matmul [T, 8] + silu_and_mul (SILU_MUL epilogue)
+    g = G(); x = g.inp("a", T4); w = g.param("b", [8, 4]); g.out("a", g.op(9, g.matmul(x, w, 1))); g.compile()
+    g.steps(simple_steps([2, 17], 1), 1); seeds["fuse_matmul_silu"] = g
+    # add + rmsnorm of the sum (add_rmsnorm), the sum an output too; f32 and bf16
+    for name, dt in (("fuse_add_rmsnorm", F32), ("fuse_add_rmsnorm_bf16", BF16)):
+        g = G(); a = g.inp("a", ["T", 8], dt); b = g.inp("b", ["T", 8], dt); w = g.param("c", [8], dt)
+        sm = g.add(a, b); g.out("a", g.rmsnorm(sm, w)); g.out("b", sm); g.compile()
+        g.steps(simple_steps([3, 17], 2), 2); seeds[name] = g
+    # rmsnorm whose rows only a matmul reads (the RMSNORM prologue)
+    g = G(); x = g.inp("a", ["T", 8]); w = g.param("b", [8]); m = g.param("c", [8, 4])
+    g.out("a", g.matmul(g.rmsnorm(x, w), m)); g.compile(); g.steps(simple_steps([4, 1, 17], 1), 1)
+    seeds["fuse_rmsnorm_matmul"] = g
+    # add + rmsnorm + matmul (ADD_RMSNORM prologue), the sum read again after the matmul
+    g = G(); a = g.inp("a", ["T", 8]); b = g.inp("b", ["T", 8]); w = g.param("c", [8]); m = g.param("d", [4, 8])
+    sm = g.add(a, b); y = g.matmul(g.rmsnorm(sm, w), m, 1); g.out("a", g.add(y, g.op(9, sm))); g.compile()
+    g.steps(simple_steps([3, 16], 2), 2); seeds["fuse_add_rmsnorm_matmul"] = g
+    # a matmul whose every reader is a view, the views tiling its columns (3 segments)
+    g = G(); x = g.inp("a", T4); w = g.param("b", [8, 4]); y = g.matmul(x, w, 1)
+    v1 = g.view(y, 0, 3); v2 = g.view(y, 3, 4); v3 = g.view(y, 7, 1)
+    g.out("a", v1); g.out("b", v2); g.out("c", v3); g.compile(); g.steps(simple_steps([2, 17], 1), 1)
+    seeds["fuse_matmul_views"] = g
+    # the same graph, no_fuse as given: the fused plan is the variant
+    g = G(); x = g.inp("a", T4); w = g.param("b", [8, 4]); y = g.matmul(x, w, 1)
+    g.out("a", g.view(y, 0, 4)); g.out("b", g.view(y, 4, 4)); g.compile(flags=NO_FUSE)
+    g.steps(simple_steps([3], 1), 1); seeds["no_fuse_given_views"] = g
+    # a layer: qkv matmul split by views, rope on q and k fused into the attention, o matmul
+    # with a bias, add + rmsnorm; prefill of 3 then a decode (a bucket's replay and eager)
+    attn_steps = [(3, 1, 0x1f, [0, 2, META[0], META[3], 0, 2, META[3]], 2, [0], 0),
+                  (1, 1, 0x1f, [2, META[3], 2, META[0], META[1], 2, META[3], 2, 4], 2, [0], 0)]
+    g = G(); h = g.inp("a", ["T", 8]); wqkv = g.param("b", [16, 8]); kc = g.state("c", [8, 4, 1, 4])
+    vc = g.state("d", [8, 4, 1, 4]); wo = g.param("e", [8, 8]); bo = g.param("f", [8])
+    kvq = g.matmul(h, wqkv, 1)  # [T, 16]: k, v, q (columns the target's table has)
+    k = g.view(kvq, 0, 4); v = g.view(kvq, 4, 4); q = g.view(kvq, 8, 8)
+    pos = g.positions(); rq = g.rope(q, pos); rk = g.rope(k, pos)
+    g.b += [13, rq, rk, v, kc, vc, META[2], META[1], META[4], META[4], FLT[0.0], 0]; g.n += 1; att = g.n - 1
+    o = g.add(g.matmul(att, wo, 1), bo); g.out("a", g.rmsnorm(g.add(o, h), bo)); g.compile(ctx=16, seqs=4)
+    g.steps(attn_steps, 6); seeds["fuse_layer_rope_attention"] = g
+    # rope on q and k fused into the attention, the rotated q also an output
+    g = G(); q = g.inp("a", ["T", 8]); k = g.inp("b", T4); v = g.inp("c", T4)
+    kc = g.state("d", [8, 4, 1, 4]); vc = g.state("e", [8, 4, 1, 4]); pos = g.positions()
+    rq = g.rope(q, pos); rk = g.rope(k, pos)
+    g.b += [13, rq, rk, v, kc, vc, META[2], META[1], META[4], META[4], FLT[0.0], 0]; g.n += 1
+    g.out("a", g.n - 1); g.out("b", rq); g.compile(ctx=16, seqs=4); g.steps(attn_steps, 5)
+    seeds["fuse_rope_attention"] = g
+    # the same, eager as given (no_capture): the captured plan is the variant; hazards checked
+    g = G(); q = g.inp("a", ["T", 8]); k = g.inp("b", T4); v = g.inp("c", T4)
+    kc = g.state("d", [8, 4, 1, 4]); vc = g.state("e", [8, 4, 1, 4]); pos = g.positions()
+    g.b += [13, g.rope(q, pos), g.rope(k, pos), v, kc, vc, META[2], META[1], META[4], META[4], FLT[0.0], 0]
+    g.n += 1; g.out("a", g.n - 1); g.compile(ctx=16, seqs=4, flags=NO_CAPTURE | CHECK_HAZARDS)
+    g.steps(attn_steps, 5); seeds["no_capture_given_rope_attention"] = g
+    # top-k with a page table a step accepts (small entries), beside an argmax
+    g = G(); sc = g.inp("a", ["T", 16]); ln = g.inp("b", ["T"], I32, fill=SMALL_I32)
+    pt = g.inp("c", ["T", 4], I32, fill=SMALL_I32)
+    g.out("a", g.op(14, sc, ln, pt, META[4], META[4])); g.out("b", g.op(12, sc)); g.compile()
+    g.steps(simple_steps([3, 17], 3), 3); seeds["topk_paged_accepted"] = g
+    # the builder's other ops: rope with a table, per-head rmsnorm, sampling
+    g = G(); x = g.inp("a", ["T", 8]); inv = g.param("b", [2]); pos = g.positions()
+    g.out("a", g.op(22, 1, x, pos, inv, META[4], FLT[1.0])); g.compile(); g.steps(simple_steps([3, 17], 1), 1)
+    seeds["rope_freq"] = g
+    g = G(); x = g.inp("a", ["T", 8]); w = g.param("b", [4])
+    g.out("a", g.op(22, 2, x, w, FLT[1e-5])); g.compile(); g.steps(simple_steps([2, 17], 1), 1)
+    seeds["rmsnorm_heads"] = g
+    g = G(); lg = g.inp("a", ["T", 16]); pr = g.inp("b", ["T", 4]); rng = g.inp("c", ["T", 4], I32, fill=SMALL_I32)
+    g.out("a", g.op(22, 3, lg, pr, rng)); g.compile(); g.steps(simple_steps([2, 17], 3), 3); seeds["sample"] = g
     # shapes that must be refused: zero and huge dims, a bad dtype, out of range handles
     g = G(); g.inp("a", ["T", 0]); g.leaf(1, "b", F32, ["huge", "huge"], refused=True)
     g.leaf(2, "c", F32, ["max", 4], refused=True); g.leaf(1, "d", F32, ["huge", 4, 4]); g.leaf(2, "e", F32, [64, "huge"]); g.compile(); seeds["zero_huge"] = g
@@ -139,12 +219,48 @@ def graph_seeds():
     return {k: v.bytes() for k, v in seeds.items()}
 
 
-# ---- fuzz_step: num_tokens, num_seqs, stride, null mask, then arrays -------
-def step_bytes(tokens, seqs, stride, qs, pos, slot, lens, bt, nulls=0):
+# ---- fuzz_step: num_tokens, num_seqs, stride, null mask, then arrays, then top-k
+# score_tab, len_tab and page_tab of fuzz_step.c, by value
+SCORE = {0.0: 0, 1.0: 1, -1.0: 2, 2.0: 3, 0.5: 5, "-0": 6, "nan": 7, "-inf": 8, "inf": 9, 1e30: 10, -1e30: 11,
+         "denorm": 12, 3.0: 13}
+LEN = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7, 8: 8, 9: 9, -1: 10, "min": 11, "max": 12}
+EDGE = 715827882  # INT32_MAX = 3 * EDGE + 1: offsets 0 and 1 of the page map inside, 2 past
+PAGE_EDGE = [EDGE, EDGE + 1, EDGE - 1, "max", "min", -1, -2, 1 << 29, 1 << 30, 0, 7, 1 << 20]
+
+
+def page_byte(v):
+    """A page entry: small values (-1..62) as byte - 1, the edges of page_tab by index (top bit)."""
+    if isinstance(v, int) and -1 <= v <= 62 and v not in (EDGE, EDGE + 1, EDGE - 1):
+        return (v + 1) & 0x3F
+    i = PAGE_EDGE.index(v)
+    return next(b for b in range(0x80, 0x100) if b % len(PAGE_EDGE) == i)
+
+
+def topk_bytes(scores=None, lens=None, pages=None, no_pt=False):
+    """The step's top-k part: a mode byte, then rows x 8 scores, rows lengths, rows x 4 page entries
+    (each given or left to the target's pattern)."""
+    mode = (1 if scores else 0) | (2 if lens else 0) | (4 if pages else 0) | (8 if no_pt else 0)
+    b = [mode]
+    for row in scores or []:
+        assert len(row) == 8
+        b += [SCORE[v] for v in row]
+    b += [LEN[v] for v in lens or []]
+    for row in pages or []:
+        assert len(row) == 4
+        b += [page_byte(v) for v in row]
+    return b
+
+
+def step_bytes(tokens, seqs, stride, qs, pos, slot, lens, bt, nulls=0, topk=None):
     b = [tokens, seqs, stride, nulls]
     for arr in (qs, pos, slot, lens, bt):
         b += [(v + 1) & 0x3F for v in arr]  # small values: byte - 1
-    return b
+    return b + (topk if topk is not None else [0])
+
+
+def prefill3(topk):
+    """The prefill seed's step (3 tokens of one sequence into slots 0..2, valid) with these top-k inputs."""
+    return [1] + step_bytes(3, 1, 4, [0, 3], [0, 1, 2], [0, 1, 2], [3], [0, 1, 2, 3], topk=topk)
 
 
 def step_seeds():
@@ -164,10 +280,48 @@ def step_seeds():
     s["eager_many"] = [1] + step_bytes(17, 1, 5, [0, 17], list(range(17)), list(range(17)), [17], [0, 1, 2, 3, 4])
     s["seqs_over"] = [1] + step_bytes(5, 5, 1, [0, 1, 2, 3, 4, 5], [0] * 5, [0, 4, 8, 12, 16], [1] * 5, [0, 1, 2, 3, 4])
     s["slot_past"] = [1] + step_bytes(1, 1, 1, [0, 1], [0], [32], [1], [0])
-    s["four_steps"] = ([4] + step_bytes(2, 1, 2, [0, 2], [0, 1], [0, 1], [2], [0, 1]) +
+    # the first byte is the number of steps less one
+    s["four_steps"] = ([3] + step_bytes(2, 1, 2, [0, 2], [0, 1], [0, 1], [2], [0, 1]) +
                        step_bytes(1, 1, 2, [0, 1], [2], [2], [3], [0, 1]) +
                        step_bytes(1, 1, 2, [0, 1], [3], [9], [4], [0, 9]) +
                        step_bytes(1, 1, 2, [0, 1], [3], [3], [4], [0, 1]))
+    # top-k beside the attention (scores [T, 8], pages of 3, page table [T, 4], k 4). Refused
+    # for its page table: every other input of the step is valid, so its K/V write would
+    # store the tokens; the caches must come out unchanged.
+    mixed = [[1.0, "nan", 2.0, 2.0, "-inf", 0.5, 1.0, 3.0], [0.0, "-0", 0.0, "inf", "nan", 1e30, -1e30, "denorm"],
+             ["nan"] * 8]
+    s["topk_page_past_int32"] = prefill3(topk_bytes(pages=[["max", 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3]]))
+    s["topk_page_min_and_max"] = prefill3(topk_bytes(pages=[[0, 1, 2, 3], [1 << 30, 1 << 29, "max", "min"], [4, 5, 6, 7]]))
+    # EDGE on page 1 maps candidate 5 (offset 2) to INT32_MAX + 1: selected (the row's best)
+    s["topk_edge_offset_selected"] = prefill3(topk_bytes(
+        scores=[[0.0, 0.0, 0.0, 0.0, 0.0, 3.0, 0.0, 0.0]] * 3, pages=[[0, EDGE, 1, 2]] * 3))
+    # ... a candidate, not selected (the fixed step checks every candidate: refused there; an
+    # older kernel maps only what it selects)
+    s["topk_edge_offset_candidate"] = prefill3(topk_bytes(
+        scores=[[3.0, 3.0, 3.0, 3.0, 2.0, -1.0, 0.0, 0.0]] * 3, pages=[[0, EDGE, 1, 2]] * 3))
+    # ... past the row's length (5): no candidate maps past, accepted; offsets 0 and 1 of the
+    # page give INT32_MAX - 1 and INT32_MAX
+    s["topk_edge_offset_past_length"] = prefill3(topk_bytes(
+        scores=[[0.0, 0.0, 0.0, 3.0, 3.0, 3.0, 0.0, 0.0]] * 3, lens=[5, 5, 5], pages=[[0, EDGE, 1, 2]] * 3))
+    s["topk_edge_page_last"] = prefill3(topk_bytes(pages=[[0, 1, EDGE, 3], [0, 1, EDGE, 3], [EDGE - 1, 0, EDGE, 2]]))
+    # the spare page (3) covers no candidate: whatever it holds, accepted
+    s["topk_spare_page_past_int32"] = prefill3(topk_bytes(pages=[[0, 1, 2, "max"], [0, 1, 2, EDGE + 1], [0, 1, 2, "min"]]))
+    s["topk_negative_pages"] = prefill3(topk_bytes(pages=[[-1, -2, "min", 0], [-1, -1, -1, -1], [5, -2, 6, 7]]))
+    s["topk_scores_lengths"] = prefill3(topk_bytes(scores=mixed, lens=[8, 9, "max"], pages=[[0, 1, 2, 3]] * 3))
+    s["topk_lengths_edges"] = prefill3(topk_bytes(scores=mixed, lens=[-1, "min", 0], pages=[[0, 1, 2, 3]] * 3))
+    s["topk_ties"] = prefill3(topk_bytes(scores=[[1.0] * 8, [2.0, 1.0] * 4, ["-inf"] * 8], lens=[8, 6, 3],
+                                         pages=[[0, 0, 0, 0], [3, 3, 1, 1], [0, 1, 2, 3]]))
+    s["topk_page_table_unset"] = prefill3(topk_bytes(no_pt=True))
+    # an eager step (17 tokens, past the buckets) refused for one row's page
+    pages17 = [[0, 1, 2, 3]] * 16 + [["max", 1, 2, 3]]
+    s["topk_page_past_int32_eager"] = [1] + step_bytes(17, 1, 5, [0, 17], list(range(17)), list(range(17)), [17],
+                                                       [0, 1, 2, 3, 4], topk=topk_bytes(pages=pages17))
+    # prefill, a decode refused for its page table, a decode accepted
+    s["topk_refused_between"] = ([2] + step_bytes(2, 1, 2, [0, 2], [0, 1], [0, 1], [2], [0, 1]) +
+                                 step_bytes(1, 1, 2, [0, 1], [2], [2], [3], [0, 1],
+                                            topk=topk_bytes(pages=[[EDGE + 1, EDGE + 1, EDGE + 1, 0]])) +
+                                 step_bytes(1, 1, 2, [0, 1], [2], [2], [3], [0, 1],
+                                            topk=topk_bytes(pages=[[EDGE - 1, 0, EDGE, 0]])))
     return {k: bytes(x & 0xFF for x in v) for k, v in s.items()}
 
 
