@@ -539,8 +539,9 @@ static reel_status infer_moe_route(const reel_shape *in, int nin, const reel_op_
         if (e % ng != 0)
             return bad(err, len, REEL_E_INVALID_ARG, "n_group %d does not divide num_experts %d", ng, e);
         if (e / ng < 2)
-            return bad(err, len, REEL_E_INVALID_ARG, "groups of %d expert(s): a group is ranked by its top 2",
-                       e / ng);
+            return bad(err, len, REEL_E_INVALID_ARG,
+                       "n_group %d leaves groups of %d expert(s) (num_experts %d): a group is ranked by its top 2",
+                       ng, e / ng, e);
         if (tg < 1 || tg > ng)
             return bad(err, len, REEL_E_INVALID_ARG, "topk_group %d outside 1..n_group (%d)", tg, ng);
         if (k > tg * (e / ng))

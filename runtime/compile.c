@@ -16,6 +16,32 @@
 
 /* The caller's options over the defaults, then what is left undefined
  * takes its default value. */
+/* Expert ids reach moe_align from a moe_route of the same experts (in
+ * range by construction) or from a graph input, which the step checks on
+ * the host before launch (runtime/step.c): an id out of range is then never
+ * seen first on the device, after earlier ops wrote their states. Anything
+ * else is refused. The kernel keeps its own check, read back as the error
+ * word. */
+static reel_status moe_ids_checked(reel_plan *p, int i)
+{
+    const reel_node *n = &p->nodes[i];
+    const reel_tinfo *ids = &p->tensors[n->in[0]];
+    p->checks_limits = true;
+    if (ids->kind == REEL_T_INPUT)
+        return REEL_OK;
+    for (int j = 0; j < p->nnodes; j++) {
+        const reel_node *r = &p->nodes[j];
+        if (r->op == REEL_OP_MOE_ROUTE && r->out[0] == n->in[0] &&
+            r->attrs.moe.num_experts == n->attrs.moe.num_experts)
+            return REEL_OK;
+    }
+    char buf[160];
+    return reel_seterr(p->err, REEL_E_UNSUPPORTED,
+                       "%s: expert ids '%s' come neither from a moe_route of its %d experts nor from a graph input; "
+                       "the step could not know them in range before launch",
+                       reel_plan_node_name(p, i, buf, sizeof buf), ids->name, n->attrs.moe.num_experts);
+}
+
 static reel_status check_opts(reel_plan *p, const reel_compile_opts *o)
 {
     reel_compile_opts def = REEL_COMPILE_OPTS_INIT;
@@ -148,6 +174,8 @@ static reel_status select_kernels(reel_plan *p)
                                    reel_plan_node_name(p, i, buf, sizeof buf), pt->name);
             p->checks_limits = true;
         }
+        if (n->op == REEL_OP_MOE_ALIGN)
+            REEL_TRY(moe_ids_checked(p, i));
         if (n->op == REEL_OP_PAGED_ATTENTION) {
             p->checks_limits = true;
             if (!p->impl[i]->fixed_context)

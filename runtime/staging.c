@@ -212,14 +212,15 @@ reel_status reel_staging_refused(reel_plan *p, int32_t code, const reel_layout *
     size_t len = 0;
     for (int i = 0; i < p->nnodes && len + 80 < sizeof ops; i++) {
         reel_op_kind k = p->nodes[i].op;
-        if (k != REEL_OP_PAGED_ATTENTION && !(k == REEL_OP_TOPK && p->nodes[i].attrs.topk.has_page_table))
+        if (k != REEL_OP_PAGED_ATTENTION && !(k == REEL_OP_TOPK && p->nodes[i].attrs.topk.has_page_table) &&
+            k != REEL_OP_MOE_ALIGN)
             continue;
         len += (size_t)snprintf(ops + len, sizeof ops - len, "%s'%s' ('%s')", len ? " or " : "",
                                 reel_op_schema_get(k)->name, p->tensors[p->nodes[i].out[0]].name);
     }
     if (code == REEL_E_LIMIT)
         return reel_seterr(p->err, REEL_E_LIMIT,
-                           "step refused inside the graph: op %s saw a context, block or page beyond its limit "
+                           "step refused inside the graph: op %s saw a context, block, page or expert beyond its limit "
                            "(max_context %d, %d blocks per sequence); outputs are invalid and states this step wrote stay "
                            "written (every limit is checked before launch: this one was not)",
                            len ? ops : "(unknown)", L->max_context, L->max_blocks);

@@ -128,17 +128,34 @@ static const void *input_host(reel_plan *p, uint32_t t)
     return p->staged[t] ? reel_staging_input_slot(p, t) : p->stash[t];
 }
 
-/* Top-k's page transform maps candidate i of a row to page_table[i / ps] *
- * ps + i % ps; a result past INT32_MAX is a refusal. Every candidate (i <
- * min(length, N); N where the lengths are computed) is checked here, from
- * the page table the caller set, before anything runs: a refusal the
- * kernel would see only after an earlier op wrote its states must not
- * change them (the page table is a graph input by compile's rule). The
- * kernel keeps its own check as a second line. */
-static reel_status check_topk_pages(reel_plan *p, int32_t n)
+/* The limits kernels would otherwise see first, checked on the host from
+ * the inputs the caller set, before anything runs: a refusal a kernel saw
+ * only after an earlier op wrote its states would change them (compile's
+ * rules make these tensors graph inputs). The kernels keep their checks as
+ * a second line.
+ *  - moe_align's expert ids, when an input: each in 0..E-1.
+ *  - top-k's page transform maps candidate i of a row to page_table[i / ps]
+ *    * ps + i % ps; a result past INT32_MAX is a refusal. Every candidate
+ *    (i < min(length, N); N where the lengths are computed) is checked. */
+static reel_status check_device_limits(reel_plan *p, int32_t n)
 {
     for (int i = 0; i < p->nnodes; i++) {
         const reel_node *nd = &p->nodes[i];
+        if (nd->op == REEL_OP_MOE_ALIGN && p->tensors[nd->in[0]].kind == REEL_T_INPUT) {
+            /* expert ids given as an input (compile's rule): each in range */
+            const int32_t *ids = input_host(p, nd->in[0]);
+            int32_t k = nd->attrs.moe.top_k, e = nd->attrs.moe.num_experts;
+            for (int64_t j = 0; j < (int64_t)n * k; j++) {
+                if (ids[j] >= 0 && ids[j] < e)
+                    continue;
+                char buf[160];
+                return reel_seterr(p->err, REEL_E_LIMIT,
+                                   "step: %s: token %lld's expert id %d (choice %lld) is outside 0..%d; refused "
+                                   "before launch",
+                                   reel_plan_node_name(p, i, buf, sizeof buf), (long long)(j / k), ids[j],
+                                   (long long)(j % k), e - 1);
+            }
+        }
         if (nd->op != REEL_OP_TOPK || !nd->attrs.topk.has_page_table)
             continue;
         const reel_shape *ss = &p->tensors[nd->in[0]].shape, *ps_shape = &p->tensors[nd->in[2]].shape;
@@ -174,7 +191,7 @@ static reel_status check_step(reel_plan *p, const reel_step_info *s, step_need *
     if (s->num_seqs < 0)
         return reel_seterr(p->err, REEL_E_INVALID_ARG, "step: num_seqs %d is negative", s->num_seqs);
     REEL_TRY(check_inputs(p, s->num_tokens));
-    REEL_TRY(check_topk_pages(p, s->num_tokens));
+    REEL_TRY(check_device_limits(p, s->num_tokens));
     need->max_ctx = 0;
     need->max_blocks = 0;
     if (p->has_attention)

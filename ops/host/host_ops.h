@@ -40,6 +40,13 @@ void reel_host_rope_freq(const void *args);
 void reel_host_rmsnorm_heads(const void *args);
 /* Sampling (sample.c): the next token of each row, ops/sample.h's rules. */
 void reel_host_sample(const void *args);
+/* Mixture of experts (moe.c): routing by ops/moe.h's rules, the sort of
+ * the pairs by expert, and the experts' SwiGLU MLP over the sorted rows. */
+void reel_host_moe_route(const void *args);
+void reel_host_moe_align(const void *args);
+void reel_host_moe_gate_up(const void *args);
+void reel_host_moe_down(const void *args);
+void reel_host_moe_combine(const void *args);
 /* Collectives (ops/host/collectives.c): the decomposition of
  * ops/collective.c with the host chunk transpose; they issue the host
  * communicator's kernels. */

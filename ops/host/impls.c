@@ -33,6 +33,11 @@ REEL_HOST_LAUNCHER(reel_host_lse_pack)
 REEL_HOST_LAUNCHER(reel_host_rope_freq)
 REEL_HOST_LAUNCHER(reel_host_rmsnorm_heads)
 REEL_HOST_LAUNCHER(reel_host_sample)
+REEL_HOST_LAUNCHER(reel_host_moe_route)
+REEL_HOST_LAUNCHER(reel_host_moe_align)
+REEL_HOST_LAUNCHER(reel_host_moe_gate_up)
+REEL_HOST_LAUNCHER(reel_host_moe_down)
+REEL_HOST_LAUNCHER(reel_host_moe_combine)
 
 static bool reel_hi_fl(const reel_shape *s) { return reel_is_float_storage(s->dtype); }
 static bool reel_hi_i32(const reel_shape *s) { return s->dtype == REEL_I32; }
@@ -165,6 +170,57 @@ static bool reel_hi_use_sample(REEL_HI_ARGS)
 
 REEL_HOST_REF(reel_hi_sample, "sample", REEL_OP_SAMPLE, reel_hi_use_sample, reel_host_sample, false);
 
+/* The moe ops: E and K within the bounds the kernels' stack arrays hold
+ * (the schema checks them too); ids, order, where and offsets i32, the
+ * routing weights and the bias f32, the data float. */
+static bool reel_hi_moe_ek(const reel_op_attrs *a)
+{
+    return a->moe.num_experts >= 1 && a->moe.num_experts <= REEL_MOE_MAX_EXPERTS && a->moe.top_k >= 1 &&
+           a->moe.top_k <= a->moe.num_experts && a->moe.top_k <= REEL_MOE_MAX_TOPK;
+}
+
+static bool reel_hi_use_moe_route(REEL_HI_ARGS)
+{
+    const int ng = a->moe.n_group;
+    const bool groups = ng <= 1 || (ng <= REEL_MOE_MAX_EXPERTS / 2 && a->moe.num_experts % ng == 0 &&
+                                    a->moe.num_experts / ng >= 2 && a->moe.topk_group >= 1 &&
+                                    a->moe.topk_group <= ng);
+    return nin >= 2 && reel_hi_fl(&in[0]) && (in[1].ndim == 0 || in[1].dtype == REEL_F32) && reel_hi_i32(&out[0]) &&
+           out[1].dtype == REEL_F32 && reel_hi_moe_ek(a) && groups;
+}
+
+static bool reel_hi_use_moe_align(REEL_HI_ARGS)
+{
+    return nin >= 1 && reel_hi_i32(&in[0]) && reel_hi_i32(&out[0]) && reel_hi_i32(&out[1]) && reel_hi_i32(&out[2]) &&
+           reel_hi_moe_ek(a);
+}
+
+static bool reel_hi_use_moe_gate_up(REEL_HI_ARGS)
+{
+    return nin >= 4 && reel_hi_fl(&in[0]) && reel_hi_i32(&in[1]) && reel_hi_i32(&in[2]) && reel_hi_fl(&in[3]) &&
+           reel_hi_fl(&out[0]) && reel_hi_moe_ek(a);
+}
+
+static bool reel_hi_use_moe_down(REEL_HI_ARGS)
+{
+    return nin >= 3 && reel_hi_fl(&in[0]) && reel_hi_i32(&in[1]) && reel_hi_fl(&in[2]) && reel_hi_fl(&out[0]) &&
+           reel_hi_moe_ek(a);
+}
+
+static bool reel_hi_use_moe_combine(REEL_HI_ARGS)
+{
+    return nin >= 3 && reel_hi_fl(&in[0]) && reel_hi_i32(&in[1]) && in[2].dtype == REEL_F32 && reel_hi_fl(&out[0]) &&
+           reel_hi_moe_ek(a);
+}
+
+REEL_HOST_REF(reel_hi_moe_route, "moe_route", REEL_OP_MOE_ROUTE, reel_hi_use_moe_route, reel_host_moe_route, false);
+REEL_HOST_REF(reel_hi_moe_align, "moe_align", REEL_OP_MOE_ALIGN, reel_hi_use_moe_align, reel_host_moe_align, false);
+REEL_HOST_REF(reel_hi_moe_gate_up, "moe_gate_up", REEL_OP_MOE_GATE_UP, reel_hi_use_moe_gate_up, reel_host_moe_gate_up,
+              false);
+REEL_HOST_REF(reel_hi_moe_down, "moe_down", REEL_OP_MOE_DOWN, reel_hi_use_moe_down, reel_host_moe_down, false);
+REEL_HOST_REF(reel_hi_moe_combine, "moe_combine", REEL_OP_MOE_COMBINE, reel_hi_use_moe_combine, reel_host_moe_combine,
+              false);
+
 /* Collectives accept every dtype the schema does (f32, f16, bf16, i32). */
 static bool reel_hi_use_comm(REEL_HI_ARGS) { return true; }
 
@@ -196,5 +252,6 @@ const reel_op_impl *const reel_host_impls[] = {
     &reel_hi_send, &reel_hi_recv, &reel_hi_add_rmsnorm, &reel_hi_view_cols,
     &reel_hi_rope_freq, &reel_hi_rmsnorm_heads,
     &reel_hi_sample,
+    &reel_hi_moe_route, &reel_hi_moe_align, &reel_hi_moe_gate_up, &reel_hi_moe_down, &reel_hi_moe_combine,
 };
 const int reel_host_nimpls = (int)(sizeof reel_host_impls / sizeof reel_host_impls[0]);

@@ -140,4 +140,5 @@ Test(abi, every_struct_kind_has_its_own_magic_and_a_head_first)
     cr_assert_eq(offsetof(reel_step_info, num_tokens), sizeof(reel_struct_head));
     cr_assert_eq(offsetof(reel_plan_stats, steps), sizeof(reel_struct_head));
     cr_assert_eq(offsetof(reel_compile_opts, num_buckets), sizeof(reel_struct_head));
+    cr_assert_eq(offsetof(reel_moe_params, num_experts), sizeof(reel_struct_head));
 }

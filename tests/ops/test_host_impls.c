@@ -15,6 +15,8 @@ static const char *const op_names[REEL_OP_COUNT] = {
     "lse_rescale", "lse_pack",
     "rope_freq", "rmsnorm_heads",
     [REEL_OP_SAMPLE] = "sample",
+    [REEL_OP_MOE_ROUTE] = "moe_route", [REEL_OP_MOE_ALIGN] = "moe_align", [REEL_OP_MOE_GATE_UP] = "moe_gate_up",
+    [REEL_OP_MOE_DOWN] = "moe_down", [REEL_OP_MOE_COMBINE] = "moe_combine",
 };
 
 Test(ops, host_impls_hold_exactly_one_lowest_priority_ref_per_op_kind)
@@ -113,6 +115,33 @@ static int node_shapes(reel_op_kind k, reel_dtype dt, reel_shape *in, reel_shape
         in[2] = tshape(REEL_I32, true, 2, 0, REEL_SAMPLE_RNG, 0, 0);
         out[0] = ids;
         return 3;
+    /* The moe ops: 8 experts, top 2, hidden 64, expert width 16; route with
+     * no bias (softmax), the pair tensors and offsets i32. */
+    case REEL_OP_MOE_ROUTE:
+        a->moe.num_experts = 8, a->moe.top_k = 2, a->moe.routed_scaling = 1.0f;
+        in[0] = tshape(dt, true, 2, 0, 8, 0, 0);
+        out[0] = tshape(REEL_I32, true, 2, 0, 2, 0, 0), out[1] = tshape(REEL_F32, true, 2, 0, 2, 0, 0);
+        return 2;
+    case REEL_OP_MOE_ALIGN:
+        a->moe.num_experts = 8, a->moe.top_k = 2;
+        in[0] = out[0] = out[1] = tshape(REEL_I32, true, 2, 0, 2, 0, 0);
+        out[2] = tshape(REEL_I32, false, 1, 9, 0, 0, 0);
+        return 1;
+    case REEL_OP_MOE_GATE_UP:
+        a->moe.num_experts = 8, a->moe.top_k = 2;
+        in[1] = tshape(REEL_I32, true, 2, 0, 2, 0, 0), in[2] = tshape(REEL_I32, false, 1, 9, 0, 0, 0);
+        in[3] = tshape(dt, false, 2, 8 * 2 * 16, 64, 0, 0), out[0] = tshape(dt, true, 3, 0, 2, 16, 0);
+        return 4;
+    case REEL_OP_MOE_DOWN:
+        a->moe.num_experts = 8, a->moe.top_k = 2;
+        in[0] = tshape(dt, true, 3, 0, 2, 16, 0), in[1] = tshape(REEL_I32, false, 1, 9, 0, 0, 0);
+        in[2] = tshape(dt, false, 2, 8 * 64, 16, 0, 0), out[0] = tshape(dt, true, 3, 0, 2, 64, 0);
+        return 3;
+    case REEL_OP_MOE_COMBINE:
+        a->moe.num_experts = 8, a->moe.top_k = 2;
+        in[0] = tshape(dt, true, 3, 0, 2, 64, 0), in[1] = tshape(REEL_I32, true, 2, 0, 2, 0, 0);
+        in[2] = tshape(REEL_F32, true, 2, 0, 2, 0, 0);
+        return 3;
     default: return 0;
     }
 }
@@ -142,8 +171,9 @@ Test(ops, every_ref_impl_accepts_every_float_storage_dtype)
             }
             cr_assert(found, "no ref impl for %s", op_names[k]);
             /* An integer tensor where a float one belongs is refused
-             * (collectives move i32 too: token ids between stages). */
-            if (k != REEL_OP_TOPK && !reel_op_is_comm((reel_op_kind)k)) {
+             * (collectives move i32 too: token ids between stages; moe_align
+             * sorts i32 ids only). */
+            if (k != REEL_OP_TOPK && k != REEL_OP_MOE_ALIGN && !reel_op_is_comm((reel_op_kind)k)) {
                 reel_shape bad = in[0];
                 bad.dtype = REEL_I32;
                 in[0] = bad;
