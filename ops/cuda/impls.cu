@@ -12,5 +12,7 @@ extern "C" const reel_op_impl *const reel_cuda_impls[] = {
     &reel_cu_send_impl, &reel_cu_recv_impl, &reel_cu_add_rmsnorm_impl, &reel_cu_view_cols_impl,
     &reel_cu_rope_freq_impl, &reel_cu_rmsnorm_heads_impl,
     &reel_cu_sample_impl,
+    &reel_cu_moe_route_impl, &reel_cu_moe_align_impl, &reel_cu_moe_gate_up_impl, &reel_cu_moe_down_impl,
+    &reel_cu_moe_combine_impl,
 };
 extern "C" const int reel_cuda_nimpls = (int)(sizeof reel_cuda_impls / sizeof reel_cuda_impls[0]);

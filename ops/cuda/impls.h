@@ -40,6 +40,11 @@ extern const reel_op_impl reel_cu_view_cols_impl;
 extern const reel_op_impl reel_cu_rope_freq_impl;
 extern const reel_op_impl reel_cu_rmsnorm_heads_impl;
 extern const reel_op_impl reel_cu_sample_impl;
+extern const reel_op_impl reel_cu_moe_route_impl;
+extern const reel_op_impl reel_cu_moe_align_impl;
+extern const reel_op_impl reel_cu_moe_gate_up_impl;
+extern const reel_op_impl reel_cu_moe_down_impl;
+extern const reel_op_impl reel_cu_moe_combine_impl;
 
 /* Whether a paged-attention launch of `rows` tokens (h heads, hkv kv heads
  * of head dim dh, dtype dt) is of the size the one-kernel decode takes on
