@@ -264,7 +264,7 @@ static void build(world *w)
         case 20: FZ_CHECK(w->ctx, reel_set_stream(g, pick_t(w), (int)(fz_u8(&w->f) % 7) - 1)); break;
         case 21: FZ_CHECK(NULL, reel_output(NULL, "a", pick_t(w))); break;
         case 22: { /* the builder's other ops */
-            uint8_t op = fz_u8(&w->f) % 4;
+            uint8_t op = fz_u8(&w->f) % 6;
             reel_tensor a = pick_t(w), b = pick_t(w);
             if (op == 0) {
                 int64_t col = FZ_PICK(&w->f, meta_tab), ncols = FZ_PICK(&w->f, meta_tab);
@@ -275,8 +275,26 @@ static void build(world *w)
                 push(w, reel_rope_freq(g, a, b, inv, hd, FZ_PICK(&w->f, f_tab)));
             } else if (op == 2) {
                 push(w, reel_rmsnorm_heads(g, a, b, FZ_PICK(&w->f, f_tab)));
-            } else {
+            } else if (op == 3) {
                 push(w, reel_sample(g, a, b, pick_t(w)));
+            } else if (op == 4) { /* the router: a logits, b a bias (or an invalid handle) */
+                uint8_t m = fz_u8(&w->f);
+                reel_moe_params mp = REEL_MOE_PARAMS_INIT;
+                mp.num_experts = (int)FZ_PICK(&w->f, meta_tab);
+                mp.top_k = (int)FZ_PICK(&w->f, meta_tab);
+                mp.scoring = m & 3; /* 2, 3: neither */
+                mp.renormalize = (m >> 2) & 1;
+                mp.n_group = (m >> 3) & 1 ? (int)FZ_PICK(&w->f, meta_tab) : 0;
+                mp.topk_group = (m >> 3) & 1 ? (int)FZ_PICK(&w->f, meta_tab) : 0;
+                mp.routed_scaling = (m >> 4) & 1 ? FZ_PICK(&w->f, f_tab) : 0.0f;
+                reel_tensor ids = {0}, wt = {0};
+                FZ_CHECK(w->ctx, reel_moe_route(g, a, (m >> 5) & 1 ? b : (reel_tensor){0}, (m >> 6) & 1 ? NULL : &mp,
+                                                &ids, &wt));
+                push(w, ids);
+                push(w, wt);
+            } else { /* the experts: a x, b ids, then weights, gate_up, down */
+                reel_tensor wt = pick_t(w), gu = pick_t(w), dn = pick_t(w);
+                push(w, reel_moe_ffn(g, a, b, wt, gu, dn, (int)FZ_PICK(&w->f, meta_tab)));
             }
             break;
         }

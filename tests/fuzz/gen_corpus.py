@@ -205,6 +205,18 @@ def graph_seeds():
     seeds["rmsnorm_heads"] = g
     g = G(); lg = g.inp("a", ["T", 16]); pr = g.inp("b", ["T", 4]); rng = g.inp("c", ["T", 4], I32, fill=SMALL_I32)
     g.out("a", g.op(22, 3, lg, pr, rng)); g.compile(); g.steps(simple_steps([2, 17], 3), 3); seeds["sample"] = g
+    # mixture of experts: 4 experts of 2 (ffn 4) over x [T, 8], softmax routing renormalized, then the experts;
+    # and sigmoid routing with a bias in 2 groups of 2, keeping 1
+    for name, mode, bias_dims in (("moe_softmax", 4, None), ("moe_sigmoid_groups", 1 | 4 | 8 | 32, [4])):
+        g = G(); x = g.inp("a", ["T", 8]); wr = g.param("b", [4, 8])
+        bias = g.param("c", bias_dims) if bias_dims else 0
+        gu = g.param("d", [32, 8]); dn = g.param("e", [32, 4])
+        lg = g.matmul(x, wr, 1)
+        args = [22, 4, lg, bias, mode, META[4], META[2]] + ([META[2], META[1]] if mode & 8 else [])
+        g.b += args; g.n += 2
+        ids, wt = g.n - 2, g.n - 1
+        g.out("a", g.op(22, 5, x, ids, wt, gu, dn, META[4])); g.compile(); g.steps(simple_steps([3, 17], 1), 1)
+        seeds[name] = g
     # shapes that must be refused: zero and huge dims, a bad dtype, out of range handles
     g = G(); g.inp("a", ["T", 0]); g.leaf(1, "b", F32, ["huge", "huge"], refused=True)
     g.leaf(2, "c", F32, ["max", 4], refused=True); g.leaf(1, "d", F32, ["huge", 4, 4]); g.leaf(2, "e", F32, [64, "huge"]); g.compile(); seeds["zero_huge"] = g
