@@ -33,7 +33,8 @@
  *
  * Files written into --dir (default /tmp/reel-decode):
  *   model/           the seeded checkpoint (not with --model): config.json
- *                    (model_type llama, or qwen2 with --qkv-bias; bf16) and
+ *                    (model_type llama, or qwen2 with --qkv-bias; bf16;
+ *                    with --shape the real model's keys) and
  *                    model.safetensors, tensors in PyTorch's nn.Linear layout
  *                    ([out, in], used by reel through matmul's w_transposed):
  *                      model.embed_tokens.weight [vocab, hidden]
@@ -72,12 +73,14 @@
  * parameter but the embedding table, plus B of its rows; K/V read = layers *
  * 2 * B * (C + 1) * kv_heads * head_dim * 2 bytes.
  *
- * Runs on any backend (REEL_BACKEND=host at small sizes for debugging):
- *   bench_decode [--layers N --hidden N --heads N --kv-heads N --ffn N
- *                 --vocab N --batches 1,8,64 --contexts 128,2048 --steps 50
- *                 --warmup 10 --prefill-tokens 4096 --seed 1 --dir DIR
- *                 --no-eager --no-logits --matmul-tuning --max-context N
- *                 --qkv-bias --tied --model CHECKPOINT_DIR]
+ * Runs on any backend (--backend host, or REEL_BACKEND=host, at small sizes
+ * for debugging):
+ *   bench_decode [--shape NAME --layers N --hidden N --heads N --kv-heads N
+ *                 --ffn N --vocab N --batches 1,8,64 --contexts 128,2048
+ *                 --steps 50 --warmup 10 --prefill-tokens 4096 --seed 1
+ *                 --dir DIR --no-eager --no-logits --matmul-tuning
+ *                 --max-context N --qkv-bias --tied --backend auto|host|cuda
+ *                 --fit-only --one-plan --model CHECKPOINT_DIR]
  * (--ffn 0: 4 x hidden. --max-context: the plans' limit and the blocks a
  * sequence's table holds, at least N; by default what the context and the
  * steps reach. A larger one is what a server sized for its longest request
@@ -88,6 +91,50 @@
  * from its config.json, what the layer does not build is refused with the
  * key named, a size flag given beside it must agree, every tensor's dtype
  * and shape are checked, and --seed then only picks the prompt tokens.)
+ *
+ * --shape: the seeded checkpoint at a real model's sizes and config.json
+ * (issue 48; size flags given beside it override its sizes):
+ *   toy           8 layers, hidden 1024, 16 / 16 heads of 64, ffn 4096,
+ *                 vocab 32000, untied, rope theta 10000 (the default)
+ *   llama-3.2-1b  16 layers, hidden 2048, 32 / 8 heads of 64, ffn 8192,
+ *                 vocab 128256, tied, eps 1e-5, rope theta 500000 with
+ *                 rope_scaling llama3 (factor 32, low 1, high 4, original
+ *                 8192), max_position_embeddings 131072
+ *   llama-3.1-8b  32 layers, hidden 4096, 32 / 8 heads of 128, ffn 14336,
+ *                 vocab 128256, untied, llama3 rope (factor 8, low 1, high
+ *                 4, original 8192, theta 500000)
+ *   qwen2.5-7b    model_type qwen2: 28 layers, hidden 3584, 28 / 4 heads of
+ *                 128, ffn 18944, vocab 152064, untied, q/k/v biases, eps
+ *                 1e-6, rope theta 1e6, no sliding window
+ * Their weights are written fast: each tensor's stream is counter-based
+ * (element i is mixed from seed state + (i + 1) x the golden ratio), so
+ * threads fill 4M-element pieces of every tensor at once (one a CPU) and
+ * the bytes are those one thread writes; the file is written by
+ * reel_safetensors_save.
+ *
+ * Device memory: before a context's plans are compiled, the library says
+ * what they take (reel_compile_estimate of the replay plan: parameters, KV
+ * states, arena, step region, stream workspaces; nothing allocated) and
+ * what is free (reel_ctx_memory). A context needs the shared KV cache, each
+ * plan's parameters and workspaces, and either the last plan's own KV states
+ * while it compiles (compile allocates them, reel_plan_bind_state frees them
+ * for the shared cache) or the prefill's eager workspace, whichever is
+ * larger, plus 1 GiB + 2% of the device for what no estimate sees (graphs,
+ * cuBLAS, fragmentation). The largest batches that do not fit are dropped
+ * from that context, each with a "skip" line in reel_decode.txt and a row
+ * saying so in the table (an out-of-memory error at allocation or compile
+ * drops the largest batch the same way and tries again), never a crash.
+ * reel_model_kv_blocks's figure (the tokens one plan's KV cache could hold
+ * on this device) is printed beside it. REEL_BENCH_FREE_GB=N: the check
+ * takes N GB as free (what a smaller card would skip). --fit-only: the
+ * check alone, from config.json (reel_model_parse; the seeded model's
+ * weights are not written), a row a point; nothing compiled or run.
+ * --one-plan: the replay plan alone, over the KV states it allocates at
+ * compile (no shared cache, no eager or logits plan: the prefill runs on it
+ * eagerly, and there are no logits for torch_model.py to check), so a
+ * context needs its KV cache once and one copy of the weights: the largest
+ * batches the card holds, as a server with one plan would.
+ *
  * Exits 1 when replay and eager disagree on an id or a timed step did not
  * replay.
  */
@@ -95,11 +142,14 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "reel/models.h"
 #include "reel/reel.h"
@@ -112,9 +162,32 @@
 #define FLOOR_TBPS_UNMEASURED 4.25
 #define MAX_LIST 12
 
+/* The real shapes of issue 48, written as seeded checkpoints (--shape). */
+typedef struct shape {
+    const char *name;
+    int layers, hidden, heads, kv_heads, head_dim, ffn, vocab;
+    bool tied, qkv_bias;
+    float eps, theta;
+    int max_pos;                  /* max_position_embeddings (0: what the run reaches, at least 65536) */
+    double rope_factor;           /* rope_scaling llama3's factor; 0: no rope scaling */
+    double rope_low, rope_high;   /* its low_freq_factor and high_freq_factor */
+    int rope_orig;                /* its original_max_position_embeddings */
+} shape;
+
+static const shape SHAPES[] = {
+    {"toy", 8, 1024, 16, 16, 64, 4096, 32000, false, false, 1e-5f, 10000.0f, 0, 0, 0, 0, 0},
+    {"llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, true, false, 1e-5f, 500000.0f, 131072, 32.0, 1.0, 4.0, 8192},
+    {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, false, false, 1e-5f, 500000.0f, 131072, 8.0, 1.0, 4.0,
+     8192},
+    {"qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, false, true, 1e-6f, 1000000.0f, 131072, 0, 0, 0, 0},
+};
+#define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
+
 typedef struct cfg {
     int layers, hidden, heads, kv_heads, ffn, vocab, block_size;
     float eps, theta;
+    const shape *shape;          /* --shape (NULL: none, the toy's sizes) */
+    int backend;                 /* --backend: a reel_backend_kind (REEL_BACKEND_AUTO: REEL_BACKEND or auto) */
     uint64_t seed;
     int batches[MAX_LIST], nbatches;
     int contexts[MAX_LIST], ncontexts;
@@ -123,8 +196,12 @@ typedef struct cfg {
     bool qkv_bias, o_bias, tied; /* the checkpoint's biases and tied embeddings */
     bool qk_norm;                /* the checkpoint's per-head q and k norms (Qwen3) */
     int hd;                      /* the checkpoint's head dim (0: hidden / heads, the seeded model's) */
+    int rope_type;               /* the checkpoint's (a reel_rope_type) and its factor */
+    double rope_factor;
     const char *dir;
     const char *model;  /* --model: an existing checkpoint; NULL: the seeded one */
+    bool fit_only;      /* --fit-only: say which points fit, run nothing */
+    bool one_plan;      /* --one-plan: the replay plan alone, over its own KV cache */
 } cfg;
 
 static int head_dim(const cfg *c) { return c->hd ? c->hd : c->hidden / c->heads; }
@@ -215,6 +292,8 @@ typedef struct wtensor {
     int64_t dims[2];
     size_t n;
     uint16_t *data; /* bf16 */
+    uint64_t st0;   /* its stream's state before the first element */
+    float center, scale;
 } wtensor;
 
 typedef struct weights {
@@ -223,7 +302,8 @@ typedef struct weights {
 } weights;
 
 /* Uniform in [center - scale, center + scale], from a stream that depends on
- * the seed and the tensor's name only. */
+ * the seed and the tensor's name only. Allocated here, filled by
+ * fill_weights. */
 static void add_tensor(weights *w, const cfg *c, const char *name, int ndim, int64_t d0, int64_t d1,
                        float center, float scale)
 {
@@ -242,16 +322,78 @@ static void add_tensor(weights *w, const cfg *c, const char *name, int ndim, int
     t->data = xmalloc(t->n * 2);
     uint64_t h = 0xcbf29ce484222325ull;
     for (const char *s = name; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-    uint64_t st = mix64(c->seed ^ h);
-    for (size_t i = 0; i < t->n; i++) {
-        st += 0x9E3779B97F4A7C15ull;
+    t->st0 = mix64(c->seed ^ h);
+    t->center = center;
+    t->scale = scale;
+}
+
+/* Elements [from, to) of t. The stream is splitmix64: element i is the mix
+ * of st0 + (i + 1) x the golden ratio, so a piece starts anywhere and the
+ * bytes do not depend on how the tensor is cut. (z >> 11 < 2^53: the signed
+ * conversion gives the same double, and is one instruction.) */
+static void fill_range(wtensor *t, size_t from, size_t to)
+{
+    const uint64_t golden = 0x9E3779B97F4A7C15ull;
+    const float center = t->center, scale = t->scale;
+    uint64_t st = t->st0 + (uint64_t)from * golden;
+    uint16_t *out = t->data;
+    for (size_t i = from; i < to; i++) {
+        st += golden;
         uint64_t z = st;
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         z ^= z >> 31;
-        double u = (double)(z >> 11) * (1.0 / 9007199254740992.0);
-        t->data[i] = f32_to_bf16(center + scale * (float)(2.0 * u - 1.0));
+        double u = (double)(int64_t)(z >> 11) * (1.0 / 9007199254740992.0);
+        out[i] = f32_to_bf16(center + scale * (float)(2.0 * u - 1.0));
     }
+}
+
+#define FILL_PIECE ((size_t)1 << 22)
+
+typedef struct fill_job {
+    weights *w;
+    size_t *piece_start; /* first piece of each tensor; [w->n] is the total */
+    atomic_size_t next;
+} fill_job;
+
+static void *fill_worker(void *arg)
+{
+    fill_job *j = arg;
+    const size_t total = j->piece_start[j->w->n];
+    int t = 0;
+    for (size_t k; (k = atomic_fetch_add(&j->next, 1)) < total;) {
+        while (j->piece_start[t + 1] <= k) t++;
+        wtensor *x = &j->w->t[t];
+        size_t from = (k - j->piece_start[t]) * FILL_PIECE, to = from + FILL_PIECE;
+        fill_range(x, from, to < x->n ? to : x->n);
+    }
+    return NULL;
+}
+
+/* Every tensor's values, in pieces of FILL_PIECE elements over one thread a
+ * CPU (at most 64); *threads says how many ran. */
+static void fill_weights(weights *w, int *threads)
+{
+    fill_job j;
+    j.w = w;
+    j.piece_start = xmalloc(((size_t)w->n + 1) * sizeof *j.piece_start);
+    j.piece_start[0] = 0;
+    for (int i = 0; i < w->n; i++)
+        j.piece_start[i + 1] = j.piece_start[i] + (w->t[i].n + FILL_PIECE - 1) / FILL_PIECE;
+    atomic_init(&j.next, 0);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
+    if ((size_t)n > j.piece_start[w->n]) n = j.piece_start[w->n] ? (int)j.piece_start[w->n] : 1;
+    pthread_t tid[64];
+    int started = 0;
+    for (int i = 1; i < n; i++) {
+        if (pthread_create(&tid[started], NULL, fill_worker, &j) != 0) break;
+        started++;
+    }
+    fill_worker(&j); /* this thread too: the pieces left are done whatever started */
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+    free(j.piece_start);
+    *threads = started + 1;
 }
 
 /* The seeded weights, under the names that pick their streams (unchanged,
@@ -325,17 +467,34 @@ static void fmt_float(char *s, size_t n, float v)
 
 static void write_config(const cfg *c, const char *dir)
 {
-    char path[4096], tmp[4200], eps[32], theta[32];
+    char path[4096], tmp[4200], eps[32], theta[32], rope[400], extra[200];
     path_in(path, sizeof path, dir, "config.json");
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     fmt_float(eps, sizeof eps, c->eps);
     fmt_float(theta, sizeof theta, c->theta);
-    long long maxpos = 65536, need = (long long)c->contexts[c->ncontexts - 1] + c->warmup + c->steps + 1;
+    const shape *sh = c->shape;
+    long long maxpos = sh && sh->max_pos ? sh->max_pos : 65536;
+    long long need = (long long)c->contexts[c->ncontexts - 1] + c->warmup + c->steps + 1;
     if (need < c->max_context) need = c->max_context;
     while (maxpos < need) maxpos *= 2;
     /* q/k/v biases without an o bias: Qwen2's layout (Llama's attention_bias
      * puts a bias on all four). */
     const bool qwen2 = c->qkv_bias && !c->o_bias;
+    /* Llama 3.1 and 3.2's rope_scaling, as their config.json spell it. */
+    if (sh && sh->rope_factor > 0)
+        snprintf(rope, sizeof rope,
+                 "{\n    \"factor\": %.1f,\n    \"high_freq_factor\": %.1f,\n    \"low_freq_factor\": %.1f,\n"
+                 "    \"original_max_position_embeddings\": %d,\n    \"rope_type\": \"llama3\"\n  }",
+                 sh->rope_factor, sh->rope_high, sh->rope_low, sh->rope_orig);
+    else
+        snprintf(rope, sizeof rope, "null");
+    /* Qwen2.5's window keys (off: full attention in every layer). */
+    if (qwen2 && sh && sh->max_pos)
+        snprintf(extra, sizeof extra,
+                 "  \"use_sliding_window\": false,\n  \"sliding_window\": %lld,\n  \"max_window_layers\": %d,\n",
+                 maxpos, c->layers);
+    else
+        snprintf(extra, sizeof extra, "%s", qwen2 ? "  \"use_sliding_window\": false,\n" : "");
     FILE *f = fopen(tmp, "w");
     bool ok = f && fprintf(f,
                            "{\n"
@@ -350,7 +509,7 @@ static void write_config(const cfg *c, const char *dir)
                            "  \"vocab_size\": %d,\n"
                            "  \"rms_norm_eps\": %s,\n"
                            "  \"rope_theta\": %s,\n"
-                           "  \"rope_scaling\": null,\n"
+                           "  \"rope_scaling\": %s,\n"
                            "  \"max_position_embeddings\": %lld,\n"
                            "  \"hidden_act\": \"silu\",\n"
                            "  \"attention_bias\": %s,\n"
@@ -360,9 +519,8 @@ static void write_config(const cfg *c, const char *dir)
                            "  \"torch_dtype\": \"bfloat16\"\n"
                            "}\n",
                            qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen2 ? "qwen2" : "llama", c->hidden,
-                           c->ffn, c->layers, c->heads, c->kv_heads, head_dim(c), c->vocab, eps, theta, maxpos,
-                           c->o_bias ? "true" : "false", qwen2 ? "  \"use_sliding_window\": false,\n" : "",
-                           c->tied ? "true" : "false") > 0;
+                           c->ffn, c->layers, c->heads, c->kv_heads, head_dim(c), c->vocab, eps, theta, rope, maxpos,
+                           c->o_bias ? "true" : "false", extra, c->tied ? "true" : "false") > 0;
     if (f && fclose(f) != 0) ok = false;
     if (!ok || rename(tmp, path) != 0) {
         fprintf(stderr, "bench_decode: writing %s failed: %s\n", path, strerror(errno));
@@ -381,7 +539,13 @@ static void save_seeded(const cfg *c, const char *dir)
         exit(1);
     }
     weights w;
+    double t0 = now_s();
     make_weights(&w, c);
+    int threads = 1;
+    fill_weights(&w, &threads);
+    size_t elems = 0;
+    for (int i = 0; i < w.n; i++) elems += w.t[i].n;
+    double t1 = now_s();
     /* w_gate_up is two tensors in the file, bqkv three */
     const int n = w.n + c->layers * (c->qkv_bias ? 3 : 1);
     reel_st_entry *e = xmalloc((size_t)n * sizeof *e);
@@ -430,6 +594,12 @@ static void save_seeded(const cfg *c, const char *dir)
     path_in(path, sizeof path, dir, "model.safetensors");
     RK("saving the seeded checkpoint", reel_safetensors_save(g_ctx, path, e, k));
     write_config(c, dir);
+    double t2 = now_s();
+    fprintf(stderr, "bench_decode: seeded weights: %.2f G elements (%.2f GB bf16) generated in %.2f s on %d threads "
+                    "(%.2f ns an element a thread), written in %.2f s (%.2f GB/s)\n",
+            (double)elems * 1e-9, (double)elems * 2e-9, t1 - t0, threads,
+            elems ? (t1 - t0) * 1e9 * threads / (double)elems : 0.0, t2 - t1,
+            t2 > t1 ? (double)elems * 2e-9 / (t2 - t1) : 0.0);
     for (int i = 0; i < w.n; i++) free(w.t[i].data);
     free(w.t);
     free(e);
@@ -464,13 +634,34 @@ static void agree(const char *dir, const char *flag, const char *key, int value,
  * shape; no bias, norm or layer its config does not call for), and takes
  * the model's sizes, eps, rope theta, biases and tied embeddings from it.
  * Size flags given beside --model must agree; the model must be bf16. */
-static void open_model(cfg *c, model *m, const char *dir)
+static void open_model(cfg *c, model *m, const char *dir, bool config_only)
 {
     if (!realpath(dir, m->dir)) {
         fprintf(stderr, "bench_decode: %s: %s\n", dir, strerror(errno));
         exit(1);
     }
-    reel_status st = reel_model_open(g_ctx, m->dir, &m->mm);
+    reel_status st;
+    if (config_only) { /* its config.json alone (reel_model_parse): shapes and estimates, no weights */
+        char path[4200];
+        path_in(path, sizeof path, m->dir, "config.json");
+        FILE *f = fopen(path, "rb");
+        char *json = NULL;
+        long n = -1;
+        if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+            json = xmalloc((size_t)n + 1);
+            if (fread(json, 1, (size_t)n, f) != (size_t)n) n = -1;
+        }
+        if (f) fclose(f);
+        if (n < 0) {
+            fprintf(stderr, "bench_decode: reading %s failed\n", path);
+            exit(1);
+        }
+        json[n] = 0;
+        st = reel_model_parse(g_ctx, json, (size_t)n, &m->mm);
+        free(json);
+    } else {
+        st = reel_model_open(g_ctx, m->dir, &m->mm);
+    }
     if (st != REEL_OK) {
         fprintf(stderr, "bench_decode: --model %s: %s: %s\n", dir, reel_status_str(st), reel_ctx_last_error(g_ctx));
         exit(1);
@@ -495,6 +686,8 @@ static void open_model(cfg *c, model *m, const char *dir)
     c->o_bias = in.o_bias;
     c->qk_norm = in.qk_norm;
     c->tied = in.tied;
+    c->rope_type = in.rope_type;
+    c->rope_factor = in.rope_factor;
 }
 
 /* Bytes a decode step of B sequences must read at context C (see the top). */
@@ -513,15 +706,16 @@ static double floor_us(const cfg *c, int B, int C)
 
 /* ---- graph ---------------------------------------------------------------- */
 
-/* What the models layer builds for a plan of this run. REEL_BENCH_QKV=0:
+/* What the models layer builds for a plan of this run over its first nb
+ * batches (the buckets; the largest is max_seqs). REEL_BENCH_QKV=0:
  * three separate q/k/v projections, to measure what the fusion gives. */
-static reel_model_opts model_opts(const cfg *c, int num_blocks, int max_context, bool with_logits)
+static reel_model_opts model_opts(const cfg *c, int nb, int num_blocks, int max_context, bool with_logits)
 {
     reel_model_opts o = REEL_MODEL_OPTS_INIT;
-    o.num_buckets = c->nbatches;
-    for (int i = 0; i < c->nbatches; i++) o.buckets[i] = c->batches[i];
+    o.num_buckets = nb;
+    for (int i = 0; i < nb; i++) o.buckets[i] = c->batches[i];
     o.max_context = max_context;
-    o.max_seqs = c->batches[c->nbatches - 1];
+    o.max_seqs = c->batches[nb - 1];
     o.block_size = c->block_size;
     o.num_blocks = num_blocks;
     o.logits = with_logits;
@@ -710,8 +904,16 @@ static void usage(void)
             "                    [--vocab N] [--batches 1,8,64] [--contexts 128,2048] [--steps 50] [--warmup 10]\n"
             "                    [--prefill-tokens 4096] [--seed 1] [--dir /tmp/reel-decode] [--no-eager] [--no-logits]\n"
             "                    [--matmul-tuning] [--max-context N] [--qkv-bias] [--tied] [--model CHECKPOINT_DIR]\n"
+            "                    [--shape toy|llama-3.2-1b|llama-3.1-8b|qwen2.5-7b] [--backend auto|host|cuda]\n"
             "--qkv-bias, --tied: the seeded model with q/k/v biases (written as a Qwen2 checkpoint), with tied\n"
             "embeddings.\n"
+            "--shape: the seeded checkpoint at that model's sizes and config.json (rope scaling, biases, tied\n"
+            "embeddings); size flags given beside it override its sizes. toy is the default model.\n"
+            "--backend: the context's backend (auto: REEL_BACKEND, else CUDA where there is a device).\n"
+            "--fit-only: which points fit the device's memory, from config.json alone (the seeded model's\n"
+            "config.json is written, not its weights); nothing is compiled or run.\n"
+            "--one-plan: the replay plan alone over its own KV cache (prefill run eagerly on it; no eager or\n"
+            "logits plan, so no logits for bench/torch_model.py to check): the largest batches a card holds.\n"
             "--model: a bf16 Hugging Face checkpoint of a family reel's models layer builds (Llama, Mistral,\n"
             "Qwen2, Qwen3; config.json, safetensors) instead of the seeded one written into --dir/model; the\n"
             "sizes, biases and tied embeddings come from its config.json (size flags given beside it must agree)\n"
@@ -746,7 +948,8 @@ static void parse(int argc, char **argv, cfg *c)
         {"steps", 1, 0, 's'}, {"warmup", 1, 0, 'w'}, {"prefill-tokens", 1, 0, 'p'}, {"seed", 1, 0, 'S'},
         {"dir", 1, 0, 'd'}, {"no-eager", 0, 0, 'e'}, {"no-logits", 0, 0, 'l'}, {"help", 0, 0, 'h'},
         {"matmul-tuning", 0, 0, 'T'}, {"max-context", 1, 0, 'M'}, {"model", 1, 0, 'm'},
-        {"qkv-bias", 0, 0, 'B'}, {"tied", 0, 0, 't'},
+        {"qkv-bias", 0, 0, 'B'}, {"tied", 0, 0, 't'}, {"shape", 1, 0, 'P'}, {"backend", 1, 0, 'k'},
+        {"fit-only", 0, 0, 'f'}, {"one-plan", 0, 0, 'O'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -771,17 +974,53 @@ static void parse(int argc, char **argv, cfg *c)
         case 'm': c->model = optarg; break;
         case 'B': c->qkv_bias = true; break;
         case 't': c->tied = true; break;
+        case 'f': c->fit_only = true; break;
+        case 'O':
+            c->one_plan = true;
+            c->eager = c->logits = false;
+            break;
+        case 'P':
+            for (int i = 0; i < NSHAPES && !c->shape; i++)
+                if (strcmp(optarg, SHAPES[i].name) == 0) c->shape = &SHAPES[i];
+            if (!c->shape) {
+                fprintf(stderr, "bench_decode: no shape '%s'\n", optarg);
+                usage();
+            }
+            break;
+        case 'k': {
+            reel_backend_kind k;
+            if (reel_backend_parse(optarg, &k) != REEL_OK) {
+                fprintf(stderr, "bench_decode: --backend %s: auto, host or cuda\n", optarg);
+                usage();
+            }
+            c->backend = (int)k;
+            break;
+        }
         default: usage();
         }
     }
     if (optind != argc) usage();
     if (c->model) {
-        if (c->qkv_bias || c->tied) {
-            fprintf(stderr, "bench_decode: --qkv-bias and --tied shape the seeded model; with --model the "
+        if (c->qkv_bias || c->tied || c->shape) {
+            fprintf(stderr, "bench_decode: --qkv-bias, --tied and --shape shape the seeded model; with --model the "
                             "checkpoint's config.json says\n");
             usage();
         }
     } else {
+        const shape *sh = c->shape;
+        if (sh) { /* its sizes where no flag gave one; its head dim unless --hidden or --heads moved it */
+            if (c->hidden == 0 && c->heads == 0) c->hd = sh->head_dim;
+            if (c->layers == 0) c->layers = sh->layers;
+            if (c->hidden == 0) c->hidden = sh->hidden;
+            if (c->heads == 0) c->heads = sh->heads;
+            if (c->kv_heads == 0) c->kv_heads = sh->kv_heads;
+            if (c->ffn == 0) c->ffn = sh->ffn;
+            if (c->vocab == 0) c->vocab = sh->vocab;
+            c->tied = c->tied || sh->tied;
+            c->qkv_bias = c->qkv_bias || sh->qkv_bias;
+            c->eps = sh->eps;
+            c->theta = sh->theta;
+        }
         if (c->layers == 0) c->layers = 8;
         if (c->hidden == 0) c->hidden = 1024;
         if (c->heads == 0) c->heads = 16;
@@ -821,20 +1060,21 @@ static void graph_mem_attrs(long long *used, long long *reserved)
 }
 
 /* The KV caches the three plans of a context share: device memory on CUDA,
- * host memory on the host backend (reel_plan_bind_state). */
+ * host memory on the host backend (reel_plan_bind_state); NULL when there is
+ * not enough. */
 static void *cache_alloc(size_t bytes)
 {
 #ifdef BENCH_CUDA
     if (reel_ctx_backend(g_ctx) == REEL_BACKEND_CUDA) {
         void *p = NULL;
         if (cudaMalloc(&p, bytes) != cudaSuccess) {
-            fprintf(stderr, "bench_decode: cudaMalloc of %zu bytes for a KV cache failed\n", bytes);
-            exit(1);
+            (void)cudaGetLastError(); /* clears it: an allocation that failed leaves nothing behind */
+            return NULL;
         }
         return p;
     }
 #endif
-    return xmalloc(bytes);
+    return malloc(bytes ? bytes : 1);
 }
 
 static void cache_free(void *p)
@@ -918,27 +1158,40 @@ static long long process_once_bytes(void)
     return f0 && f1 ? (long long)f0 - (long long)f1 : -1;
 }
 
-static reel_plan *compile(const cfg *c, const model *m, int num_blocks, int max_context, bool no_capture,
-                          bool with_logits, double *ms)
+static reel_compile_opts compile_opts(const cfg *c, int nb, int max_context, bool no_capture)
 {
-    reel_model_opts mo = model_opts(c, num_blocks, max_context, with_logits);
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = nb;
+    for (int i = 0; i < nb; i++) o.buckets[i] = c->batches[i];
+    o.max_context = max_context;
+    o.max_seqs = c->batches[nb - 1];
+    o.no_capture = no_capture;
+    return o;
+}
+
+/* The plan of the first nb batches, its weights written from the mapped
+ * checkpoint, in *out. REEL_E_OOM comes back (no plan made, the library's
+ * message in reel_ctx_last_error); any other failure ends the run. */
+static reel_status compile(const cfg *c, const model *m, int nb, int num_blocks, int max_context, bool no_capture,
+                           bool with_logits, double *ms, reel_plan **out)
+{
+    *out = NULL;
+    reel_model_opts mo = model_opts(c, nb, num_blocks, max_context, with_logits);
     reel_graph *g;
     RK("creating the graph", reel_graph_create(g_ctx, &g));
     RK("building the graph", reel_model_build(m->mm, g, &mo));
-    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
-    o.num_buckets = c->nbatches;
-    for (int i = 0; i < c->nbatches; i++) o.buckets[i] = c->batches[i];
-    o.max_context = max_context;
-    o.max_seqs = c->batches[c->nbatches - 1];
-    o.no_capture = no_capture;
+    reel_compile_opts o = compile_opts(c, nb, max_context, no_capture);
     reel_plan *p;
     double t0 = now_s();
-    RK("compiling", reel_compile(g, &o, &p));
+    reel_status st = reel_compile(g, &o, &p);
+    reel_graph_destroy(g);
+    if (st == REEL_E_OOM) return st;
+    if (st != REEL_OK) die("compiling", st);
     /* the weights, copied from the mapped checkpoint into the plan */
     RK("writing the weights", reel_model_bind(m->mm, p, &mo));
     *ms = (now_s() - t0) * 1e3;
-    reel_graph_destroy(g);
-    return p;
+    *out = p;
+    return REEL_OK;
 }
 
 static void bind_caches(const cfg *c, reel_plan *p, void **caches, size_t bytes)
@@ -972,79 +1225,302 @@ static void write_logits(const cfg *c, reel_plan *p, int B, int C)
 
 static void fmt_us(char *s, size_t n, double v) { v >= 0 ? snprintf(s, n, "%.1f", v) : snprintf(s, n, "-"); }
 
-/* One context: the three plans over one cache, the prefill, every batch.
- * Returns false when replay and eager disagree or a step did not replay. */
-static bool run_context(const cfg *c, const model *m, int C, FILE *res)
-{
-    const int N = c->warmup + c->steps, maxB = c->batches[c->nbatches - 1];
-    const int bps_asked = (c->max_context + c->block_size - 1) / c->block_size;
-    int bps = (C + N + 1 + c->block_size - 1) / c->block_size;
-    if (bps < bps_asked) bps = bps_asked;
-    const int num_blocks = maxB * bps, max_context = bps * c->block_size;
-    const size_t cache_bytes = (size_t)num_blocks * (size_t)c->block_size * (size_t)c->kv_heads *
-                               (size_t)head_dim(c) * 2;
-    void **caches = xmalloc((size_t)c->layers * 2 * sizeof *caches);
-    for (int i = 0; i < 2 * c->layers; i++) caches[i] = cache_alloc(cache_bytes);
+/* ---- device memory of a context -------------------------------------- */
 
-    double ms_r, ms_e = 0, ms_c = 0, t0;
-    size_t free0 = dev_free_bytes();
-    reel_plan *rp = compile(c, m, num_blocks, max_context, false, false, &ms_r);
-    size_t free1 = dev_free_bytes();
-    long long gm_used, gm_res;
-    graph_mem_attrs(&gm_used, &gm_res);
-    reel_plan_stats st = REEL_PLAN_STATS_INIT;
-    RK("plan stats", reel_plan_stats_get(rp, &st));
-    reel_plan_memory mem = REEL_PLAN_MEMORY_INIT;
-    RK("plan memory", reel_plan_memory_get(rp, &mem));
-    t0 = now_s();
-    bind_caches(c, rp, caches, cache_bytes);
-    double bind_ms = (now_s() - t0) * 1e3;
-    RK("timing steps", reel_plan_time_steps(rp, 1));
-    reel_plan *ep = NULL, *lp = NULL;
-    long long eager_delta = -1;
+/* What a context's plans need beside what the device has (see the top). */
+typedef struct fit {
+    bool known;            /* the backend told its free memory (reel_ctx_memory) */
+    size_t need, avail, total;
+    size_t kv;             /* the shared KV cache (the plan's states) */
+    size_t params;         /* one plan's parameters */
+    size_t other;          /* one plan's arena, step region and stream workspaces (and pinned staging on
+                              the host backend) */
+    size_t prefill;        /* the prefill's eager workspace: the arena of a step of --prefill-tokens
+                              tokens */
+    int plans;
+} fit;
+
+static int plan_count(const cfg *c)
+{
+    return c->one_plan ? 1 : 1 + (c->eager ? 1 : 0) + (c->logits || !c->eager ? 1 : 0);
+}
+
+/* reel_compile_estimate of the plan of the first nb batches at bps blocks a
+ * sequence (nothing allocated); with prefill, of a plan whose one bucket is
+ * a prefill step of --prefill-tokens tokens, what the prefill's eager steps
+ * lay out past the plan's limits (the logits plan's, with its logits). */
+static reel_status estimate(const cfg *c, const model *m, int nb, int bps, bool prefill, reel_plan_memory *pm)
+{
+    const int maxB = c->batches[nb - 1], max_context = bps * c->block_size;
+    reel_model_opts mo = model_opts(c, nb, maxB * bps, max_context, prefill && c->logits);
+    reel_compile_opts o = compile_opts(c, nb, max_context, prefill);
+    if (prefill) {
+        mo.num_buckets = o.num_buckets = 1;
+        mo.buckets[0] = o.buckets[0] = c->prefill_tokens > maxB ? c->prefill_tokens : maxB;
+    }
+    reel_graph *g;
+    RK("creating the graph", reel_graph_create(g_ctx, &g));
+    RK("building the graph", reel_model_build(m->mm, g, &mo));
+    *pm = (reel_plan_memory)REEL_PLAN_MEMORY_INIT;
+    reel_status st = reel_compile_estimate(g, &o, pm);
+    reel_graph_destroy(g);
+    return st;
+}
+
+/* The library's figures for the plans of the first nb batches at bps blocks
+ * a sequence (reel_compile_estimate) and the device's (reel_ctx_memory);
+ * prefill: the prefill step's workspace (0: scale the largest bucket's arena
+ * to the prefill's tokens). */
+static void estimate_fit(const cfg *c, const model *m, int nb, int bps, size_t prefill, fit *f)
+{
+    memset(f, 0, sizeof *f);
+    const int maxB = c->batches[nb - 1];
+    reel_plan_memory pm;
+    reel_status st = estimate(c, m, nb, bps, false, &pm);
+    if (st != REEL_OK) die("estimating a plan's memory (reel_compile_estimate)", st);
+    f->plans = plan_count(c);
+    f->kv = pm.state_bytes;
+    f->params = pm.param_bytes;
+    f->other = pm.device_bytes + (reel_ctx_backend(g_ctx) == REEL_BACKEND_HOST ? pm.pinned_bytes : 0);
+    f->prefill = prefill ? prefill : pm.bucket_arena_bytes[nb - 1] / (size_t)maxB * (size_t)c->prefill_tokens;
+    f->known = reel_ctx_memory(g_ctx, &f->avail, &f->total) == REEL_OK;
+    const char *fake = getenv("REEL_BENCH_FREE_GB"); /* a smaller card's view, for trying the skips */
+    if (fake && *fake && atof(fake) > 0) {
+        f->avail = (size_t)(atof(fake) * 1e9);
+        f->total = f->total > f->avail ? f->total : f->avail;
+        f->known = true;
+    }
+    /* one plan over its own cache: no shared cache beside it while it compiles */
+    size_t extra = c->one_plan ? f->prefill : f->kv > f->prefill ? f->kv : f->prefill;
+    f->need = f->kv + extra + (size_t)f->plans * (f->params + f->other) + ((size_t)1 << 30) + f->total / 50;
+}
+
+/* reel_model_kv_blocks: the tokens the KV cache of one plan of the first nb
+ * batches could hold on this device now; -1 where it says none. */
+static long long kv_tokens(const cfg *c, const model *m, int nb, int bps)
+{
+    const int max_context = bps * c->block_size;
+    reel_model_opts mo = model_opts(c, nb, c->batches[nb - 1] * bps, max_context, false);
+    reel_compile_opts o = compile_opts(c, nb, max_context, false);
+    int32_t blocks = 0;
+    int64_t tokens = 0;
+    return reel_model_kv_blocks(m->mm, &mo, &o, 1.0, &blocks, &tokens) == REEL_OK ? (long long)tokens : -1;
+}
+
+static double gb(size_t b) { return (double)b * 1e-9; }
+
+/* A point that does not run: its row in the table (the floor still means
+ * something) and a skip line in reel_decode.txt (why after " : "). */
+static void skip_point(const cfg *c, FILE *res, int B, int C, const fit *f, const char *why)
+{
+    printf("| %d | %d | - | - | - | - | %.1f | - | does not fit: %s |\n", B, C, floor_us(c, B, C), why);
+    fflush(stdout);
+    fprintf(res, "skip batch=%d context=%d need_bytes=%zu avail_bytes=%zu kv_bytes=%zu param_bytes=%zu plans=%d : %s\n",
+            B, C, f ? f->need : 0, f ? f->avail : 0, f ? f->kv : 0, f ? f->params : 0, f ? f->plans : 0, why);
+    fflush(res);
+    fprintf(stderr, "bench_decode: batch %d context %d skipped: %s\n", B, C, why);
+}
+
+/* How many of the batches (the first nb) fit at context C; each one dropped
+ * is skipped with its figures. */
+static int fit_batches(const cfg *c, const model *m, int C, int bps, FILE *res)
+{
+    int nb = c->nbatches;
+    fit f;
+    /* the prefill step's own layout, once (the batches barely move it) */
+    reel_plan_memory pp;
+    size_t prefill = estimate(c, m, nb, bps, true, &pp) == REEL_OK ? pp.arena_bytes + pp.static_bytes : 0;
+    for (; nb > 0; nb--) {
+        estimate_fit(c, m, nb, bps, prefill, &f);
+        if (!f.known || f.need <= f.avail) break;
+        char why[320];
+        snprintf(why, sizeof why,
+                 "needs %.1f GB (KV cache %.1f GB%s; %d plan%s of %.2f GB weights + %.2f GB workspace; margin "
+                 "%.1f GB), %.1f GB free of %.1f",
+                 gb(f.need), gb(f.kv), c->one_plan ? "" : ", twice while a plan compiles", f.plans,
+                 f.plans > 1 ? "s" : "", gb(f.params), gb(f.other), gb(((size_t)1 << 30) + f.total / 50),
+                 gb(f.avail), gb(f.total));
+        skip_point(c, res, c->batches[nb - 1], C, &f, why);
+    }
+    if (nb > 0 && f.known)
+        fprintf(stderr, "bench_decode: context %d: batches up to %d fit: %.1f GB of %.1f GB free (KV cache %.1f GB, "
+                        "%d plan%s of %.2f + %.2f GB); one plan's KV cache could hold %lld tokens here "
+                        "(reel_model_kv_blocks)\n",
+                C, c->batches[nb - 1], gb(f.need), gb(f.avail), gb(f.kv), f.plans, f.plans > 1 ? "s" : "",
+                gb(f.params), gb(f.other), kv_tokens(c, m, nb, bps));
+    return nb;
+}
+
+/* ---- one context ------------------------------------------------------- */
+
+/* The KV cache and the plans of one context. */
+typedef struct plans {
+    void **caches;
+    size_t cache_bytes;
+    reel_plan *rp, *ep, *lp;
+    double ms_r, ms_e, ms_c, bind_ms;
+    size_t free0, free1;
+    long long gm_used, gm_res, eager_delta;
+    reel_plan_stats st;
+    reel_plan_memory mem;
+    char why[480];         /* what ran out of memory */
+} plans;
+
+static void free_plans(const cfg *c, plans *P)
+{
+    reel_plan_destroy(P->rp);
+    reel_plan_destroy(P->ep);
+    reel_plan_destroy(P->lp);
+    for (int i = 0; P->caches && i < 2 * c->layers; i++)
+        if (P->caches[i]) cache_free(P->caches[i]);
+    free(P->caches);
+    P->caches = NULL;
+    P->rp = P->ep = P->lp = NULL;
+}
+
+static reel_status oom(plans *P, const char *what)
+{
+    snprintf(P->why, sizeof P->why, "out of memory %s: %s", what, reel_ctx_last_error(g_ctx));
+    return REEL_E_OOM;
+}
+
+/* The shared KV cache and the three plans of the first nb batches over it.
+ * REEL_E_OOM (P->why says where) when something could not be allocated:
+ * free_plans gives back what was. */
+static reel_status make_plans(const cfg *c, const model *m, int nb, int bps, plans *P)
+{
+    memset(P, 0, sizeof *P);
+    P->gm_used = P->gm_res = P->eager_delta = -1;
+    const int maxB = c->batches[nb - 1], num_blocks = maxB * bps, max_context = bps * c->block_size;
+    P->cache_bytes = (size_t)num_blocks * (size_t)c->block_size * (size_t)c->kv_heads * (size_t)head_dim(c) * 2;
+    if (c->one_plan) { /* the replay plan's own KV states, nothing bound */
+        P->free0 = dev_free_bytes();
+        if (compile(c, m, nb, num_blocks, max_context, false, false, &P->ms_r, &P->rp) != REEL_OK)
+            return oom(P, "compiling the replay plan");
+        P->free1 = dev_free_bytes();
+        graph_mem_attrs(&P->gm_used, &P->gm_res);
+        P->st = (reel_plan_stats)REEL_PLAN_STATS_INIT;
+        RK("plan stats", reel_plan_stats_get(P->rp, &P->st));
+        P->mem = (reel_plan_memory)REEL_PLAN_MEMORY_INIT;
+        RK("plan memory", reel_plan_memory_get(P->rp, &P->mem));
+        RK("timing steps", reel_plan_time_steps(P->rp, 1));
+        return REEL_OK;
+    }
+    P->caches = xmalloc((size_t)c->layers * 2 * sizeof *P->caches);
+    memset(P->caches, 0, (size_t)c->layers * 2 * sizeof *P->caches);
+    for (int i = 0; i < 2 * c->layers; i++)
+        if (!(P->caches[i] = cache_alloc(P->cache_bytes))) {
+            snprintf(P->why, sizeof P->why, "out of memory allocating the KV cache (%d x %.2f GB)", 2 * c->layers,
+                     gb(P->cache_bytes));
+            return REEL_E_OOM;
+        }
+    P->free0 = dev_free_bytes();
+    if (compile(c, m, nb, num_blocks, max_context, false, false, &P->ms_r, &P->rp) != REEL_OK)
+        return oom(P, "compiling the replay plan");
+    P->free1 = dev_free_bytes();
+    graph_mem_attrs(&P->gm_used, &P->gm_res);
+    P->st = (reel_plan_stats)REEL_PLAN_STATS_INIT;
+    RK("plan stats", reel_plan_stats_get(P->rp, &P->st));
+    P->mem = (reel_plan_memory)REEL_PLAN_MEMORY_INIT;
+    RK("plan memory", reel_plan_memory_get(P->rp, &P->mem));
+    double t0 = now_s();
+    bind_caches(c, P->rp, P->caches, P->cache_bytes);
+    P->bind_ms = (now_s() - t0) * 1e3;
+    RK("timing steps", reel_plan_time_steps(P->rp, 1));
     if (c->eager) {
         size_t fe0 = dev_free_bytes();
-        ep = compile(c, m, num_blocks, max_context, true, false, &ms_e);
+        if (compile(c, m, nb, num_blocks, max_context, true, false, &P->ms_e, &P->ep) != REEL_OK)
+            return oom(P, "compiling the eager plan");
         size_t fe1 = dev_free_bytes();
         reel_plan_memory me = REEL_PLAN_MEMORY_INIT;
-        RK("plan memory", reel_plan_memory_get(ep, &me));
-        if (fe0 && fe1) eager_delta = (long long)fe0 - (long long)fe1 - (long long)(me.param_bytes + me.state_bytes);
-        bind_caches(c, ep, caches, cache_bytes);
-        RK("timing steps", reel_plan_time_steps(ep, 1));
+        RK("plan memory", reel_plan_memory_get(P->ep, &me));
+        if (fe0 && fe1)
+            P->eager_delta = (long long)fe0 - (long long)fe1 - (long long)(me.param_bytes + me.state_bytes);
+        bind_caches(c, P->ep, P->caches, P->cache_bytes);
+        RK("timing steps", reel_plan_time_steps(P->ep, 1));
     }
     /* The prefill runs on a plan without graphs (any of them would run it
      * eagerly): the logits plan when there is one. */
-    if (c->logits || !ep) {
-        lp = compile(c, m, num_blocks, max_context, true, c->logits, &ms_c);
-        bind_caches(c, lp, caches, cache_bytes);
+    if (c->logits || !P->ep) {
+        if (compile(c, m, nb, num_blocks, max_context, true, c->logits, &P->ms_c, &P->lp) != REEL_OK)
+            return oom(P, "compiling the logits plan");
+        bind_caches(c, P->lp, P->caches, P->cache_bytes);
     }
+    return REEL_OK;
+}
+
+/* KV blocks a sequence's table holds at context C: what the steps reach,
+ * at least --max-context's. */
+static int blocks_per_seq(const cfg *c, int C)
+{
+    const int bps_asked = (c->max_context + c->block_size - 1) / c->block_size;
+    int bps = (C + c->warmup + c->steps + 1 + c->block_size - 1) / c->block_size;
+    return bps < bps_asked ? bps_asked : bps;
+}
+
+/* --fit-only: the points of context C that fit (a row each) and those that
+ * do not (skipped as a run would skip them); nothing compiled. */
+static void fit_context(const cfg *c, const model *m, int C, FILE *res)
+{
+    int nb = fit_batches(c, m, C, blocks_per_seq(c, C), res);
+    for (int i = 0; i < nb; i++)
+        printf("| %d | %d | - | - | - | - | %.1f | - | fits (--fit-only: not run) |\n", c->batches[i], C,
+               floor_us(c, c->batches[i], C));
+    fflush(stdout);
+}
+
+/* One context: the three plans over one cache, the prefill, every batch
+ * that fits. Returns false when replay and eager disagree or a step did not
+ * replay. */
+static bool run_context(const cfg *c, const model *m, int C, FILE *res)
+{
+    const int N = c->warmup + c->steps;
+    const int bps = blocks_per_seq(c, C);
+    int nb = fit_batches(c, m, C, bps, res);
+    plans P;
+    for (; nb > 0; nb--) {
+        if (make_plans(c, m, nb, bps, &P) == REEL_OK) break;
+        free_plans(c, &P);
+        skip_point(c, res, c->batches[nb - 1], C, NULL, P.why);
+    }
+    if (nb == 0) {
+        fprintf(stderr, "bench_decode: context %d: no batch fits\n", C);
+        return true;
+    }
+    const int maxB = c->batches[nb - 1];
+    reel_plan *rp = P.rp, *ep = P.ep, *lp = P.lp;
+    const reel_plan_memory mem = P.mem;
+    const reel_plan_stats st = P.st;
     /* Device bytes the replay plan took at compile beside its params and its
      * own states (freed again by the bind): arena, step region, graphs, and
      * what the backend holds for the plan's streams. */
-    long long dev_delta = free0 && free1 ? (long long)free0 - (long long)free1 : -1;
+    long long dev_delta = P.free0 && P.free1 ? (long long)P.free0 - (long long)P.free1 : -1;
     long long other = dev_delta >= 0 ? dev_delta - (long long)(mem.param_bytes + mem.state_bytes) : -1;
+    /* the prefill's plan: the logits plan, else the eager one, else (--one-plan) the replay plan, which
+     * runs steps past its largest bucket eagerly */
+    reel_plan *pre = lp ? lp : ep ? ep : rp;
     fprintf(res,
             "plan context=%d buckets=%d compile_ms=%.1f capture_ms=%.1f reel_compile_ms=%.1f bind_ms=%.1f "
             "eager_compile_ms=%.1f arena_bytes=%zu static_bytes=%zu graph_bytes_known=%d graph_bytes=%zu "
             "param_bytes=%zu state_bytes=%zu device_bytes=%zu stream_ws_bytes=%zu dev_delta_bytes=%lld dev_other_bytes=%lld "
             "graph_mem_used=%lld graph_mem_reserved=%lld graphs=%" PRIu64 " eager_dev_other_bytes=%lld\n",
-            C, c->nbatches, st.compile_ms, st.capture_ms, ms_r, bind_ms, ms_e, mem.arena_bytes, mem.static_bytes,
+            C, nb, st.compile_ms, st.capture_ms, P.ms_r, P.bind_ms, P.ms_e, mem.arena_bytes, mem.static_bytes,
             mem.graph_bytes_known, mem.graph_bytes, mem.param_bytes, mem.state_bytes, mem.device_bytes, mem.stream_ws_bytes, dev_delta,
-            other, gm_used, gm_res, st.graphs_captured, eager_delta);
+            other, P.gm_used, P.gm_res, st.graphs_captured, P.eager_delta);
     fflush(res);
 
     batch b;
     batch_init(&b, c, maxB, bps, c->prefill_tokens);
-    t0 = now_s();
-    prefill(lp ? lp : ep, &b, c, 0, C);
-    reel_plan_trim(lp ? lp : ep);
+    double t0 = now_s();
+    prefill(pre, &b, c, 0, C);
+    RK("trimming the prefill's workspace", reel_plan_trim(pre));
     fprintf(stderr, "bench_decode: context %d: plans %.0f / %.0f / %.0f ms, bind %.0f ms, prefill of %d x %d: %.2f s\n",
-            C, ms_r, ms_e, ms_c, bind_ms, maxB, C, now_s() - t0);
+            C, P.ms_r, P.ms_e, P.ms_c, P.bind_ms, maxB, C, now_s() - t0);
 
     bool ok = true;
     int32_t *next_r = xmalloc((size_t)N * (size_t)maxB * 4), *next_e = xmalloc((size_t)N * (size_t)maxB * 4);
     int32_t *next_c = xmalloc((size_t)maxB * 4), *t0k = xmalloc((size_t)maxB * 4);
-    for (int bi = 0; bi < c->nbatches; bi++) {
+    for (int bi = 0; bi < nb; bi++) {
         const int B = c->batches[bi];
         run_result rr = decode_run(rp, &b, c, B, C, next_r);
         run_result re = {-1.0, -1.0, 0};
@@ -1091,12 +1567,8 @@ static bool run_context(const cfg *c, const model *m, int C, FILE *res)
     free(next_e);
     free(next_c);
     free(t0k);
-    reel_plan_destroy(rp);
-    reel_plan_destroy(ep);
-    reel_plan_destroy(lp);
     batch_destroy(&b);
-    for (int i = 0; i < 2 * c->layers; i++) cache_free(caches[i]);
-    free(caches);
+    free_plans(c, &P);
     return ok;
 }
 
@@ -1110,6 +1582,7 @@ int main(int argc, char **argv)
     }
     reel_ctx_opts co = REEL_CTX_OPTS_INIT;
     co.matmul_tuning = c.tuning ? 1 : 0;
+    if (c.backend != REEL_BACKEND_AUTO) co.backend = c.backend;
     RK("creating the context", reel_ctx_create(&co, &g_ctx));
     measure_floor_bandwidth();
     model m = {0};
@@ -1117,11 +1590,19 @@ int main(int argc, char **argv)
     double t0 = now_s();
     if (!c.model) {
         snprintf(path, sizeof path, "%s/model", c.dir);
-        save_seeded(&c, path);
-        fprintf(stderr, "bench_decode: seeded checkpoint written to %s in %.1f s\n", path, now_s() - t0);
+        if (c.fit_only) {
+            if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+                fprintf(stderr, "bench_decode: mkdir %s: %s\n", path, strerror(errno));
+                return 1;
+            }
+            write_config(&c, path);
+        } else {
+            save_seeded(&c, path);
+            fprintf(stderr, "bench_decode: seeded checkpoint written to %s in %.1f s\n", path, now_s() - t0);
+        }
         t0 = now_s();
     }
-    open_model(&c, &m, c.model ? c.model : path);
+    open_model(&c, &m, c.model ? c.model : path, c.fit_only && !c.model);
     check_cfg(&c);
     fprintf(stderr, "bench_decode: checkpoint %s: %d tensors, opened and checked in %.1f s\n", m.dir,
             reel_model_tensor_count(m.mm), now_s() - t0);
@@ -1139,16 +1620,23 @@ int main(int argc, char **argv)
         n += snprintf(clist + n, sizeof clist - (size_t)n, "%s%d", i ? "," : "", c.contexts[i]);
     fprintf(res, "config layers=%d hidden=%d heads=%d kv_heads=%d head_dim=%d ffn=%d vocab=%d block_size=%d "
                  "seed=%" PRIu64 " steps=%d warmup=%d backend=%s batches=%s contexts=%s eager=%d version=%d "
-                 "qkv_bias=%d o_bias=%d tied=%d floor_tbps=%.3f floor_measured=%d model=%s\n",
+                 "qkv_bias=%d o_bias=%d tied=%d floor_tbps=%.3f floor_measured=%d shape=%s rope_type=%s "
+                 "rope_factor=%g rope_theta=%g plans=%d model=%s\n",
             c.layers, c.hidden, c.heads, c.kv_heads, head_dim(&c), c.ffn, c.vocab, c.block_size, c.seed, c.steps,
             c.warmup, reel_backend_name(reel_ctx_backend(g_ctx)), blist, clist, c.eager ? 1 : 0, reel_version(),
-            c.qkv_bias ? 1 : 0, c.o_bias ? 1 : 0, c.tied ? 1 : 0, g_floor_tbps, g_floor_measured ? 1 : 0, m.dir);
+            c.qkv_bias ? 1 : 0, c.o_bias ? 1 : 0, c.tied ? 1 : 0, g_floor_tbps, g_floor_measured ? 1 : 0,
+            c.model ? "checkpoint" : c.shape ? c.shape->name : "custom", reel_rope_type_name(c.rope_type),
+            c.rope_factor, (double)c.theta, plan_count(&c), m.dir);
 
-    printf("reel decode step: %d layers, hidden %d, %d heads of %d (%d kv), ffn %d, vocab %d, bf16%s%s%s, "
+    char rope[96];
+    snprintf(rope, sizeof rope, "rope theta %g%s%s", (double)c.theta, c.rope_type ? ", " : "",
+             c.rope_type ? reel_rope_type_name(c.rope_type) : "");
+    if (c.rope_type) snprintf(rope + strlen(rope), sizeof rope - strlen(rope), " x%g", c.rope_factor);
+    printf("reel decode step%s%s%s: %d layers, hidden %d, %d heads of %d (%d kv), ffn %d, vocab %d, bf16%s%s%s, %s, "
            "KV blocks of %d; backend %s; buckets %s\n",
-           c.layers, c.hidden, c.heads, head_dim(&c), c.kv_heads, c.ffn, c.vocab, c.qkv_bias ? ", q/k/v biases" : "",
-           c.o_bias ? ", o bias" : "", c.tied ? ", tied embeddings" : "", c.block_size,
-           reel_backend_name(reel_ctx_backend(g_ctx)), blist);
+           c.shape ? " (shape " : "", c.shape ? c.shape->name : "", c.shape ? ")" : "", c.layers, c.hidden, c.heads,
+           head_dim(&c), c.kv_heads, c.ffn, c.vocab, c.qkv_bias ? ", q/k/v biases" : "", c.o_bias ? ", o bias" : "",
+           c.tied ? ", tied embeddings" : "", rope, c.block_size, reel_backend_name(reel_ctx_backend(g_ctx)), blist);
     printf("wall: host time per step (set tokens + metadata, reel_step, next ids back); gpu: device time of the "
            "step (reel_plan_time_steps); medians of %d after %d warm-up\n\n",
            c.steps, c.warmup);
@@ -1159,7 +1647,12 @@ int main(int argc, char **argv)
 
     bool ok = true;
     fprintf(res, "process once_dev_bytes=%lld\n", process_once_bytes());
-    for (int ci = 0; ci < c.ncontexts; ci++) ok = run_context(&c, &m, c.contexts[ci], res) && ok;
+    for (int ci = 0; ci < c.ncontexts; ci++) {
+        if (c.fit_only)
+            fit_context(&c, &m, c.contexts[ci], res);
+        else
+            ok = run_context(&c, &m, c.contexts[ci], res) && ok;
+    }
     fclose(res);
     printf("\nfloor: (weights but the embedding table + K/V of C+1 positions) / %.2f TB/s (%s).\n", g_floor_tbps,
            g_floor_measured ? "this device's copy bandwidth, measured at the start" : "not measured: no CUDA device");

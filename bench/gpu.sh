@@ -25,6 +25,10 @@
 #   decode         bench_decode beside bench/torch_model.py, 8 x 1024 model (PyTorch; REEL_DECODE_ARGS more bench_decode options)
 #   matrix         the decode matrix: bench_decode + torch_model.py over hidden x batch x context; CSV, table, plots with matplotlib
 #   bias-tied      bench_decode --qkv-bias --tied beside torch_model.py: the 8 x 1024 model and a Qwen2-0.5B-shaped one (PyTorch)
+#   shapes         the decode step at real model shapes (issue 48): per shape bench_decode --shape beside torch_model.py over
+#                  batches 1..256 (as far as the card holds the KV cache) x contexts 128, 2048, 8192, each shape its own
+#                  sub-step with its own CSV and tables; then the headline table (bench/decode_table.py --headline)
+#   shapes-quick   one shape (REEL_SHAPES_QUICK, llama-3.2-1b), batches 1, 8, 64 at context 2048: a first look
 #   argmax         bench_argmax beside bench/torch_argmax.py (PyTorch)
 #   sample         bench_sample beside bench/torch_sample.py (PyTorch: softmax + multinomial, topk, sort + cumsum)
 #   gemv           bench_gemv: the skinny-matmul kernel against cuBLASLt (and its CSV)
@@ -48,6 +52,15 @@
 #   matrix:    REEL_MATRIX_HIDDEN="1024 2048" REEL_MATRIX_BATCHES=1,2,4,8,16,32,64 REEL_MATRIX_CONTEXTS=128,2048,8192
 #              REEL_MATRIX_STEPS=200 REEL_MATRIX_WARMUP=20 REEL_MATRIX_LAYERS=8 REEL_MATRIX_EAGER_BUDGET=2 (s of torch eager a point)
 #   bias-tied: REEL_BT_BATCHES=1,8,64 REEL_BT_CONTEXTS=128,2048 REEL_BT_QWEN_CONTEXTS=2048
+#   shapes:    REEL_SHAPES="llama-3.2-1b llama-3.1-8b qwen2.5-7b" REEL_SHAPES_BATCHES=1,2,4,8,16,32,64,128,256
+#              REEL_SHAPES_CONTEXTS=128,2048,8192 REEL_SHAPES_STEPS=20 REEL_SHAPES_WARMUP=5
+#              REEL_SHAPES_EAGER=0 (1: reel's eager plan too: one more copy of the weights on the card)
+#              REEL_SHAPES_ONE_PLAN=0 (1: bench_decode --one-plan, the replay plan alone over its own KV cache:
+#              one batch further a context, no logits check) REEL_SHAPES_EAGER_BUDGET=0.3 (s of torch eager a
+#              point, 10 steps at least) REEL_SHAPES_ARGS (more bench_decode options) REEL_SHAPES_TORCH_ARGS
+#              (more torch_model.py options, e.g. --flex-max-ctas -1) REEL_SHAPES_REEL_TIMEOUT=300
+#              REEL_SHAPES_TORCH_TIMEOUT=420 (s a shape); shapes-quick: REEL_SHAPES_QUICK=llama-3.2-1b;
+#              REEL_BENCH_FREE_GB=N (read by bench_decode): size the batches for N GB free, as a smaller card would
 #   attention: REEL_ATTN_REPS=20 REEL_ATTN_ROWS (bench_attention's pick: decode, prefill, a row index; then contexts)
 #   soak: REEL_SOAK_ARGS   checker: REEL_CHECKER_ARGS ("all"), REEL_BENCH_BUDGET_S (120 s a pattern)
 #   trace:     REEL_TRACE_ARGS (bench_decode options) REEL_TRACE_BUILD (another build, e.g. /tmp/reel-ab-NAME) REEL_TRACE_MIN (20)
@@ -72,8 +85,8 @@ B=${REEL_GPU_BUILD:-/tmp/reel-gpu-build}
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
 export PATH=/usr/local/cuda/bin:$PATH
 jobs=$(nproc)
-PHASES="build test sanitize other chain attention decode matrix bias-tied argmax sample gemv prefill-gemm kv-pattern l2-ahead
-checker soak check demo trace ncu-step ncu-attention ab"
+PHASES="build test sanitize other chain attention decode matrix bias-tied shapes shapes-quick argmax sample gemv prefill-gemm
+kv-pattern l2-ahead checker soak check demo trace ncu-step ncu-attention ab"
 
 # ---- arguments ---------------------------------------------------------------------------------
 want=() AB_SPECS=()
@@ -342,6 +355,78 @@ ph_bias_tied() {
     bt qwen2-0.5b-shape --layers 24 --hidden 896 --heads 14 --kv-heads 2 --ffn 4864 --vocab 151936 \
         --batches "${REEL_BT_BATCHES:-1,8,64}" --contexts "${REEL_BT_QWEN_CONTEXTS:-2048}"
     return $rc
+}
+
+# The decode step at real model shapes (issue 48). shape_step NAME BATCHES CONTEXTS WHAT: bench_decode --shape NAME
+# writes the seeded checkpoint (config.json as the real model's, random bf16 weights) and times reel's replay (and
+# skips, with a line saying so, the batches whose KV cache does not fit the card at a context), then
+# bench/torch_model.py runs PyTorch eager, CUDA graph and torch.compile + graph on the same checkpoint and points.
+# Results: WHAT-NAME_DEVICE_DATE_COMMIT.md (reel's table, PyTorch's, the shape's tables) and .csv; logs in $OUT.
+# The checkpoint (up to 16 GB) is removed after each shape.
+shape_step() {
+    local name=$1 batches=$2 contexts=$3 what=$4 dir=/tmp/reel-shapes-$1 md csv r rc=0 t0
+    local steps=${REEL_SHAPES_STEPS:-20} warmup=${REEL_SHAPES_WARMUP:-5} eager=--no-eager
+    [ "${REEL_SHAPES_EAGER:-0}" = 1 ] && eager=
+    [ "${REEL_SHAPES_ONE_PLAN:-0}" = 1 ] && eager=--one-plan
+    t0=$(date +%s)
+    rm -rf "$dir"
+    md=$(result "$what-$name" md)
+    echo "--- $name: bench_decode --batches $batches --contexts $contexts ($(date -u +%T))"
+    timeout "${REEL_SHAPES_REEL_TIMEOUT:-300}" "$B/bench/bench_decode" --shape "$name" --batches "$batches" \
+        --contexts "$contexts" --steps "$steps" --warmup "$warmup" $eager --dir "$dir" ${REEL_SHAPES_ARGS:-} \
+        >"$OUT/$what-reel-$name.md" 2>"$OUT/$what-reel-$name.log"
+    r=$?
+    cat "$OUT/$what-reel-$name.md" >>"$md"
+    grep -E "seeded weights|fit|skipped|prefill of|no batch|rror|disagree" "$OUT/$what-reel-$name.log" | cut -c1-220
+    [ $r = 0 ] || { echo "bench_decode $name: exit $r"; rc=1; }
+    if have_torch && grep -q "^case " "$dir/reel_decode.txt" 2>/dev/null; then
+        csv=$(result "$what-$name" csv)
+        echo "--- $name: torch_model.py ($(date -u +%T), $(($(date +%s) - t0)) s in)"
+        PYTHONUNBUFFERED=1 timeout "${REEL_SHAPES_TORCH_TIMEOUT:-420}" python3 bench/torch_model.py --dir "$dir" \
+            --csv "$csv" --eager-budget-s "${REEL_SHAPES_EAGER_BUDGET:-0.3}" --eager-min-steps 10 \
+            ${REEL_SHAPES_TORCH_ARGS:-} >"$OUT/$what-torch-$name.md" 2>"$OUT/$what-torch-$name.log"
+        r=$?
+        cat "$OUT/$what-torch-$name.md" >>"$md"
+        grep -E "^# (checkpoint|context|eager|batch [0-9]+ context [0-9]+: wall)|flex|Error|error|FAILED|Traceback" \
+            "$OUT/$what-torch-$name.log" | cut -c1-240 | tail -40
+        [ $r = 0 ] || { echo "torch_model.py $name: exit $r"; tail -5 "$OUT/$what-torch-$name.log"; rc=1; }
+        if [ -s "$csv" ]; then
+            { echo; python3 bench/decode_table.py "$csv"; } >>"$md"
+            python3 bench/decode_table.py --headline "$csv"
+            SHAPE_CSVS+=("$csv")
+        else
+            rm -f "$csv"
+        fi
+    elif ! have_torch; then
+        echo "no PyTorch with CUDA here: reel's side only"
+    fi
+    rm -rf "$dir"
+    echo "$name: $(($(date +%s) - t0)) s"
+    return $rc
+}
+
+# Every shape, one sub-step each (a call cut short keeps the shapes that finished, each with its CSV),
+# then the headline over the CSVs of this call.
+ph_shapes() {
+    need bench/bench_decode || return 1
+    local name rc=0 f
+    SHAPE_CSVS=()
+    for name in ${REEL_SHAPES:-llama-3.2-1b llama-3.1-8b qwen2.5-7b}; do
+        shape_step "$name" "${REEL_SHAPES_BATCHES:-1,2,4,8,16,32,64,128,256}" "${REEL_SHAPES_CONTEXTS:-128,2048,8192}" \
+            decode-shapes || rc=1
+    done
+    if [ ${#SHAPE_CSVS[@]} -gt 0 ]; then
+        f=$(result decode-shapes-headline md)
+        python3 bench/decode_table.py --headline "${SHAPE_CSVS[@]}" >>"$f"
+        echo "headline of ${#SHAPE_CSVS[@]} shape(s): $f"
+    fi
+    return $rc
+}
+
+ph_shapes_quick() {
+    need bench/bench_decode || return 1
+    SHAPE_CSVS=()
+    shape_step "${REEL_SHAPES_QUICK:-llama-3.2-1b}" 1,8,64 2048 decode-shapes-quick
 }
 
 # One op alone beside its PyTorch counterpart: NAME (bench/bench_NAME and

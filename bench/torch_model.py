@@ -1,49 +1,103 @@
 """PyTorch's half of the decode-step benchmark (bench/decode.c is reel's).
 
 Reads bench_decode's results (DIR/reel_decode.txt, DIR/logits_*.f32) and the
-checkpoint it ran, a Hugging Face Llama directory (config.json and
+checkpoint it ran (a Hugging Face Llama or Qwen2 directory, config.json and
 model.safetensors: the seeded DIR/model, or the one its --model named; the
-config line's model= field says which), runs the same model loaded from the
-same checkpoint, the same prompt tokens and the same decode steps, checks
-that both sides agree, and writes one CSV row per (batch, context) with both
-sides' figures (`bench/gpu.sh matrix` gathers them into
-$OUT/results/decode-matrix_DEVICE_DATE_COMMIT.csv):
+config line's model= field says which), builds the same model from that
+config.json (grouped-query attention, llama3 rope scaling, Qwen2's q/k/v
+biases, tied embeddings), loads the same weights, runs the same prompt tokens
+and the same decode steps, checks that both sides agree, and writes one CSV
+row per (batch, context) with both sides' figures (`bench/gpu.sh matrix` and
+`bench/gpu.sh shapes` gather them; bench/decode_table.py makes the tables):
 
     bench_decode --dir DIR && python3 bench/torch_model.py --dir DIR
 
-Per context C, as bench_decode does: the largest batch's sequences are
-prefilled to C tokens (eager, untimed) into one cache; batch B uses sequences
-0 .. B-1 (views of it). Per batch: warm-up + timed decode steps, step i at
+A point bench_decode skipped because it does not fit the device (its "skip"
+lines) is a row too, with the reason and no figures.
+
+The step. Per context C, as bench_decode does: the largest batch's sequences
+are prefilled to C tokens (untimed; SDPA is_causal with enable_gqa) into one
+cache per layer, K and V [maxB, kv_heads, S, head_dim] bf16 (S: C plus the
+steps, rounded up to 16); batch B uses sequences 0 .. B-1 (views). A step is
+start (embedding, rope angles, the mask) and per layer pre (residual add,
+rmsnorm, one fused [q; k; v] matmul and its bias, rope of q and k, the new k
+and v written into the cache at the position with `cache[:, :, pos] = x`,
+the index_put_ gpt-fast uses, which inductor keeps in place), attention,
+post (o projection, residual, rmsnorm, one fused gate/up matmul, silu*mul,
+down), then final (residual, rmsnorm, lm head, argmax). rmsnorm, rope and
+silu-and-mul compute in float32 and round to bf16 as reel does; rope's
+angles are pos x inv_freq in float64, inv_freq as reel's models layer has it
+(models/rope.c): theta^(-2i/d) without scaling; llama3 as transformers'
+_compute_llama3_parameters, in float64, then rounded to float32 (the table
+reel rotates with). Per batch: warm-up + timed decode steps, step i at
 position C + i fed the prompt token there (teacher forcing), each timed as a
-serving loop pays it: host wall (the token ids and position copied up into a
+serving loop pays it: host wall (the ids and the position copied up into a
 static buffer, the step, the next ids back on the host) and GPU time (CUDA
-events before the upload and after the download). Variants:
-  torch eager      the step in plain PyTorch; attention is
-                   F.scaled_dot_product_attention over the cache sliced to
-                   [:C+i+1] (no mask). Not cuDNN's SDPA, which plans anew for
-                   every key length (40 ms a step): flash, memory-efficient,
-                   math, flash over K/V gathered into contiguous buffers and
-                   the default list are timed at the first point and the
-                   fastest is the baseline (--eager-attention to fix one).
-                   Timed for at most --eager-budget-s a point (20 steps at
-                   least; the CSV says how many).
-  torch graph      the same step captured by hand into a torch.cuda.CUDAGraph
-                   per batch (all batches of a context in one memory pool,
-                   largest first, as reel captures its buckets); attention
-                   runs over a fixed length L with a boolean mask (key j <=
-                   position) computed inside the graph
-  torch.compile    the fixed-length step compiled (mode --compile-mode,
-   + graph         default 'default'; not 'reduce-overhead', which silently
-                   skips its graphs when the KV cache is a mutated input)
-                   and its graphs captured by hand the same way
-Capture time (warm-up + capture of every batch; torch.compile's compile is
-in its warm-up) and the pool's bytes (torch.cuda.memory_reserved across the
+events before the upload and after the download).
+
+Attention never expands K/V to the query heads. "grouped": the query heads
+of one kv head as the rows of one query, q [B, kv_heads, H / kv_heads,
+head_dim] against the cache's [B, kv_heads, L, head_dim]: plain multi-head
+shapes, so every SDPA backend reads each K/V row once for all its query
+heads. "gqa": F.scaled_dot_product_attention(enable_gqa=True) on q
+[B, H, 1, head_dim]. "flex": flex_attention (torch.compile only, below).
+  torch eager      over the cache sliced to [:C+i+1], no mask. Each SDPA
+                   choice (flash, efficient, cudnn, math, default; grouped or
+                   gqa) is timed over whole eager steps at the first point
+                   and the fastest is the eager baseline (--eager-attention
+                   to fix one; cuDNN plans anew for every key length, so for
+                   every step, and loses). Timed for at most --eager-budget-s
+                   a point (--eager-min-steps at least; the CSV says how many).
+  torch graph      the step captured by hand into a torch.cuda.CUDAGraph per
+                   batch (all batches of a context in one memory pool, largest
+                   first, as reel captures its buckets). Attention runs over
+                   the fixed length L = S with an additive mask (0, or -inf
+                   for keys past the position) computed inside the graph: the
+                   fixed length is what lets a graph serve every step; L is
+                   under C + steps + 16, so the masked tail is a few percent
+                   of the K/V read at C >= 2048. At each point every SDPA
+                   choice (efficient, cudnn, math; grouped, gqa) is timed on
+                   its own (a CUDA graph of the attention of every layer on
+                   this point's cache, replayed; its output checked against
+                   float32 first) and the fastest runs in the step
+                   (--graph-attention to fix one).
+  torch.compile    start, pre, post and final each torch.compile'd (mode
+   + graph         --compile-mode, default 'default', not 'reduce-overhead',
+                   which silently skips its graphs when the KV cache is a
+                   mutated input; dynamic shapes, so one compile serves every
+                   batch above 1 and every context), attention between them,
+                   and the step captured by hand the same way. Compiled per
+                   layer piece, not as one 16- to 32-layer graph: the same
+                   kernels (inductor fuses nothing into SDPA or a cuBLAS
+                   matmul, and the residual add still lands in the next
+                   rmsnorm's kernel), in seconds instead of minutes of
+                   compile. Attention: the fastest at the point of the SDPA
+                   choices and flex_attention (--compile-attention to fix
+                   one).
+flex_attention is torch.compile'd on its own per batch: its flex-decoding
+kernel, which splits the keys of one (sequence, kv head) over several blocks,
+wants a static batch (the length stays dynamic). The mask is a score_mod
+adding the same 0 / -inf vector. It is tried where batch x kv_heads is under
+--flex-max-ctas (default twice the SMs): there a kernel with one block per
+(sequence, kv head) leaves SMs idle; above, splitting has nothing to add.
+Which attention each variant ran, and every choice's time at the point, are
+in the CSV (attn_graph, attn_compile, attn_candidates) and the log.
+
+Why this baseline was slow before (H100, 2026-12-06, the Llama-3.2-1B shape
+at batch 64, context 2048: CUDA graph 28.4 ms, torch.compile + graph 15.2
+ms, for 4.3 GB of K/V, 1.4 ms at 3 TB/s): attention expanded K and V to all
+32 query heads with repeat_interleave in every layer of every step, before
+an SDPA over the fixed length. Per step that reads 4.4 GB and writes 17.7 GB
+of copies, which SDPA then reads again: about 40 GB instead of 4.4, 13 ms at
+3 TB/s before any other work. torch.compile turns the expansion into one
+fused copy kernel (15.2 ms: the 13 ms plus the weights); eager PyTorch runs
+it as an index_select gather per layer, slower still (28.4 ms). Grouping the
+query heads removes the copy: K/V are read once, by whichever SDPA kernel
+measures fastest at the point.
+
+Capture time (warm-up + capture of every batch; torch.compile's compile is in
+its warm-up) and the pool's bytes (torch.cuda.memory_reserved across the
 captures) are in the CSV beside reel's compile, capture and memory figures.
-The new k and v go into the cache with `cache[:, :, pos] = x` (index_put_,
-the idiom gpt-fast uses, which inductor keeps in place). q, k and v come from
-one fused [q; k; v] matmul and gate/up from one, as a PyTorch user writes it;
-rmsnorm, rope and silu-and-mul compute in float32 and round to bf16 as reel
-does; rope's angles are computed in float64, as reel's are.
 
 Correctness, failing loudly (exit 1, the CSV still written): the next ids of
 every step of reel's replay plan against torch eager's, counted as agreeing
@@ -52,13 +106,16 @@ near-ties); the graph variants' ids against torch eager's the same way; the
 first step's logits of reel's logits plan against torch eager's (max abs
 difference at most --max-logit-diff).
 
-Without CUDA (testing this file on a CPU) it runs torch eager only and says so.
+Without CUDA (testing this file on a CPU) it runs torch eager only and says
+so; on a PyTorch without scaled_dot_product_attention (< 2.0) attention is
+computed in plain ops there.
 """
 import argparse
 import contextlib
 import csv
 import datetime
 import json
+import math
 import os
 import statistics
 import struct
@@ -73,8 +130,13 @@ try:  # PyTorch >= 2.3
     from torch.nn.attention import SDPBackend, sdpa_kernel
 except ImportError:
     SDPBackend = sdpa_kernel = None
+try:  # PyTorch >= 2.5
+    from torch.nn.attention.flex_attention import flex_attention
+except ImportError:
+    flex_attention = None
 
 MASK64 = (1 << 64) - 1
+HAVE_SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
 def mix64(x):
@@ -96,16 +158,19 @@ def f32(x):
     return struct.unpack("<f", struct.pack("<f", float(x)))[0]
 
 
-def read_safetensors(path):
-    """One .safetensors file: {name: tensor} on the CPU. safetensors' own
-    reader when it is installed, else the header read here (8-byte little
-    endian length, JSON, the data) and torch.frombuffer."""
+def read_safetensors(path, device):
+    """One .safetensors file: {name: tensor}. safetensors' own reader when it
+    is installed (straight onto the device), else the header read here
+    (8-byte little endian length, JSON, the data) and torch.frombuffer."""
     try:
         from safetensors.torch import load_file
     except ImportError:
         load_file = None
     if load_file is not None:
-        return load_file(path)
+        try:
+            return load_file(path, device=str(device))
+        except TypeError:  # an old safetensors without device=
+            return {k: v.to(device) for k, v in load_file(path).items()}
     with open(path, "rb") as f:
         raw = bytearray(f.read())  # torch.frombuffer wants a writable buffer
     (n,) = struct.unpack_from("<Q", raw, 0)
@@ -125,39 +190,94 @@ def read_safetensors(path):
         if end - begin != numel * size or 8 + n + end > len(raw):
             sys.exit(f"{path}: {name}: its data_offsets do not hold {h['dtype']} {h['shape']}")
         t = torch.frombuffer(raw, dtype=rd, count=numel, offset=8 + n + begin) if numel else torch.empty(0, dtype=rd)
-        out[name] = (t.view(view) if view else t).reshape(h["shape"])
+        out[name] = ((t.view(view) if view else t).reshape(h["shape"])).to(device)
+    return out
+
+
+def read_rope(hc, mdir):
+    """config.json's rope: (rope_theta, None) without scaling, or (rope_theta,
+    dict) for llama3 (factor, low_freq_factor, high_freq_factor,
+    original_max_position_embeddings). rope_scaling or transformers 5's
+    rope_parameters; any other rope type is not built here."""
+    theta = hc.get("rope_theta")
+    rs = hc.get("rope_scaling")
+    if rs is None:
+        rs = hc.get("rope_parameters")
+    if rs is not None and not isinstance(rs, dict):
+        sys.exit(f"{mdir}/config.json: rope_scaling {rs!r} is not an object")
+    if rs and rs.get("rope_theta") is not None:
+        theta = rs["rope_theta"]
+    theta = f32(10000.0 if theta is None else theta)
+    kind = (rs or {}).get("rope_type", (rs or {}).get("type", "default"))
+    if kind in (None, "default"):
+        return theta, None
+    if kind != "llama3":
+        sys.exit(f"{mdir}/config.json: rope type {kind!r}: this script builds default and llama3 rope")
+    try:
+        return theta, dict(factor=float(rs["factor"]), low=float(rs["low_freq_factor"]),
+                           high=float(rs["high_freq_factor"]), orig=int(rs["original_max_position_embeddings"]))
+    except (KeyError, TypeError, ValueError):
+        sys.exit(f"{mdir}/config.json: rope_scaling llama3 wants factor, low_freq_factor, high_freq_factor and "
+                 "original_max_position_embeddings")
+
+
+def rope_inv_freq(cfg):
+    """The rope's inverse frequencies as reel's models layer has them
+    (models/rope.c), a list of float64. No scaling: theta^(-2i/d), reel's
+    rope op's own formula. llama3: transformers' _compute_llama3_parameters
+    over 1 / theta^(2i/d), in float64, then rounded to float32, the table
+    reel_rope_freq rotates with."""
+    d, theta, sc = cfg["head_dim"], cfg["theta"], cfg["rope"]
+    half = d // 2
+    if sc is None:
+        return [theta ** (-2.0 * i / d) for i in range(half)]
+    factor, lo, hi, old = sc["factor"], sc["low"], sc["high"], float(sc["orig"])
+    low_wavelen, high_wavelen = old / lo, old / hi
+    out = []
+    for i in range(half):
+        f = 1.0 / (theta ** ((2.0 * i) / d))
+        wavelen = 2.0 * math.pi / f
+        llama = f / factor if wavelen > low_wavelen else f
+        if not wavelen < high_wavelen and not wavelen > low_wavelen:
+            smooth = (old / wavelen - lo) / (hi - lo)
+            llama = (1.0 - smooth) * llama / factor + smooth * llama
+        out.append(f32(llama))
     return out
 
 
 def load_checkpoint(mdir, rcfg, device):
     """The Hugging Face Llama or Qwen2 checkpoint in mdir (config.json;
     model.safetensors or an index and its shards) as (cfg, w) under this
-    script's names. Biases and tied embeddings as bench_decode reads them:
-    Qwen2 has q/k/v biases, Llama's attention_bias puts one on q, k, v and o.
-    block_size and the seed of the prompt tokens are bench_decode's
-    (reel_decode.txt's config line, rcfg), the model's sizes must be the ones
-    it ran."""
+    script's names, q/k/v and gate/up already fused. Biases and tied
+    embeddings as bench_decode reads them: Qwen2 has q/k/v biases, Llama's
+    attention_bias puts one on q, k, v and o. block_size and the seed of the
+    prompt tokens are bench_decode's (reel_decode.txt's config line, rcfg);
+    the model's sizes must be the ones it ran."""
     with open(os.path.join(mdir, "config.json")) as f:
         hc = json.load(f)
     get = lambda k, d=None: d if hc.get(k) is None else hc[k]
     mtype = get("model_type", "")
-    if mtype not in ("llama", "qwen2") or get("rope_scaling") is not None or get("mlp_bias", False):
-        sys.exit(f"{mdir}/config.json: model_type {mtype!r}, rope scaling or MLP biases: "
-                 "not the model bench_decode runs")
+    if mtype not in ("llama", "qwen2") or get("mlp_bias", False):
+        sys.exit(f"{mdir}/config.json: model_type {mtype!r} or MLP biases: not a model this script builds")
+    if mtype == "qwen2" and get("use_sliding_window", False):
+        sys.exit(f"{mdir}/config.json: use_sliding_window: not built here")
+    theta, rope = read_rope(hc, mdir)
     o_bias = bool(get("attention_bias", False))
     qkv_bias, tied = o_bias or mtype == "qwen2", bool(get("tie_word_embeddings", False))
     heads = hc["num_attention_heads"]
     cfg = dict(layers=hc["num_hidden_layers"], hidden=hc["hidden_size"], heads=heads,
                kv_heads=get("num_key_value_heads", heads), head_dim=get("head_dim", hc["hidden_size"] // heads),
                ffn=hc["intermediate_size"], vocab=hc["vocab_size"], block_size=int(rcfg["block_size"]),
-               eps=f32(get("rms_norm_eps", 1e-6)), theta=f32(get("rope_theta", 10000.0)), seed=int(rcfg["seed"]),
-               qkv_bias=qkv_bias, o_bias=o_bias, tied=tied)
+               eps=f32(get("rms_norm_eps", 1e-6)), theta=theta, rope=rope, seed=int(rcfg["seed"]),
+               qkv_bias=qkv_bias, o_bias=o_bias, tied=tied, model_type=mtype)
     for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab"):
         if str(cfg[k]) != rcfg.get(k):
             sys.exit(f"{mdir}/config.json: {k} {cfg[k]}, but bench_decode ran {k}={rcfg.get(k)}")
     for k in ("qkv_bias", "o_bias", "tied"):
         if str(int(cfg[k])) != rcfg.get(k, "0"):
             sys.exit(f"{mdir}/config.json: {k} {cfg[k]}, but bench_decode ran {k}={rcfg.get(k, '0')}")
+    if cfg["heads"] % cfg["kv_heads"]:
+        sys.exit(f"{mdir}/config.json: {cfg['heads']} heads over {cfg['kv_heads']} kv heads")
     index = os.path.join(mdir, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
@@ -166,7 +286,7 @@ def load_checkpoint(mdir, rcfg, device):
         files = ["model.safetensors"]
     t = {}
     for name in files:
-        t.update(read_safetensors(os.path.join(mdir, name)))
+        t.update(read_safetensors(os.path.join(mdir, name), device))
 
     def tensor(name, shape):
         if name not in t:
@@ -183,9 +303,11 @@ def load_checkpoint(mdir, rcfg, device):
     for i in range(cfg["layers"]):
         p, q = f"model.layers.{i}.", f"l{i}."
         w[q + "attn_norm"] = tensor(p + "input_layernorm.weight", [D])
-        w[q + "wq"] = tensor(p + "self_attn.q_proj.weight", [Q, D])
-        w[q + "wk"] = tensor(p + "self_attn.k_proj.weight", [KV, D])
-        w[q + "wv"] = tensor(p + "self_attn.v_proj.weight", [KV, D])
+        # one [Q + 2 KV, D] weight, q rows first, then k, then v, as a PyTorch user fuses them
+        w[q + "wqkv"] = torch.cat([tensor(p + "self_attn.q_proj.weight", [Q, D]),
+                                   tensor(p + "self_attn.k_proj.weight", [KV, D]),
+                                   tensor(p + "self_attn.v_proj.weight", [KV, D])], 0).contiguous()
+        w[q + "bqkv"] = None
         if qkv_bias:
             w[q + "bqkv"] = torch.cat([tensor(p + "self_attn.q_proj.bias", [Q]),
                                        tensor(p + "self_attn.k_proj.bias", [KV]),
@@ -197,6 +319,7 @@ def load_checkpoint(mdir, rcfg, device):
         w[q + "w_gate_up"] = torch.cat([tensor(p + "mlp.gate_proj.weight", [Fd, D]),
                                         tensor(p + "mlp.up_proj.weight", [Fd, D])], 0).contiguous()
         w[q + "w_down"] = tensor(p + "mlp.down_proj.weight", [D, Fd])
+    t.clear()
     return cfg, w
 
 
@@ -210,8 +333,9 @@ def parse_kv(fields):
 
 def load_reel(path):
     """reel_decode.txt: config, plan lines by context, case lines by (batch,
-    context), tokens by (batch, context) in step order."""
-    cfg, plans, cases, tokens = {}, {}, {}, {}
+    context), tokens by (batch, context) in step order, skipped points by
+    (batch, context) with their reason."""
+    cfg, plans, cases, tokens, skips = {}, {}, {}, {}, {}
     with open(path) as f:
         for line in f:
             if line.startswith("config "):  # model=<path> last: a path may hold spaces
@@ -231,37 +355,156 @@ def load_reel(path):
                 cfg["process_once_dev_bytes"] = kv.get("once_dev_bytes")
             elif fields[0] == "case":
                 cases[(int(kv["batch"]), int(kv["context"]))] = kv
+            elif fields[0] == "skip":
+                skips[(int(kv["batch"]), int(kv["context"]))] = rest.strip() or "skipped"
             elif fields[0] == "tokens":
                 key = (int(kv["batch"]), int(kv["context"]))
                 tokens.setdefault(key, []).append([int(x) for x in rest.split()])
     if not cfg:
         sys.exit(f"{path}: no config line: not written by bench_decode")
-    return cfg, plans, cases, tokens
+    return cfg, plans, cases, tokens, skips
 
 
-# ---- the model --------------------------------------------------------------
+# ---- attention ----------------------------------------------------------------
+
+def sdpa(q, k, v, mask=None, causal=False, gqa=False):
+    """F.scaled_dot_product_attention (enable_gqa when q has more heads than
+    k). On a PyTorch without it, or without enable_gqa, the same in plain
+    ops with K/V repeated: only to test this file on a CPU, never a
+    baseline."""
+    if HAVE_SDPA and (not gqa or q.shape[1] == k.shape[1]):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    if HAVE_SDPA:
+        try:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True)
+        except TypeError:  # PyTorch < 2.5: no enable_gqa
+            if q.is_cuda:
+                raise
+    rep = q.shape[1] // k.shape[1]
+    if rep > 1:
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    if HAVE_SDPA:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if causal:
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask.float()
+    return (s.softmax(-1) @ v.float()).to(q.dtype)
+
+
+def _flex_grouped(q, k, v, mvec):
+    """flex_attention with the step's mask vector (0 or -inf a key) added to
+    every score; compiled on its own (Model.flex)."""
+    def score_mod(score, b, h, m, n):
+        return score + mvec[n]
+    return flex_attention(q, k, v, score_mod=score_mod)
+
+
+SDPA_BACKENDS = {}
+if SDPBackend is not None:
+    SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                     "math": SDPBackend.MATH}
+    if hasattr(SDPBackend, "CUDNN_ATTENTION"):
+        SDPA_BACKENDS["cudnn"] = SDPBackend.CUDNN_ATTENTION
+
+
+class Attn:
+    """One way to run a step's attention, "BACKEND/LAYOUT": BACKEND an SDPA
+    backend (flash, efficient, cudnn, math; default: SDPA's own pick) or
+    flex; LAYOUT grouped (q [B, kv_heads, H / kv_heads, d]) or gqa
+    (enable_gqa on q [B, H, 1, d]). ctx() pins the backend: the caller holds
+    it around a whole step, a run or a capture (never a kernel of its own)."""
+
+    def __init__(self, name, model):
+        self.name, self.m = name, model
+        self.backend, _, self.layout = name.partition("/")
+        if self.layout not in ("grouped", "gqa") or (self.backend not in SDPA_BACKENDS and
+                                                    self.backend not in ("default", "flex")):
+            raise ValueError(f"attention {name!r}: not BACKEND/grouped or BACKEND/gqa of a backend this "
+                             f"PyTorch has ({', '.join(sorted(SDPA_BACKENDS))}, default, flex)")
+        if self.backend == "flex" and (flex_attention is None or self.layout != "grouped"):
+            raise ValueError(f"attention {name!r}: flex_attention is not in this PyTorch, or not grouped")
+
+    def ctx(self):
+        if self.backend in ("default", "flex") or sdpa_kernel is None:
+            return contextlib.nullcontext()
+        return sdpa_kernel([SDPA_BACKENDS[self.backend]])
+
+    def __call__(self, q, k, v, mvec):
+        """q [B, H, d]; k, v [B, kv_heads, L, d]; mvec None (k and v are the
+        exact keys) or [L] bf16, 0 or -inf a key. Returns [B, H * d]."""
+        m, B = self.m, q.shape[0]
+        if self.backend == "flex":
+            o = m.flex(q.view(B, m.Hkv, m.G, m.Dh), k, v, mvec)
+        elif self.layout == "grouped":
+            mask = None if mvec is None else mvec.view(1, 1, 1, -1)
+            o = sdpa(q.view(B, m.Hkv, m.G, m.Dh), k, v, mask=mask)
+        else:
+            mask = None if mvec is None else mvec.view(1, 1, 1, -1)
+            o = sdpa(q.view(B, m.H, 1, m.Dh), k, v, mask=mask, gqa=True)
+        return o.reshape(B, m.Q)
+
+
+# The eager variant's choices, timed over whole eager steps at the first
+# point. cuDNN's SDPA (first on the H100's and H200's list) builds an
+# execution plan for each new key length, and the key length is new at
+# every decode step (39-47 ms a step on the H200, 2026-12-01, 8 layers).
+EAGER_CANDIDATES = ["flash/gqa", "flash/grouped", "efficient/grouped", "efficient/gqa", "cudnn/gqa",
+                    "math/grouped", "default/gqa"]
+# The fixed-length masked choices, timed at every point on the attention
+# alone: the graph variant runs the fastest SDPA one, the compile variant
+# the fastest of all (flex included).
+GRAPH_CANDIDATES = ["efficient/grouped", "efficient/gqa", "cudnn/grouped", "cudnn/gqa", "math/grouped"]
+COMPILE_EXTRA = ["flex/grouped"]
+
+
+def usable(names, model):
+    """The names this PyTorch has, without the gqa twins when every query
+    head has its own kv head (grouped and gqa are then the same)."""
+    out = []
+    for n in names:
+        if model.G == 1 and n.endswith("/gqa") and n.replace("/gqa", "/grouped") in names:
+            continue
+        try:
+            Attn(n, model)
+        except ValueError:
+            continue
+        out.append(n)
+    return out
+
+
+# ---- the model ----------------------------------------------------------------
 
 class Model:
     def __init__(self, cfg, w, device):
         self.c = cfg
         self.dev = device
-        L = cfg["layers"]
         self.H, self.Hkv, self.Dh = cfg["heads"], cfg["kv_heads"], cfg["head_dim"]
+        self.G = self.H // self.Hkv
         self.Q, self.KV, self.F = self.H * self.Dh, self.Hkv * self.Dh, cfg["ffn"]
         self.eps = cfg["eps"]
-        self.contig_kv = False
         self.embed, self.final_norm, self.lm_head = w["embed"], w["final_norm"], w["lm_head"]
         self.layers = []
-        for i in range(L):
+        for i in range(cfg["layers"]):
             p = f"l{i}."
-            self.layers.append(dict(
-                attn_norm=w[p + "attn_norm"],
-                wqkv=torch.cat([w[p + "wq"], w[p + "wk"], w[p + "wv"]], 0).contiguous(),
-                bqkv=w.get(p + "bqkv"), wo=w[p + "wo"], bo=w[p + "bo"], ffn_norm=w[p + "ffn_norm"],
-                wgu=w[p + "w_gate_up"], wd=w[p + "w_down"]))
-        half = self.Dh // 2
-        # reel: pos * theta^(-2i / rot_dim), in double
-        self.inv_freq = cfg["theta"] ** (-2.0 * torch.arange(half, dtype=torch.float64, device=device) / self.Dh)
+            self.layers.append(dict(attn_norm=w[p + "attn_norm"], wqkv=w[p + "wqkv"], bqkv=w[p + "bqkv"],
+                                    wo=w[p + "wo"], bo=w[p + "bo"], ffn_norm=w[p + "ffn_norm"],
+                                    wgu=w[p + "w_gate_up"], wd=w[p + "w_down"]))
+        self.inv_freq = torch.tensor(rope_inv_freq(cfg), dtype=torch.float64, device=device)
+        self._flex = None
+        self.flex_broken = False  # set when flex_attention failed once: not tried again
+
+    def flex(self, q, k, v, mvec):
+        """flex_attention over the grouped query, torch.compile'd on its own
+        (flex-decoding wants a static batch: one compile a batch size; the
+        length dims are marked dynamic)."""
+        if self._flex is None:
+            self._flex = torch.compile(_flex_grouped)
+        for t, d in ((k, 2), (v, 2), (mvec, 0)):
+            torch._dynamo.maybe_mark_dynamic(t, d)
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+            return self._flex(q, k, v, mvec)
 
     @staticmethod
     def proj(x, w, b):
@@ -288,26 +531,67 @@ class Model:
         z = lambda: torch.zeros(B, self.Hkv, S, self.Dh, dtype=torch.bfloat16, device=self.dev)
         return [z() for _ in self.layers], [z() for _ in self.layers]
 
-    def attend(self, q, k, v, mask=None, causal=False):
-        if self.Hkv != self.H:
-            k = k.repeat_interleave(self.H // self.Hkv, dim=1)
-            v = v.repeat_interleave(self.H // self.Hkv, dim=1)
-        if hasattr(F, "scaled_dot_product_attention"):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-        # PyTorch < 2.0 (only to test this file on a CPU)
-        s = (q.float() @ k.float().transpose(-1, -2)) / (q.shape[-1] ** 0.5)
-        if causal:
-            mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))
-        return (s.softmax(-1) @ v.float()).to(q.dtype)
+    # The step's pieces: plain methods for eager and the plain graph,
+    # torch.compile'd for the compile variant (Pieces).
+    def start(self, buf, L):
+        """buf int64 [B + 1]: the B token ids, then the position (the same
+        for every sequence). Returns the hidden state, a zero residual for
+        the first layer's pre, the position, cos and sin [1, 1, d/2] and,
+        with L, the mask vector [L] (0 for keys up to the position, -inf
+        past it)."""
+        B = buf.shape[0] - 1
+        tok, pos = buf[:B], buf[B:]
+        h = F.embedding(tok, self.embed)
+        cos, sin = self.cos_sin(pos)
+        mvec = None
+        if L is not None:
+            ar = torch.arange(L, device=buf.device)
+            mvec = torch.zeros(L, dtype=torch.bfloat16, device=buf.device).masked_fill(ar > pos, float("-inf"))
+        return h, torch.zeros_like(h), pos, cos[:, None, :], sin[:, None, :], mvec
 
-    def mlp(self, h, lw):
+    def pre(self, h, r, lw, kc, vc, pos, cos, sin):
+        """The residual add of the layer before (r: its MLP's output), the
+        norm, q/k/v, rope, and k and v into the cache at pos. Returns the
+        residual stream and q [B, H, d]."""
+        B = h.shape[0]
+        h = h + r
+        x = self.rmsnorm(h, lw["attn_norm"])
+        qkv = self.proj(x, lw["wqkv"], lw["bqkv"])
+        q = self.rope(qkv[:, :self.Q].reshape(B, self.H, self.Dh), cos, sin)
+        k = self.rope(qkv[:, self.Q:self.Q + self.KV].reshape(B, self.Hkv, self.Dh), cos, sin)
+        v = qkv[:, self.Q + self.KV:].reshape(B, self.Hkv, self.Dh)
+        kc[:, :, pos] = k.unsqueeze(2)
+        vc[:, :, pos] = v.unsqueeze(2)
+        return h, q
+
+    def post(self, h, o, lw):
+        """o projection and residual, norm, gate/up, silu*mul, down. Returns
+        the residual stream and the MLP's output (added by the next pre)."""
+        h = h + self.proj(o, lw["wo"], lw["bo"])
         x = self.rmsnorm(h, lw["ffn_norm"])
         gu = F.linear(x, lw["wgu"])
-        g, u = gu[..., :self.F], gu[..., self.F:]
-        f = (F.silu(g.float()) * u.float()).to(h.dtype)
-        return h + F.linear(f, lw["wd"])
+        f = (F.silu(gu[:, :self.F].float()) * gu[:, self.F:].float()).to(h.dtype)
+        return h, F.linear(f, lw["wd"])
+
+    def final(self, h, r):
+        h = self.rmsnorm(h + r, self.final_norm)
+        logits = F.linear(h, self.lm_head)
+        return logits.argmax(-1), logits
+
+    @torch.no_grad()
+    def step(self, pieces, attn, buf, kc, vc, n=None, L=None):
+        """One decode step: attention over [:n] (eager, n a Python int) or
+        over a fixed [:L] with the mask (graphs). Returns (next ids [B],
+        logits [B, vocab])."""
+        h, r, pos, cos, sin, mvec = pieces.start(self, buf, L)
+        for i, lw in enumerate(self.layers):
+            h, q = pieces.pre(self, h, r, lw, kc[i], vc[i], pos, cos, sin)
+            if L is None:
+                k, v = kc[i][:, :, :n], vc[i][:, :, :n]
+            else:
+                k, v = kc[i][:, :, :L], vc[i][:, :, :L]
+            h, r = pieces.post(self, h, attn(q, k, v, mvec), lw)
+        return pieces.final(self, h, r)
 
     @torch.no_grad()
     def prefill(self, kc, vc, seqs, tok, a):
@@ -328,42 +612,27 @@ class Model:
             v = qkv[..., self.Q + self.KV:].reshape(g, n, self.Hkv, self.Dh)
             kc[i][seqs, :, a:b] = k.transpose(1, 2)
             vc[i][seqs, :, a:b] = v.transpose(1, 2)
-            o = self.attend(q, kc[i][seqs, :, :b], vc[i][seqs, :, :b], mask=mask, causal=a == 0)
+            o = sdpa(q, kc[i][seqs, :, :b], vc[i][seqs, :, :b], mask=mask, causal=a == 0, gqa=True)
             h = h + self.proj(o.transpose(1, 2).reshape(g, n, self.Q), lw["wo"], lw["bo"])
-            h = self.mlp(h, lw)
+            x = self.rmsnorm(h, lw["ffn_norm"])
+            gu = F.linear(x, lw["wgu"])
+            f = (F.silu(gu[..., :self.F].float()) * gu[..., self.F:].float()).to(h.dtype)
+            h = h + F.linear(f, lw["wd"])
 
-    @torch.no_grad()
-    def decode(self, buf, kc, vc, n=None, L=None):
-        """One decode step. buf int64 [B + 1]: the B token ids, then the
-        position (the same for every sequence). Attention over [:n] (eager,
-        n a Python int) or over a fixed [:L] with a mask (for graphs).
-        Returns (next ids [B], logits [B, vocab])."""
-        B = buf.shape[0] - 1
-        tok, pos = buf[:B], buf[B:]
-        h = F.embedding(tok, self.embed)
-        cos, sin = self.cos_sin(pos)
-        cos, sin = cos[:, None, :], sin[:, None, :]
-        mask = None
-        if L is not None:
-            mask = (torch.arange(L, device=buf.device) <= pos).view(1, 1, 1, L)
-        for i, lw in enumerate(self.layers):
-            x = self.rmsnorm(h, lw["attn_norm"])
-            qkv = self.proj(x, lw["wqkv"], lw["bqkv"])
-            q = self.rope(qkv[:, :self.Q].reshape(B, self.H, self.Dh), cos, sin)
-            k = self.rope(qkv[:, self.Q:self.Q + self.KV].reshape(B, self.Hkv, self.Dh), cos, sin)
-            v = qkv[:, self.Q + self.KV:].reshape(B, self.Hkv, self.Dh)
-            kc[i][:, :, pos] = k.unsqueeze(2)
-            vc[i][:, :, pos] = v.unsqueeze(2)
-            m = L if L is not None else n
-            kk, vv = kc[i][:, :, :m], vc[i][:, :, :m]
-            if self.contig_kv and L is None:  # eager: K/V gathered into contiguous buffers first
-                kk, vv = kk.contiguous(), vv.contiguous()
-            o = self.attend(q.unsqueeze(2), kk, vv, mask=mask)
-            h = h + self.proj(o.reshape(B, self.Q), lw["wo"], lw["bo"])
-            h = self.mlp(h, lw)
-        h = self.rmsnorm(h, self.final_norm)
-        logits = F.linear(h, self.lm_head)
-        return logits.argmax(-1), logits
+
+class Pieces:
+    """The step's pieces (Model.start, pre, post, final): the plain methods,
+    or each torch.compile'd with dynamic shapes (one compile for every batch
+    above 1 and every length, one more for batch 1)."""
+
+    def __init__(self, compile_mode=None):
+        names = ("start", "pre", "post", "final")
+        for nm in names:
+            fn = getattr(Model, nm)
+            setattr(self, nm, fn if compile_mode is None else torch.compile(fn, mode=compile_mode, dynamic=True))
+
+
+PLAIN = Pieces()
 
 
 # ---- driving it -------------------------------------------------------------
@@ -401,11 +670,11 @@ class Timed:
             self.ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             self.host = torch.empty(B, dtype=torch.int64).pin_memory()
 
-    def run(self, run, static, inputs, warmup, keep_logits=False, budget_s=None):
+    def run(self, run, static, inputs, warmup, keep_logits=False, budget_s=None, min_steps=20):
         """Steps through inputs; with budget_s, stops timing once the timed
-        steps would pass it (at least 20 timed). Returns (wall us, gpu us,
-        ids of every step run, first logits on the host, kept logits,
-        timed steps)."""
+        steps would pass it (at least min_steps timed). Returns (wall us, gpu
+        us, ids of every step run, first logits on the host (keep_logits),
+        kept logits, timed steps)."""
         walls, gpus, ids, first, kept = [], [], [], None, []
         if self.cuda:
             torch.cuda.synchronize()
@@ -425,9 +694,9 @@ class Timed:
                 nxt, logits = run(i)
                 host = nxt.tolist()
             t = time.perf_counter() - t0
-            if i == 0:
-                first = logits.float().cpu()
             if keep_logits:
+                if i == 0:
+                    first = logits.float().cpu()
                 kept.append(logits)
             ids.append(host)
             if i >= warmup:
@@ -436,7 +705,7 @@ class Timed:
                 walls.append(t * 1e6)
                 if self.cuda:
                     gpus.append(self.ev[0].elapsed_time(self.ev[1]) * 1e3)
-                if budget_s and len(walls) >= 20 and time.perf_counter() - t_start > budget_s:
+                if budget_s and len(walls) >= min_steps and time.perf_counter() - t_start > budget_s:
                     break
         med = lambda v: statistics.median(v) if v else None
         return med(walls), med(gpus), ids, first, kept, len(walls)
@@ -487,6 +756,78 @@ def pool_bytes(pool_handle, fallback):
     return sum(mine) if mine else fallback
 
 
+def first_line(e):
+    s = str(e).strip().splitlines()
+    return (s[0] if s else type(e).__name__)[:160]
+
+
+def time_attention(model, names, kc, vc, B, C, L, reps, log):
+    """Each choice's time for one step's attention (every layer, on this
+    point's cache: the first B sequences, the position C, length L with the
+    mask), as a CUDA graph of it replayed (median of reps after one), after
+    its output at layer 0 was checked against float32 attention (first 4
+    sequences). Returns {name: (us or None, why not)}."""
+    m = model
+    gen = torch.Generator(device=model.dev)
+    gen.manual_seed(1000 + B)
+    q = torch.randn(B, m.H, m.Dh, generator=gen, device=model.dev, dtype=torch.float32).to(torch.bfloat16)
+    ar = torch.arange(L, device=model.dev)
+    mvec = torch.zeros(L, dtype=torch.bfloat16, device=model.dev).masked_fill(ar > C, float("-inf"))
+    ks, vs = [k[:B, :, :L] for k in kc], [v[:B, :, :L] for v in vc]
+    nr = min(B, 4)
+    qg = q[:nr].float().view(nr, m.Hkv, m.G, m.Dh)
+    s = (qg @ ks[0][:nr].float().transpose(-1, -2)) / math.sqrt(m.Dh) + mvec.float()
+    ref = (s.softmax(-1) @ vs[0][:nr].float()).reshape(nr, m.Q)
+    lim = 0.02 + 0.02 * ref.abs().max().item()
+    del s, qg
+    out = {}
+    ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+    pool = torch.cuda.graph_pool_handle()
+    for name in names:
+        a = Attn(name, model)
+        g = None
+        try:
+            with a.ctx():
+                o = a(q, ks[0], vs[0], mvec)
+            err = (o[:nr].float() - ref).abs().max().item()
+            if not err <= lim:
+                out[name] = (None, f"wrong: max |diff| {err:.3g} > {lim:.3g}")
+                continue
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), a.ctx():
+                for i in range(len(ks)):
+                    a(q, ks[i], vs[i], mvec)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with a.ctx(), torch.cuda.graph(g, pool=pool):
+                for i in range(len(ks)):
+                    a(q, ks[i], vs[i], mvec)
+            g.replay()
+            t = []
+            for _ in range(reps):
+                ev[0].record()
+                g.replay()
+                ev[1].record()
+                ev[1].synchronize()
+                t.append(ev[0].elapsed_time(ev[1]) * 1e3)
+            out[name] = (statistics.median(t), "")
+        except Exception as e:  # a backend that refuses these shapes, a compile that fails
+            out[name] = (None, first_line(e))
+            if name.startswith("flex/"):
+                log(f"# flex_attention failed at batch {B}: {first_line(e)}; not tried again")
+                model.flex_broken = True
+        finally:
+            del g
+    return out
+
+
+def best(times, names):
+    ok = [(t[0], n) for n, t in times.items() if n in names and t[0] is not None]
+    return min(ok)[1] if ok else None
+
+
 def agree(a, b):
     same = total = 0
     for ra, rb in zip(a, b):
@@ -509,58 +850,42 @@ def near_agree(ids, logits, tol):
     return ok / total if total else float("nan")
 
 
-# The eager variant's attention. cuDNN's SDPA (first on the H200's list)
-# builds an execution plan for each new key length, and the key length is
-# new at every decode step: 39-47 ms a step on the H200 (2026-12-01, 8
-# layers). The candidates below are timed at the first point and the
-# fastest is the eager baseline (all their times are printed).
-EAGER_CANDIDATES = ["flash", "efficient", "math", "flash+contiguous", "default"]
-
-
-def eager_context(name):
-    if name == "default" or sdpa_kernel is None:
-        return contextlib.nullcontext()
-    b = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-         "math": SDPBackend.MATH}[name.split("+")[0]]
-    return sdpa_kernel([b])
-
-
 def pick_eager(model, kc, vc, static, inputs, C, B, cuda, log):
-    """Times 12 eager steps (median of the last 8) with each SDPA choice;
+    """Times 10 eager steps (median of the last 6) with each SDPA choice;
     returns the fastest that runs and a note with every time."""
     if not cuda:
-        return "default", "cpu"
+        return "default/grouped", "cpu"
     times = {}
-    for name in EAGER_CANDIDATES:
-        model.contig_kv = name.endswith("+contiguous")
+    n = min(10, len(inputs))
+    for name in usable(EAGER_CANDIDATES, model):
+        a = Attn(name, model)
         try:
-            with eager_context(name):
+            with a.ctx():
                 tm = Timed(cuda, B)
-                us, _, _, _, _, _ = tm.run(lambda i: model.decode(static, kc, vc, n=C + i + 1), static,
-                                           inputs[:12], 4)
+                us, _, _, _, _, _ = tm.run(lambda i: model.step(PLAIN, a, static, kc, vc, n=C + i + 1), static,
+                                           inputs[:n], min(4, n - 1))
             times[name] = us
-        except RuntimeError as e:  # a backend that refuses these shapes
+        except Exception as e:  # a backend that refuses these shapes
             times[name] = None
-            log(f"eager attention {name}: refused ({str(e).splitlines()[0][:120]})")
-    model.contig_kv = False
+            log(f"eager attention {name}: refused ({first_line(e)})")
     ok = {k: v for k, v in times.items() if v is not None}
     if not ok:
         sys.exit("torch eager: no SDPA backend runs the decode step")
-    best = min(ok, key=ok.get)
+    best_name = min(ok, key=ok.get)
     note = "eager SDPA us/step at batch %d context %d: " % (B, C) + ", ".join(
         f"{k} {'-' if v is None else f'{v:.0f}'}" for k, v in times.items())
-    return best, note
+    return best_name, note
 
 
-def profile_eager(model, kc, vc, static, inputs, C, log):
+def profile_eager(model, attn, kc, vc, static, inputs, C, log):
     """One profile of three eager steps: where an eager step's time goes
     (host launch overhead or kernels), printed for the notes."""
     try:
         from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, attn.ctx():
             for i in range(3):
                 static.copy_(inputs[i])
-                model.decode(static, kc, vc, n=C + i + 1)[0].cpu()
+                model.step(PLAIN, attn, static, kc, vc, n=C + i + 1)[0].cpu()
         log("torch eager profile (3 steps):\n" +
             prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
     except Exception as e:  # the profile is a note, never the measurement
@@ -580,17 +905,42 @@ def machine_info(cuda):
     return info
 
 
-COLUMNS = ["machine", "driver", "cuda", "torch", "date", "layers", "hidden", "heads", "ffn", "vocab", "batch",
-           "context", "steps", "reel_replay_us", "reel_replay_gpu_us", "reel_eager_us", "reel_eager_gpu_us",
-           "torch_eager_us", "torch_eager_gpu_us", "torch_eager_steps", "torch_graph_us", "torch_graph_gpu_us",
-           "torch_compile_us", "torch_compile_gpu_us", "floor_us", "floor_tbps", "replay_over_compile",
-           "replay_over_floor", "eager_over_torch_eager", "ids_agree", "ids_near_agree", "max_logit_diff",
-           "torch_graph_near_agree", "torch_compile_near_agree", "reel_compile_ms", "reel_capture_ms",
-           "reel_arena_bytes", "reel_static_bytes", "reel_graph_bytes", "reel_dev_other_bytes",
-           "reel_graph_mem_reserved", "reel_process_once_bytes",
+COLUMNS = ["machine", "driver", "cuda", "torch", "date", "shape", "layers", "hidden", "heads", "kv_heads",
+           "head_dim", "ffn", "vocab", "batch", "context", "steps", "reel_replay_us", "reel_replay_gpu_us",
+           "reel_eager_us", "reel_eager_gpu_us", "torch_eager_us", "torch_eager_gpu_us", "torch_eager_steps",
+           "torch_graph_us", "torch_graph_gpu_us", "torch_compile_us", "torch_compile_gpu_us", "floor_us",
+           "floor_tbps", "replay_over_compile", "replay_over_floor", "eager_over_torch_eager", "ids_agree",
+           "ids_near_agree", "max_logit_diff", "torch_graph_near_agree", "torch_compile_near_agree",
+           "reel_compile_ms", "reel_capture_ms", "reel_arena_bytes", "reel_static_bytes", "reel_graph_bytes",
+           "reel_dev_other_bytes", "reel_graph_mem_reserved", "reel_process_once_bytes",
            "torch_graph_capture_s", "torch_graph_capture_only_s", "torch_graph_pool_bytes",
            "torch_compile_capture_s", "torch_compile_capture_only_s", "torch_compile_pool_bytes",
-           "eager_attention", "ok"]
+           "eager_attention", "attn_graph", "attn_graph_us", "attn_compile", "attn_compile_us", "attn_candidates",
+           "skipped", "ok"]
+
+
+def torch_fit(model, cfg, Bs, C, S, N, prefill_tokens):
+    """The batches of context C whose PyTorch side fits what the device has
+    free: the K/V cache [maxB, kv_heads, S, d] of every layer, the prefill's
+    activations (--prefill-tokens tokens), the logits eager keeps for the
+    agreement check, 2 GB for the graph pools and what nothing counts.
+    Returns (batches that fit, [(batch, why) dropped])."""
+    free, _ = torch.cuda.mem_get_info()
+    free += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    D, Fd, V = cfg["hidden"], cfg["ffn"], cfg["vocab"]
+    qkv = (cfg["heads"] + 2 * cfg["kv_heads"]) * cfg["head_dim"]
+    Bs, dropped = list(Bs), []
+    while Bs:
+        B = Bs[-1]
+        kv = 2 * cfg["layers"] * B * cfg["kv_heads"] * S * cfg["head_dim"] * 2
+        act = min(prefill_tokens, B * C) * (12 * Fd + 16 * D + 2 * qkv)
+        need = kv + act + (N + 4) * B * V * 2 + 2e9
+        if need <= free:
+            break
+        dropped.append((B, f"PyTorch needs {need / 1e9:.1f} GB (KV cache {kv / 1e9:.1f} GB), "
+                           f"{free / 1e9:.1f} GB free"))
+        Bs.pop()
+    return Bs, dropped
 
 
 def fmt(x, nd=1):
@@ -605,10 +955,18 @@ def main():
     ap.add_argument("--variants", default="eager,graph,compile")
     ap.add_argument("--compile-mode", default="default")
     ap.add_argument("--eager-budget-s", type=float, default=3.0,
-                    help="time the eager variant at most this long a point (at least 20 steps); 0: all steps")
-    ap.add_argument("--eager-attention", default="auto", choices=["auto"] + EAGER_CANDIDATES,
-                    help="SDPA choice of the eager variant (auto: the fastest at the first point)")
-    ap.add_argument("--prefill-tokens", type=int, default=16384)
+                    help="time the eager variant at most this long a point (at least --eager-min-steps); 0: all")
+    ap.add_argument("--eager-min-steps", type=int, default=20)
+    ap.add_argument("--eager-attention", default="auto",
+                    help="the eager variant's attention, BACKEND/LAYOUT (auto: the fastest at the first point)")
+    ap.add_argument("--graph-attention", default="auto",
+                    help="the graph variant's attention, BACKEND/LAYOUT (auto: the fastest SDPA choice at each point)")
+    ap.add_argument("--compile-attention", default="auto",
+                    help="the compile variant's attention (auto: the fastest choice, flex included, at each point)")
+    ap.add_argument("--attn-reps", type=int, default=3, help="replays timed per attention choice and point")
+    ap.add_argument("--flex-max-ctas", type=int, default=0,
+                    help="try flex_attention where batch x kv_heads is below this (0: twice the SMs; -1: never)")
+    ap.add_argument("--prefill-tokens", type=int, default=8192)
     ap.add_argument("--min-agree", type=float, default=0.97,
                     help="fail when fewer ids than this agree within --tie-tol")
     ap.add_argument("--tie-tol", type=float, default=0.0625,
@@ -625,11 +983,16 @@ def main():
     rpath = os.path.join(a.dir, "reel_decode.txt")
     if not os.path.exists(rpath):
         sys.exit(f"torch_model.py: {rpath} is missing: run bench_decode --dir {a.dir} first")
-    rcfg, rplans, rcases, rtokens = load_reel(rpath)
+    rcfg, rplans, rcases, rtokens, rskips = load_reel(rpath)
     mdir = rcfg.get("model") or os.path.join(a.dir, "model")
     if not os.path.exists(os.path.join(mdir, "config.json")):
         sys.exit(f"torch_model.py: the checkpoint {mdir} (config.json) is missing: run bench_decode --dir {a.dir} first")
+    log = lambda m: print(m, file=sys.stderr, flush=True)
+    t_load = time.perf_counter()
     cfg, w = load_checkpoint(mdir, rcfg, dev)
+    model = Model(cfg, w, dev)
+    del w
+    log(f"# checkpoint {mdir} loaded in {time.perf_counter() - t_load:.1f} s")
     steps, warmup = int(rcfg["steps"]), int(rcfg["warmup"])
     N = steps + warmup
     variants = a.variants.split(",") if cuda else ["eager"]
@@ -638,160 +1001,252 @@ def main():
               "not a measurement)", file=sys.stderr)
     pick = lambda s: None if not s else {int(x) for x in s.split(",")}
     want_b, want_c = pick(a.batches), pick(a.contexts)
-    keys = sorted(k for k in rcases if (not want_b or k[0] in want_b) and (not want_c or k[1] in want_c))
-    if not keys:
+    sel = lambda k: (not want_b or k[0] in want_b) and (not want_c or k[1] in want_c)
+    keys = sorted(k for k in rcases if sel(k))
+    skipped = sorted(k for k in rskips if sel(k))
+    if not keys and not skipped:
         sys.exit(f"torch_model.py: no reel cases to compare in {a.dir}")
-    model = Model(cfg, w, dev)
+    for nm in (a.eager_attention, a.graph_attention, a.compile_attention):
+        if nm != "auto":
+            Attn(nm, model)  # a name this PyTorch cannot run is refused before anything runs
     if cuda:
-        torch._dynamo.config.cache_size_limit = 64
-    log = lambda m: print(m, file=sys.stderr, flush=True)
+        for k in ("cache_size_limit", "recompile_limit"):
+            if hasattr(torch._dynamo.config, k):
+                setattr(torch._dynamo.config, k, 64)
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        flex_ctas = 2 * sms if a.flex_max_ctas == 0 else a.flex_max_ctas
 
     info = machine_info(cuda)
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    shape = rcfg.get("shape", "")
+    rope = "default" if cfg["rope"] is None else "llama3 x%g" % cfg["rope"]["factor"]
     print(f"decode step, reel beside PyTorch {info['torch']} on {info['machine']} (driver {info['driver']}, "
           f"CUDA {info['cuda']}; reel backend {rcfg.get('backend')}), {date}")
-    print(f"model: {cfg['layers']} layers, hidden {cfg['hidden']}, {cfg['heads']} heads of {cfg['head_dim']} "
-          f"({cfg['kv_heads']} kv), ffn {cfg['ffn']}, vocab {cfg['vocab']}, bf16; same checkpoint ({mdir}), "
-          f"prompt seed {cfg['seed']}")
+    print(f"model{f' ({shape})' if shape else ''}: {cfg['layers']} layers, hidden {cfg['hidden']}, {cfg['heads']} "
+          f"heads of {cfg['head_dim']} ({cfg['kv_heads']} kv), ffn {cfg['ffn']}, vocab {cfg['vocab']}, bf16, rope "
+          f"theta {cfg['theta']:g} {rope}{', q/k/v biases' if cfg['qkv_bias'] else ''}"
+          f"{', tied' if cfg['tied'] else ''}; same checkpoint ({mdir}), prompt seed {cfg['seed']}")
     print(f"per step: host wall (ids up, step, next ids back) and gpu (events around it), medians of {steps} "
           f"after {warmup} warm-up; torch.compile mode {a.compile_mode}\n", flush=True)
 
     rows, bad = [], []
+    csv_path = a.csv or os.path.join(a.dir, "decode.csv")
+    new = not (a.append and os.path.exists(csv_path) and os.path.getsize(csv_path) > 0)
+    csv_file = open(csv_path, "w" if new else "a", newline="")
+    wr = csv.DictWriter(csv_file, fieldnames=COLUMNS, extrasaction="ignore")
+    if new:
+        wr.writeheader()
+
+    def out_row(r):
+        """A row, written at once: a run cut short keeps the points it finished."""
+        rows.append(r)
+        wr.writerow({k: ("" if v is None else v) for k, v in r.items()})
+        csv_file.flush()
+
+    def skip_row(B, C, why):
+        return dict(info, date=date, shape=shape, layers=cfg["layers"], hidden=cfg["hidden"], heads=cfg["heads"],
+                    kv_heads=cfg["kv_heads"], head_dim=cfg["head_dim"], ffn=cfg["ffn"], vocab=cfg["vocab"],
+                    batch=B, context=C, steps=steps, skipped=why, ok="skip")
+
     eager_choice = None if a.eager_attention == "auto" else a.eager_attention
-    compiled = torch.compile(Model.decode, mode=a.compile_mode) if "compile" in variants else None
+    compiled = Pieces(a.compile_mode) if "compile" in variants else None
+    graph_names = usable(GRAPH_CANDIDATES, model) if cuda else []
     for C in sorted({k[1] for k in keys}):
-        Bs = sorted(k[0] for k in keys if k[1] == C)
-        maxB = Bs[-1]
-        S = (C + N + 1 + 15) // 16 * 16
-        L = S
-        kc, vc = model.new_cache(maxB, S)
-        t0 = time.perf_counter()
-        prefill_all(model, kc, vc, cfg, maxB, 0, C, a.prefill_tokens)
-        if cuda:
+        try:
+            Bs = sorted(k[0] for k in keys if k[1] == C)
+            S = (C + N + 1 + 15) // 16 * 16
+            L = S
+            if cuda:
+                Bs, dropped = torch_fit(model, cfg, Bs, C, S, N, a.prefill_tokens)
+                for B, why in dropped:
+                    log(f"# batch {B} context {C}: {why}")
+                    out_row(skip_row(B, C, why))
+                if not Bs:
+                    continue
+            maxB = Bs[-1]
+            kc, vc = model.new_cache(maxB, S)
+            t0 = time.perf_counter()
+            prefill_all(model, kc, vc, cfg, maxB, 0, C, a.prefill_tokens)
+            if cuda:
+                torch.cuda.synchronize()
+            log(f"# context {C}: prefill of {maxB} x {C} in {time.perf_counter() - t0:.1f} s")
+            views = {B: ([k[:B] for k in kc], [v[:B] for v in vc]) for B in Bs}
+            statics = {B: torch.zeros(B + 1, dtype=torch.int64, device=dev) for B in Bs}
+            inputs = {B: step_inputs(cfg, B, C, N, cuda) for B in Bs}
+            plan = rplans.get(C, {})
+
+            if eager_choice is None:
+                B0 = Bs[0]
+                eager_choice, note = pick_eager(model, *views[B0], statics[B0], inputs[B0], C, B0, cuda, log)
+                log(f"# {note}; eager baseline: {eager_choice}")
+                print(f"eager attention: {eager_choice} ({note})\n")
+            eager_attn = Attn(eager_choice, model)
+            if a.profile and cuda:
+                profile_eager(model, eager_attn, *views[Bs[0]], statics[Bs[0]], inputs[Bs[0]], C, log)
+                a.profile = False
+
+            # The attention of the graph and compile variants, at each point.
+            choice, attn_times = {}, {}
+            for B in Bs:
+                names = [] if not cuda else list(graph_names)
+                if "compile" in variants and a.compile_attention == "auto" and not model.flex_broken and \
+                        flex_ctas > 0 and B * model.Hkv < flex_ctas:
+                    names += usable(COMPILE_EXTRA, model)
+                need = (("graph" in variants and a.graph_attention == "auto") or
+                        ("compile" in variants and a.compile_attention == "auto"))
+                t0 = time.perf_counter()
+                times = time_attention(model, names, *views[B], B, C, L, a.attn_reps, log) if need and names else {}
+                attn_times[B] = times
+                g = a.graph_attention if a.graph_attention != "auto" else best(times, graph_names)
+                c = a.compile_attention if a.compile_attention != "auto" else best(times, names)
+                if cuda and (g is None or c is None):  # nothing timed ran: SDPA's own pick, untimed
+                    log(f"# batch {B} context {C}: no attention choice ran alone ({times}): default/grouped")
+                    g, c = g or "default/grouped", c or g or "default/grouped"
+                choice[B] = (g, c)
+                if times:
+                    log(f"# batch {B} context {C}: attention us a step " + ", ".join(
+                        f"{n} {fmt(t[0])}" + (f" ({t[1]})" if t[1] else "") for n, t in times.items()) +
+                        f"; graph: {g}, compile: {c} ({time.perf_counter() - t0:.1f} s)")
+
+            caps = {}
+            for var in ("graph", "compile"):
+                if var not in variants:
+                    continue
+                for attempt in (0, 1):
+                    fns = {}
+                    for B in Bs:
+                        at = Attn(choice[B][0 if var == "graph" else 1], model)
+                        pieces = PLAIN if var == "graph" else compiled
+
+                        def run(B=B, at=at, pieces=pieces):
+                            with at.ctx():
+                                return model.step(pieces, at, statics[B], *views[B], L=L)
+                        fns[B] = run
+                    try:
+                        graphs, tot_s, cap_s, pool = capture_buckets(fns, statics, {B: inputs[B][0] for B in Bs},
+                                                                     torch.cuda.graph_pool_handle())
+                    except Exception as e:  # a variant that fails is left out of the rows, not the whole run
+                        again = var == "compile" and attempt == 0 and any(choice[B][1] != choice[B][0] for B in Bs)
+                        log(f"# context {C}: torch {var} failed: {first_line(e)}"
+                            + ("; again with the graph variant's attention" if again else "; left out"))
+                        torch.cuda.synchronize()
+                        torch.cuda.empty_cache()
+                        if not again:
+                            break
+                        choice = {B: (choice[B][0], choice[B][0]) for B in Bs}
+                        continue
+                    caps[var] = (graphs, tot_s, cap_s, pool)
+                    log(f"# context {C}: torch {var}: {len(graphs)} buckets in {tot_s:.1f} s (capture blocks "
+                        f"{cap_s * 1e3:.0f} ms), pool {pool / 2**20:.1f} MiB")
+                    break
+
+            for B in Bs:
+                st, ins = statics[B], inputs[B]
+                tm = Timed(cuda, B)
+                res = {}
+                with eager_attn.ctx():
+                    e_us, e_gpu, e_ids, e_first, kept, e_n = tm.run(
+                        lambda i: model.step(PLAIN, eager_attn, st, *views[B], n=C + i + 1), st, ins, warmup,
+                        keep_logits=True, budget_s=a.eager_budget_s or None, min_steps=a.eager_min_steps)
+                for var, (graphs, _, _, _) in caps.items():
+                    g, out = graphs[B]
+                    res[var] = tm.run(lambda i: (g.replay(), out)[1], st, ins, warmup)
+                rc = rcases[(B, C)]
+                reel_ids = rtokens.get((B, C), [])
+                n_e = len(e_ids)
+                frac, same, total = agree(reel_ids[:n_e], e_ids)
+                near = near_agree(reel_ids[:n_e], kept, a.tie_tol)
+                self_near = {var: near_agree(r[2][:n_e], kept, a.tie_tol) for var, r in res.items()}
+                del kept
+                lpath = os.path.join(a.dir, f"logits_b{B}_c{C}.f32")
+                maxdiff = None
+                if os.path.exists(lpath):
+                    rl = torch.frombuffer(bytearray(open(lpath, "rb").read()), dtype=torch.float32).reshape(B, -1)
+                    maxdiff = (rl - e_first).abs().max().item()
+                ok = bool(total) and near >= a.min_agree and (maxdiff is None or maxdiff <= a.max_logit_diff)
+                if not ok:
+                    bad.append(f"batch {B} context {C}: reel vs torch eager ids {same}/{total}, within tolerance "
+                               f"{near:.3f}, max logit diff {fmt(maxdiff, 4)}")
+                for var, f in self_near.items():
+                    if f < a.min_agree:
+                        ok = False
+                        bad.append(f"batch {B} context {C}: torch {var} vs torch eager {f:.3f} within tolerance")
+                fl = float(rc["floor_us"])
+                rr, rg = float(rc["replay_us"]), float(rc.get("replay_gpu_us", -1))
+                re_, reg = float(rc["eager_us"]), float(rc.get("eager_gpu_us", -1))
+                tc = res.get("compile", (None,))[0]
+                pos_or_none = lambda v: v if v >= 0 else None
+                gb = plan.get("graph_bytes") if plan.get("graph_bytes_known") == "1" else None
+                times = attn_times.get(B, {})
+                g_name, c_name = choice[B]
+                row = dict(info, date=date, shape=shape, layers=cfg["layers"], hidden=cfg["hidden"], heads=cfg["heads"],
+                           kv_heads=cfg["kv_heads"], head_dim=cfg["head_dim"], ffn=cfg["ffn"], vocab=cfg["vocab"],
+                           batch=B, context=C, steps=steps, reel_replay_us=rr, reel_replay_gpu_us=pos_or_none(rg),
+                           reel_eager_us=pos_or_none(re_), reel_eager_gpu_us=pos_or_none(reg), torch_eager_us=e_us,
+                           torch_eager_gpu_us=e_gpu, torch_eager_steps=e_n, torch_graph_us=res.get("graph", (None,))[0],
+                           torch_graph_gpu_us=res.get("graph", (None, None))[1], torch_compile_us=tc,
+                           torch_compile_gpu_us=res.get("compile", (None, None))[1], floor_us=fl,
+                           floor_tbps=rcfg.get("floor_tbps") if rcfg.get("floor_measured") == "1" else None,
+                           replay_over_compile=rr / tc if tc else None, replay_over_floor=rr / fl,
+                           eager_over_torch_eager=re_ / e_us if re_ >= 0 and e_us else None,
+                           ids_agree=frac, ids_near_agree=near, max_logit_diff=maxdiff,
+                           torch_graph_near_agree=self_near.get("graph"),
+                           torch_compile_near_agree=self_near.get("compile"),
+                           reel_compile_ms=plan.get("reel_compile_ms"), reel_capture_ms=plan.get("capture_ms"),
+                           reel_arena_bytes=plan.get("arena_bytes"), reel_static_bytes=plan.get("static_bytes"),
+                           reel_graph_bytes=gb, reel_dev_other_bytes=plan.get("dev_other_bytes"),
+                           reel_process_once_bytes=rcfg.get("process_once_dev_bytes"),
+                           reel_graph_mem_reserved=plan.get("graph_mem_reserved"),
+                           torch_graph_capture_s=caps["graph"][1] if "graph" in caps else None,
+                           torch_graph_capture_only_s=caps["graph"][2] if "graph" in caps else None,
+                           torch_graph_pool_bytes=caps["graph"][3] if "graph" in caps else None,
+                           torch_compile_capture_s=caps["compile"][1] if "compile" in caps else None,
+                           torch_compile_capture_only_s=caps["compile"][2] if "compile" in caps else None,
+                           torch_compile_pool_bytes=caps["compile"][3] if "compile" in caps else None,
+                           eager_attention=eager_choice + ("" if e_n == steps else f" ({e_n} steps timed)"),
+                           attn_graph=g_name if "graph" in caps else None,
+                           attn_graph_us=times.get(g_name, (None,))[0] if "graph" in caps else None,
+                           attn_compile=c_name if "compile" in caps else None,
+                           attn_compile_us=times.get(c_name, (None,))[0] if "compile" in caps else None,
+                           attn_candidates="; ".join(f"{n} {fmt(t[0])}" for n, t in times.items()) or None,
+                           ok=int(ok))
+                out_row(row)
+                log(f"# batch {B} context {C}: wall us reel {rr:.1f} / {re_:.1f}, torch eager {fmt(e_us)} ({e_n} steps) "
+                    f"graph {fmt(row['torch_graph_us'])} compile {fmt(tc)}; gpu us reel {rg:.1f} / {reg:.1f}, torch "
+                    f"{fmt(e_gpu)} / {fmt(row['torch_graph_gpu_us'])} / {fmt(row['torch_compile_gpu_us'])}; ids "
+                    f"{same}/{total}, near {near:.3f}, max |logit diff| {fmt(maxdiff, 4)}"
+                    f"{'' if ok else '  DISAGREE'}")
+            caps = None
+            kc = vc = views = None  # frees the cache (and the graphs) before the next context
+            if cuda:
+                torch.cuda.empty_cache()
+        except Exception as e:  # one context that fails (out of memory, a kernel refused) costs its rows only
+            if not cuda:
+                raise
+            log(f"# context {C}: PyTorch failed: {first_line(e)}; its points are left out")
+            bad.append(f"context {C}: PyTorch failed: {first_line(e)}")
+            kc = vc = views = caps = None
             torch.cuda.synchronize()
-        log(f"# context {C}: prefill of {maxB} x {C} in {time.perf_counter() - t0:.1f} s")
-        views = {B: ([k[:B] for k in kc], [v[:B] for v in vc]) for B in Bs}
-        statics = {B: torch.zeros(B + 1, dtype=torch.int64, device=dev) for B in Bs}
-        inputs = {B: step_inputs(cfg, B, C, N, cuda) for B in Bs}
-        plan = rplans.get(C, {})
-
-        if eager_choice is None:
-            B0 = Bs[0]
-            eager_choice, note = pick_eager(model, *views[B0], statics[B0], inputs[B0], C, B0, cuda, log)
-            log(f"# {note}; eager baseline: {eager_choice}")
-            print(f"eager attention: {eager_choice} ({note})\n")
-        if a.profile and cuda:
-            profile_eager(model, *views[Bs[0]], statics[Bs[0]], inputs[Bs[0]], C, log)
-            a.profile = False
-
-        caps = {}
-        for var in ("graph", "compile"):
-            if var not in variants:
-                continue
-            if var == "graph":
-                fns = {B: (lambda B=B: model.decode(statics[B], *views[B], L=L)) for B in Bs}
-            else:
-                fns = {B: (lambda B=B: compiled(model, statics[B], *views[B], L=L)) for B in Bs}
-            graphs, tot_s, cap_s, pool = capture_buckets(fns, statics, {B: inputs[B][0] for B in Bs},
-                                                         torch.cuda.graph_pool_handle())
-            caps[var] = (graphs, tot_s, cap_s, pool)
-            log(f"# context {C}: torch {var}: {len(graphs)} buckets in {tot_s:.1f} s (capture blocks "
-                f"{cap_s * 1e3:.0f} ms), pool {pool / 2**20:.1f} MiB")
-
-        for B in Bs:
-            st, ins = statics[B], inputs[B]
-            tm = Timed(cuda, B)
-            res = {}
-            model.contig_kv = eager_choice.endswith("+contiguous")
-            with eager_context(eager_choice):
-                e_us, e_gpu, e_ids, e_first, kept, e_n = tm.run(
-                    lambda i: model.decode(st, *views[B], n=C + i + 1), st, ins, warmup, keep_logits=True,
-                    budget_s=a.eager_budget_s or None)
-            model.contig_kv = False
-            for var, (graphs, _, _, _) in caps.items():
-                g, out = graphs[B]
-                res[var] = tm.run(lambda i: (g.replay(), out)[1], st, ins, warmup)
-            rc = rcases[(B, C)]
-            reel_ids = rtokens.get((B, C), [])
-            n_e = len(e_ids)
-            frac, same, total = agree(reel_ids[:n_e], e_ids)
-            near = near_agree(reel_ids[:n_e], kept, a.tie_tol)
-            self_near = {var: near_agree(r[2][:n_e], kept, a.tie_tol) for var, r in res.items()}
-            del kept
-            lpath = os.path.join(a.dir, f"logits_b{B}_c{C}.f32")
-            maxdiff = None
-            if os.path.exists(lpath):
-                rl = torch.frombuffer(bytearray(open(lpath, "rb").read()), dtype=torch.float32).reshape(B, -1)
-                maxdiff = (rl - e_first).abs().max().item()
-            ok = bool(total) and near >= a.min_agree and (maxdiff is None or maxdiff <= a.max_logit_diff)
-            if not ok:
-                bad.append(f"batch {B} context {C}: reel vs torch eager ids {same}/{total}, within tolerance "
-                           f"{near:.3f}, max logit diff {fmt(maxdiff, 4)}")
-            for var, f in self_near.items():
-                if f < a.min_agree:
-                    ok = False
-                    bad.append(f"batch {B} context {C}: torch {var} vs torch eager {f:.3f} within tolerance")
-            fl = float(rc["floor_us"])
-            rr, rg = float(rc["replay_us"]), float(rc.get("replay_gpu_us", -1))
-            re_, reg = float(rc["eager_us"]), float(rc.get("eager_gpu_us", -1))
-            tc = res.get("compile", (None,))[0]
-            pos_or_none = lambda v: v if v >= 0 else None
-            gb = plan.get("graph_bytes") if plan.get("graph_bytes_known") == "1" else None
-            row = dict(info, date=date, layers=cfg["layers"], hidden=cfg["hidden"], heads=cfg["heads"],
-                       ffn=cfg["ffn"], vocab=cfg["vocab"], batch=B, context=C, steps=steps,
-                       reel_replay_us=rr, reel_replay_gpu_us=pos_or_none(rg), reel_eager_us=pos_or_none(re_),
-                       reel_eager_gpu_us=pos_or_none(reg), torch_eager_us=e_us, torch_eager_gpu_us=e_gpu,
-                       torch_eager_steps=e_n, torch_graph_us=res.get("graph", (None,))[0],
-                       torch_graph_gpu_us=res.get("graph", (None, None))[1], torch_compile_us=tc,
-                       torch_compile_gpu_us=res.get("compile", (None, None))[1], floor_us=fl,
-                       floor_tbps=rcfg.get("floor_tbps") if rcfg.get("floor_measured") == "1" else None,
-                       replay_over_compile=rr / tc if tc else None, replay_over_floor=rr / fl,
-                       eager_over_torch_eager=re_ / e_us if re_ >= 0 and e_us else None,
-                       ids_agree=frac, ids_near_agree=near, max_logit_diff=maxdiff,
-                       torch_graph_near_agree=self_near.get("graph"),
-                       torch_compile_near_agree=self_near.get("compile"),
-                       reel_compile_ms=plan.get("reel_compile_ms"), reel_capture_ms=plan.get("capture_ms"),
-                       reel_arena_bytes=plan.get("arena_bytes"), reel_static_bytes=plan.get("static_bytes"),
-                       reel_graph_bytes=gb, reel_dev_other_bytes=plan.get("dev_other_bytes"),
-                       reel_process_once_bytes=rcfg.get("process_once_dev_bytes"),
-                       reel_graph_mem_reserved=plan.get("graph_mem_reserved"),
-                       torch_graph_capture_s=caps["graph"][1] if "graph" in caps else None,
-                       torch_graph_capture_only_s=caps["graph"][2] if "graph" in caps else None,
-                       torch_graph_pool_bytes=caps["graph"][3] if "graph" in caps else None,
-                       torch_compile_capture_s=caps["compile"][1] if "compile" in caps else None,
-                       torch_compile_capture_only_s=caps["compile"][2] if "compile" in caps else None,
-                       torch_compile_pool_bytes=caps["compile"][3] if "compile" in caps else None,
-                       eager_attention=eager_choice + ("" if e_n == steps else f" ({e_n} steps timed)"),
-                       ok=int(ok))
-            rows.append(row)
-            log(f"# batch {B} context {C}: wall us reel {rr:.1f} / {re_:.1f}, torch eager {fmt(e_us)} ({e_n} steps) "
-                f"graph {fmt(row['torch_graph_us'])} compile {fmt(tc)}; gpu us reel {rg:.1f} / {reg:.1f}, torch "
-                f"{fmt(e_gpu)} / {fmt(row['torch_graph_gpu_us'])} / {fmt(row['torch_compile_gpu_us'])}; ids "
-                f"{same}/{total}, near {near:.3f}, max |logit diff| {fmt(maxdiff, 4)}"
-                f"{'' if ok else '  DISAGREE'}")
-        caps = None
-        kc = vc = views = None  # frees the cache (and the graphs) before the next context
-        if cuda:
             torch.cuda.empty_cache()
+
+    for B, C in skipped:
+        out_row(skip_row(B, C, rskips[(B, C)]))
+    csv_file.close()
+    rows.sort(key=lambda r: (int(r["context"]), int(r["batch"])))
 
     print("| batch | context | reel replay us | reel eager us | torch eager us | torch graph us | "
           "torch.compile + graph us | floor us | replay / compile+graph | replay / floor | "
-          "reel eager / torch eager | ids agree | near-tie agree | max abs logit diff |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "reel eager / torch eager | ids agree | near-tie agree | max abs logit diff | attention graph / compile |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
+        if r.get("skipped"):
+            print(f"| {r['batch']} | {r['context']} | does not fit: {r['skipped']} |" + " |" * 12)
+            continue
         print(f"| {r['batch']} | {r['context']} | {fmt(r['reel_replay_us'])} | {fmt(r['reel_eager_us'])} | "
               f"{fmt(r['torch_eager_us'])} | {fmt(r['torch_graph_us'])} | {fmt(r['torch_compile_us'])} | "
               f"{fmt(r['floor_us'])} | {fmt(r['replay_over_compile'], 2)} | {fmt(r['replay_over_floor'], 2)} | "
               f"{fmt(r['eager_over_torch_eager'], 2)} | {r['ids_agree']:.3f} | {r['ids_near_agree']:.3f} | "
-              f"{fmt(r['max_logit_diff'], 4)} |")
-    csv_path = a.csv or os.path.join(a.dir, "decode.csv")
-    new = not (a.append and os.path.exists(csv_path) and os.path.getsize(csv_path) > 0)
-    with open(csv_path, "w" if new else "a", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        if new:
-            wr.writeheader()
-        for r in rows:
-            wr.writerow({k: ("" if v is None else v) for k, v in r.items()})
+              f"{fmt(r['max_logit_diff'], 4)} | {r.get('attn_graph') or '-'} / {r.get('attn_compile') or '-'} |")
     print(f"\nrows written to {csv_path}")
     if bad:
         print("\nFAILED: reel and PyTorch disagree:\n  " + "\n  ".join(bad), file=sys.stderr)
