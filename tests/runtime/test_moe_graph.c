@@ -430,6 +430,63 @@ Test(moe_graph, ids_from_an_input_are_checked_before_launch, .init = setup, .fin
     tdata_free(&xv), tdata_free(&b.wgu), tdata_free(&b.wdn);
 }
 
+/* The worst case of the sorted layout: every pair of the largest bucket
+ * (64 tokens, 2 choices) on one expert, in a captured graph. The layout of
+ * T * K rows holds it by construction; the result is each token's own. */
+Test(moe_graph, every_pair_on_one_expert_at_the_largest_bucket, .init = setup, .fini = teardown)
+{
+    enum { T = 64, E = 8 };
+    reel_moe_params mp = REEL_MOE_PARAMS_INIT;
+    mp.num_experts = E;
+    mp.top_k = 2;
+    moe_block b = { .p = mp, .dt = REEL_F32 };
+    uint64_t seed = 31;
+    b.wgu = tdata_rand(REEL_F32, E * 2 * F * H, &seed, -0.3, 0.3);
+    b.wdn = tdata_rand(REEL_F32, E * H * F, &seed, -0.3, 0.3);
+    reel_graph *g;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    int64_t xd[2] = { REEL_DIM_TOKENS, H }, pd[2] = { REEL_DIM_TOKENS, 2 }, gd[2] = { E * 2 * F, H };
+    int64_t dd[2] = { E * H, F };
+    reel_tensor x = reel_input(g, "x", REEL_F32, 2, xd), ids = reel_input(g, "ids", REEL_I32, 2, pd);
+    reel_tensor w = reel_input(g, "weights", REEL_F32, 2, pd);
+    reel_tensor wgu = reel_param(g, "w_gate_up", REEL_F32, 2, gd), wdn = reel_param(g, "w_down", REEL_F32, 2, dd);
+    cr_assert_eq(reel_param_bind(g, wgu, b.wgu.p), REEL_OK);
+    cr_assert_eq(reel_param_bind(g, wdn, b.wdn.p), REEL_OK);
+    cr_assert_eq(reel_output(g, "y", reel_moe_ffn(g, x, ids, w, wgu, wdn, E)), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+    o.num_buckets = 2;
+    o.buckets[0] = 16;
+    o.buckets[1] = T;
+    reel_plan *p;
+    cr_assert_eq(reel_compile(g, &o, &p), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    tdata xv = tdata_rand(REEL_F32, T * H, &seed, -1, 1);
+    int32_t iv[2 * T];
+    float wv[2 * T];
+    for (int i = 0; i < 2 * T; i++) {
+        iv[i] = 5;
+        wv[i] = i % 2 ? 0.25f : 0.75f;
+    }
+    cr_assert_eq(reel_plan_set_input(p, "x", xv.p, T), REEL_OK);
+    cr_assert_eq(reel_plan_set_input(p, "ids", iv, T), REEL_OK);
+    cr_assert_eq(reel_plan_set_input(p, "weights", wv, T), REEL_OK);
+    reel_step_info s = REEL_STEP_INFO_INIT;
+    s.num_tokens = T;
+    cr_assert_eq(reel_step(p, &s), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(reel_plan_last_fallback(p), REEL_FALLBACK_NONE, "the largest bucket replays");
+    const float *y = output(p, "y", T);
+    for (int t = 0; t < T; t++) {
+        int32_t rid[2] = { 5, 5 };
+        double rw[2] = { 0.75, 0.25 }, want[H];
+        ref_ffn(&b, xv.v + t * H, rid, rw, want);
+        for (int h = 0; h < H; h++)
+            cr_assert(fabs(y[t * H + h] - want[h]) <= 1e-4 * (1 + fabs(want[h])), "token %d y[%d] = %g, want %g", t,
+                      h, (double)y[t * H + h], want[h]);
+    }
+    reel_plan_destroy(p);
+    reel_graph_destroy(g);
+    tdata_free(&xv), tdata_free(&b.wgu), tdata_free(&b.wdn);
+}
+
 /* Ids another op computes (here a top-k's [T, K] int32) cannot be checked
  * before launch: refused at compile, naming the op and the tensor. */
 Test(moe_graph, ids_an_op_computes_other_than_the_router_are_refused_at_compile, .init = setup, .fini = teardown)
