@@ -252,9 +252,9 @@ reel_tensor reel_moe_ffn(reel_graph *g, reel_tensor x, reel_tensor ids, reel_ten
     if (!g)
         return out;
     if (!reel_graph_has(g, ids.id))
-        return node1(g, REEL_OP_MOE_ALIGN, ids.id, 0, &(reel_op_attrs){ .moe = { num_experts, 1 } });
+        return node1(g, REEL_OP_MOE_ALIGN, ids.id, 0, &(reel_op_attrs){ .moe = { .num_experts = num_experts, .top_k = 1 } });
     /* K from the pairs the router made: every node checks it again. */
-    reel_op_attrs a = { .moe = { num_experts, (int)g->tensors[ids.id].shape.dims[1] } };
+    reel_op_attrs a = { .moe = { .num_experts = num_experts, .top_k = (int)g->tensors[ids.id].shape.dims[1] } };
     reel_tensor al[REEL_OP_MAX_OUT] = { { 0 } }, act = { 0 }, ys = { 0 };
     uint32_t in_al[REEL_OP_MAX_IN] = { ids.id };
     if (add_node(g, REEL_OP_MOE_ALIGN, in_al, 0, &a, al) != REEL_OK)
