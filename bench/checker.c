@@ -1,4 +1,4 @@
-/* bench_checker: the hazard checker's time and memory per access on three
+/* bench_checker: the hazard checker's time and memory per access on
  * serving-shaped programs (host only, no kernels):
  *
  *   pool  - a caching pool over 8 streams: blocks of 512 B .. 64 KiB handed
@@ -10,7 +10,11 @@
  *           slot (a write) and its attention reads every slot so far; the
  *           step ends with the host syncing every stream (the token download);
  *   plan  - a 3-op plan on two streams stepped as runtime/check.c feeds it:
- *           upload, three ops joined by events, download, host sync.
+ *           upload, three ops joined by events, download, host sync;
+ *   kv-events - decode over 32 layers on three streams ordered only by events
+ *           (issue 49), with a host sync a step; kv-events-nosync never syncs.
+ *           These print the median us/access of windows of about 5000
+ *           accesses and reel_checker_memory() at 10^5, 10^6 and 10^7 accesses.
  *
  * It prints us/access over the window since the previous checkpoint (CPU time
  * of the thread), and the process's resident growth since the pattern began
@@ -20,8 +24,9 @@
  * never synchronizing: nothing can be dropped, so they show what a run that
  * never syncs costs.
  *
- *     bench_checker [pool|kv|plan|all|pool-nosync|kv-nosync] [scale]   scale 1: the full sizes
- *     (10^7 pool accesses, 32 layers x 8192 tokens, 10^6 plan steps);
+ *     bench_checker [pool|kv|plan|kv-events|kv-events-nosync|all|pool-nosync|kv-nosync] [scale]
+ *     scale 1: the full sizes (10^7 pool and kv-events accesses, 32 layers x
+ *     8192 tokens, 10^6 plan steps);
  *     a smaller scale divides them. A pattern stops at a checkpoint once it has
  *     run 120 s (REEL_BENCH_BUDGET_S to change). */
 #include <stdint.h>
@@ -244,6 +249,188 @@ static void bench_kv(int layers, int tokens, bool sync)
     reel_checker_destroy(c);
 }
 
+/* ---- kv-events ------------------------------------------------------------- */
+
+/* Decode over 32 layers on three streams ordered only by events, sequences of
+ * 2048 tokens one after another in one KV cache (slot = position in the
+ * sequence, so a new sequence writes over the old one's slots). Per layer:
+ *   stream 0: norm (reads x, writes h), record A
+ *   stream 1: wait A, kv write (reads h, writes the KV slot of the token), record B
+ *   stream 0: q proj (reads h, writes q), wait B, attention (reads q and
+ *             every KV slot of the sequence so far, writes o), record C
+ *   stream 2: wait C, mlp (reads o, writes x), record D
+ *   stream 0: wait D
+ * A step starts with the token upload and embedding and ends with the
+ * sampler on stream 0; with sync, the host uploads, syncs every stream and
+ * reads the sampled token back each step, without, stream 0 uploads and the
+ * host never syncs (the serving loop of issue 49). One event per layer and
+ * edge, re-recorded every step, as a plan's are. */
+#define KVE_LAYERS 32
+#define KVE_SEQ 2048
+#define KVE_SLOT 512ull
+#define KVE_WINDOW 5000         /* accesses a window, about */
+#define KVE_ACT 8192ull         /* bytes of x, h, q, o */
+
+typedef struct kve_meter {
+    double cpu_last, start;
+    uint64_t nlast;
+    long rss0;
+    double *win;                /* us/access of each window */
+    uint64_t *win_end;          /* accesses at the window's end */
+    size_t nwin, capwin;
+} kve_meter;
+
+static void kve_use(reel_checker *c, uint64_t stream, const char *op, int n, const reel_check_access *a)
+{
+    must(reel_checker_op(c, stream, op, n, a), op);
+}
+
+static reel_check_access kve_acc(uint32_t space, uint64_t addr, uint64_t bytes, bool write, const char *alloc)
+{
+    reel_check_access a = { REEL_CHECK_ACCESS_HEAD, .space = space, .addr = addr, .bytes = bytes, .write = write,
+                            .alloc = alloc };
+    return a;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median us/access of the windows ending in (from, to]. */
+static double kve_median(const kve_meter *m, uint64_t from, uint64_t to, size_t *count)
+{
+    double *v = malloc((m->nwin + 1) * sizeof *v);
+    size_t k = 0;
+    for (size_t i = 0; v && i < m->nwin; i++)
+        if (m->win_end[i] > from && m->win_end[i] <= to)
+            v[k++] = m->win[i];
+    double med = 0;
+    if (k) {
+        qsort(v, k, sizeof *v, cmp_double);
+        med = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+    }
+    free(v);
+    *count = k;
+    return med;
+}
+
+static void kve_point(const kve_meter *m, const reel_checker *c, const char *name, const char *label, uint64_t n)
+{
+    size_t k;
+    double med = kve_median(m, n / 10, n, &k);
+    long rss = rss_bytes() - m->rss0;
+    printf("%-17s %-15s accesses %9llu  us/access %7.3f (median of %4zu windows, last %7.3f)  wall %7.1f s  "
+           "checker %8.2f MiB  rss +%7.1f MiB\n",
+           name, label, (unsigned long long)n, med, k, m->nwin ? m->win[m->nwin - 1] : 0.0, now_s() - m->start,
+           (double)reel_checker_memory(c) / 1048576.0, (double)rss / 1048576.0);
+    fflush(stdout);
+}
+
+static void bench_kv_events(uint64_t total, bool sync)
+{
+    const char *name = sync ? "kv-events" : "kv-events-nosync";
+    reel_checker *c;
+    must(reel_checker_create(NULL, &c), "create");
+    const uint64_t x = 0, h = KVE_ACT, q = 2 * KVE_ACT, o = 3 * KVE_ACT, tok = 4 * KVE_ACT, logits = tok + 64;
+    const uint64_t layer_bytes = KVE_SLOT * KVE_SEQ;
+    const uint64_t points[3] = { total / 100, total / 10, total };
+    int np = 0;
+    uint64_t n = 0;
+    kve_meter m = { 0 };
+    m.capwin = total / KVE_WINDOW + 16;
+    m.win = malloc(m.capwin * sizeof *m.win);
+    m.win_end = malloc(m.capwin * sizeof *m.win_end);
+    if (!m.win || !m.win_end)
+        must(REEL_E_OOM, "windows");
+    m.start = now_s();
+    m.cpu_last = cpu_s();
+    m.rss0 = rss_bytes();
+    bool stop = false;
+    for (int64_t step = 0; !stop; step++) {
+        uint64_t pos = (uint64_t)step % KVE_SEQ;
+        reel_checker_begin(c, step);
+        reel_check_access a[3];
+        a[0] = kve_acc(0, tok, 64, true, "input 'tokens'");
+        kve_use(c, sync ? REEL_CHECK_HOST : 0, "upload", 1, a);
+        a[0] = kve_acc(0, tok, 64, false, "input 'tokens'");
+        a[1] = kve_acc(0, x, KVE_ACT, true, "plan 'x'");
+        kve_use(c, 0, "embedding", 2, a);
+        n += 3;
+        for (uint64_t l = 0; l < KVE_LAYERS; l++) {
+            uint64_t ev = 1000 + 4 * l, kv = l * layer_bytes;
+            a[0] = kve_acc(0, x, KVE_ACT, false, "plan 'x'");
+            a[1] = kve_acc(0, h, KVE_ACT, true, "plan 'h'");
+            kve_use(c, 0, "norm", 2, a);
+            must(reel_checker_event_record(c, ev, 0), "record");
+            must(reel_checker_event_wait(c, 1, ev), "wait");
+            a[0] = kve_acc(0, h, KVE_ACT, false, "plan 'h'");
+            a[1] = kve_acc(1, kv + pos * KVE_SLOT, KVE_SLOT, true, "state 'kv'");
+            kve_use(c, 1, "kv write", 2, a);
+            must(reel_checker_event_record(c, ev + 1, 1), "record");
+            a[0] = kve_acc(0, h, KVE_ACT, false, "plan 'h'");
+            a[1] = kve_acc(0, q, KVE_ACT, true, "plan 'q'");
+            kve_use(c, 0, "q proj", 2, a);
+            must(reel_checker_event_wait(c, 0, ev + 1), "wait");
+            a[0] = kve_acc(0, q, KVE_ACT, false, "plan 'q'");
+            a[1] = kve_acc(1, kv, (pos + 1) * KVE_SLOT, false, "state 'kv'");
+            a[2] = kve_acc(0, o, KVE_ACT, true, "plan 'o'");
+            kve_use(c, 0, "attention", 3, a);
+            must(reel_checker_event_record(c, ev + 2, 0), "record");
+            must(reel_checker_event_wait(c, 2, ev + 2), "wait");
+            a[0] = kve_acc(0, o, KVE_ACT, false, "plan 'o'");
+            a[1] = kve_acc(0, x, KVE_ACT, true, "plan 'x'");
+            kve_use(c, 2, "mlp", 2, a);
+            must(reel_checker_event_record(c, ev + 3, 2), "record");
+            must(reel_checker_event_wait(c, 0, ev + 3), "wait");
+            n += 11;
+            if (n - m.nlast >= KVE_WINDOW) {
+                double cpu = cpu_s();
+                if (m.nwin < m.capwin) {
+                    m.win[m.nwin] = (cpu - m.cpu_last) * 1e6 / (double)(n - m.nlast);
+                    m.win_end[m.nwin++] = n;
+                }
+                m.cpu_last = cpu;
+                m.nlast = n;
+                bool over = now_s() - m.start > budget_s();
+                if (n >= points[np] || over) {
+                    char label[32];
+                    if (n >= points[np])
+                        snprintf(label, sizeof label, "%.0e", (double)points[np]);
+                    else
+                        snprintf(label, sizeof label, "stopped (budget)");
+                    kve_point(&m, c, name, label, n);
+                    while (np < 3 && points[np] <= n)
+                        np++;
+                    if (np == 3 || over) {
+                        stop = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if (stop)
+            break;
+        a[0] = kve_acc(0, x, KVE_ACT, false, "plan 'x'");
+        a[1] = kve_acc(0, logits, 64, true, "output 'logits'");
+        kve_use(c, 0, "sample", 2, a);
+        n += 2;
+        if (sync) {
+            must(reel_checker_host_sync(c, REEL_CHECK_ALL_STREAMS), "sync");
+            a[0] = kve_acc(0, logits, 64, false, "output 'logits'");
+            kve_use(c, REEL_CHECK_HOST, "download", 1, a);
+            n += 1;
+        }
+        reel_checker_end(c, NULL, NULL);
+    }
+    if (reel_checker_count(c))
+        printf("%s: %zu hazards (expected none)\n", name, reel_checker_count(c));
+    free(m.win);
+    free(m.win_end);
+    reel_checker_destroy(c);
+}
+
 /* ---- plan ------------------------------------------------------------------ */
 
 static void bench_plan(uint64_t steps)
@@ -306,5 +493,9 @@ int main(int argc, char **argv)
         bench_kv(32, (int)(8192 / scale), false);
     if (all || strcmp(which, "plan") == 0)
         bench_plan((uint64_t)(1e6 / scale));
+    if (all || strcmp(which, "kv-events") == 0)
+        bench_kv_events((uint64_t)(1e7 / scale), true);
+    if (all || strcmp(which, "kv-events-nosync") == 0)
+        bench_kv_events((uint64_t)(1e7 / scale), false);
     return 0;
 }

@@ -37,9 +37,9 @@ void reel_checker_destroy(reel_checker *c)
     reel_hfree(c->erec);
     reel_hfree(c->rec);
     reel_hfree(c->remap);
-    reel_hfree(c->seg);
-    reel_hfree(c->hist);
+    reel_hfree(c->ent);
     reel_hfree(c->walk);
+    reel_hfree(c->conf);
     reel_hfree(c->al);
     reel_hfree(c->live);
     reel_hfree(c->rep);
@@ -239,7 +239,7 @@ static int reel_chk_start(reel_checker *c, uint64_t stream, const char *what)
     int s = reel_chk_issue(c, stream, what);
     if (s < 0)
         return s;
-    if (c->nrec >= c->collect_at && reel_chk_collect(c) != REEL_OK) {
+    if (reel_chk_maintain(c) != REEL_OK) {
         reel_seterr(c->err, REEL_E_OOM, "checker %s: out of host memory", what);
         return -3;
     }
