@@ -34,7 +34,8 @@
  *  - the K experts are the first K of that order, best first.
  *  - weights: w_j = s_(ids[j]) (never the bias). With renormalize, each is
  *    divided by (w_0 + w_1 + ... + w_(K-1), summed in j order, + 1e-20f
- *    for sigmoid); then each is multiplied by routed_scaling.
+ *    for sigmoid); then each is multiplied by routed_scaling. A NaN weight
+ *    (every logit of the row -inf or NaN) is stored as 0x7fc00000.
  *
  * The sorted layout (moe_align): the pairs (t, j), index p = t*K + j, are
  * sorted stably by expert. A pair whose id lies outside [0, E) (never
@@ -269,6 +270,20 @@ REEL_MOE_HD static inline void reel_moe_keep_groups(const float *v, int n_group,
  * w[0..K-1]. O(E * (K + topk_group)) work, no other memory: meant for one
  * thread per token on the device (or as the reference a parallel kernel
  * must match bit for bit). */
+/* A weight as both backends store it: NaN (a row whose logits are all -inf
+ * or NaN) as one quiet NaN, 0x7fc00000, since the sign and payload of a NaN
+ * an operation makes differ between x86 and the GPU. */
+REEL_MOE_HD static inline float reel_moe_canon(float w)
+{
+    if (w == w)
+        return w;
+    union {
+        uint32_t u;
+        float f;
+    } q = { 0x7fc00000u };
+    return q.f;
+}
+
 REEL_MOE_HD static inline void reel_moe_route_row(const float *logits, const float *bias, int E, int K, int scoring,
                                                   int n_group, int topk_group, bool renorm, float scaling,
                                                   float *scratch, int32_t *ids, float *w)
@@ -317,7 +332,7 @@ REEL_MOE_HD static inline void reel_moe_route_row(const float *logits, const flo
     for (int j = 0; j < K; j++) {
         if (renorm)
             w[j] = reel_moe_div(w[j], sum);
-        w[j] = reel_moe_mul(w[j], scaling);
+        w[j] = reel_moe_canon(reel_moe_mul(w[j], scaling));
     }
 }
 

@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(RT_WARPS * 32)
         sum = reel_moe_add(sum, 1e-20f);
     if (a.renorm)
         w = reel_moe_div(w, sum);
-    w = reel_moe_mul(w, a.scaling);
+    w = reel_moe_canon(reel_moe_mul(w, a.scaling));
     if (lane < K) {
         ids[t * K + lane] = my_id;
         wts[t * K + lane] = w;
