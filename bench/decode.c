@@ -49,10 +49,23 @@
  *                        v_proj.bias [kv*hd]
  *                      model.norm.weight [hidden], lm_head.weight [vocab, hidden]
  *                        (none with --tied: the lm head is the embedding table)
- *   reel_decode.txt  "config" (the model, steps, backend; last, model=<the
- *                    checkpoint's absolute path>), one "plan" line per
- *                    context (compile, capture, memory), one "case" line per
- *                    (B, C) (medians of wall and device time, floor), and one
+ *                    a MoE shape's layers (--shape qwen3-30b-a3b: model_type
+ *                    qwen3_moe; mixtral-8x7b: mixtral) have, instead of
+ *                    mlp.{gate,up,down}_proj, the router and every expert:
+ *                      qwen3_moe  mlp.gate.weight [experts, hidden],
+ *                                 mlp.experts.<e>.gate_proj.weight [F, hidden],
+ *                                 up_proj [F, hidden], down_proj [hidden, F]
+ *                                 (F: moe_intermediate_size), and
+ *                                 self_attn.q_norm.weight, k_norm [head_dim]
+ *                      mixtral    block_sparse_moe.gate.weight [experts, hidden],
+ *                                 block_sparse_moe.experts.<e>.w1.weight (gate)
+ *                                 [ffn, hidden], w3 (up) [ffn, hidden], w2
+ *                                 (down) [hidden, ffn]
+ *   reel_decode.txt  "config" (the model, its experts, steps, backend;
+ *                    last, model=<the checkpoint's absolute path>), one "plan"
+ *                    line per context (compile, capture, memory), one "case"
+ *                    line per (B, C) (medians of wall and device time, the
+ *                    floor and floor_all: below), and one
  *                    "tokens" line per decode step with the B next ids
  *                    (argmax) of the replay plan
  *   logits_b<B>_c<C>.f32  [B, vocab] float32 logits of the first decode step
@@ -71,7 +84,15 @@
  * read + written bytes over its median time; 4.25 TB/s, the H200's figure,
  * on the host backend, where the floor means nothing), weights read = every
  * parameter but the embedding table, plus B of its rows; K/V read = layers *
- * 2 * B * (C + 1) * kv_heads * head_dim * 2 bytes.
+ * 2 * B * (C + 1) * kv_heads * head_dim * 2 bytes. A MoE model has two
+ * (the step's routing is not seen from here): floor_us (printed first, and
+ * replay / floor's) reads the dense weights (attention, norms, routers, the
+ * lm head, B embedding rows) and, in each MoE layer, the experts B tokens
+ * are expected to choose when each chooses k of E uniformly, E (1 - (1 -
+ * k/E)^B) (exactly k at B = 1: the issue's floor); floor_all_us reads every
+ * expert (an upper bound, equal to it once B is large). The seeded routers
+ * are random like the other weights, so tokens do spread over the experts
+ * about uniformly, but not exactly: the expected count is an estimate.
  *
  * Runs on any backend (--backend host, or REEL_BACKEND=host, at small sizes
  * for debugging):
@@ -80,13 +101,14 @@
  *                 --steps 50 --warmup 10 --prefill-tokens 4096 --seed 1
  *                 --dir DIR --no-eager --no-logits --matmul-tuning
  *                 --max-context N --qkv-bias --tied --backend auto|host|cuda
- *                 --fit-only --one-plan --model CHECKPOINT_DIR]
+ *                 --fit-only --one-plan --model CHECKPOINT_DIR --experts N
+ *                 --experts-per-token N --expert-ffn N]
  * (--ffn 0: 4 x hidden. --max-context: the plans' limit and the blocks a
  * sequence's table holds, at least N; by default what the context and the
  * steps reach. A larger one is what a server sized for its longest request
  * runs short contexts at. --model: an existing bf16 checkpoint of a family
  * the library's models layer builds (include/reel/models.h: Llama, Mistral,
- * Qwen2, Qwen3, rope scaling included), opened and checked by
+ * Qwen2, Qwen3, Qwen3-MoE, Mixtral, rope scaling included), opened and checked by
  * reel_model_open: the model's sizes, biases, norms and tied embeddings come
  * from its config.json, what the layer does not build is refused with the
  * key named, a size flag given beside it must agree, every tensor's dtype
@@ -106,6 +128,23 @@
  *   qwen2.5-7b    model_type qwen2: 28 layers, hidden 3584, 28 / 4 heads of
  *                 128, ffn 18944, vocab 152064, untied, q/k/v biases, eps
  *                 1e-6, rope theta 1e6, no sliding window
+ *   qwen3-30b-a3b model_type qwen3_moe (issue 44): 16 of the real 48 layers,
+ *                 hidden 2048, 32 / 4 heads of 128 with q/k norms, 128
+ *                 experts of moe_intermediate_size 768 in every layer, 8 a
+ *                 token, norm_topk_prob true, intermediate_size 6144 (unused:
+ *                 no dense layer), vocab 151936, untied, eps 1e-6, rope
+ *                 theta 1e6, max_position_embeddings 40960. 1.25 GB a layer:
+ *                 16 layers hold two plans' weights and batch 64's KV cache
+ *                 at context 2048 in 54 GB; 24 is the most an 80 GB H100 fits
+ *                 (--help)
+ *   mixtral-8x7b  model_type mixtral: 4 of the real 32 layers, hidden 4096,
+ *                 32 / 8 heads of 128, 8 experts of ffn 14336, 2 a token
+ *                 (always renormalized), vocab 32000, untied, eps 1e-5, rope
+ *                 theta 1e6, no sliding window. 2.9 GB a layer: 31 GB at
+ *                 batch 64, context 2048; 11 layers at most on an H100
+ * --experts N, --experts-per-token N, --expert-ffn N size a MoE shape (with
+ * the other size flags, a small model of the same family for the host); a
+ * MoE shape is every layer sparse, without --qkv-bias.
  * Their weights are written fast: each tensor's stream is counter-based
  * (element i is mixed from seed state + (i + 1) x the golden ratio), so
  * threads fill 4M-element pieces of every tensor at once (one a CPU) and
@@ -162,7 +201,9 @@
 #define FLOOR_TBPS_UNMEASURED 4.25
 #define MAX_LIST 12
 
-/* The real shapes of issue 48, written as seeded checkpoints (--shape). */
+/* The real shapes of issues 48 and 44, written as seeded checkpoints (--shape). */
+enum { SH_DENSE = 0, SH_QWEN3_MOE, SH_MIXTRAL }; /* the checkpoint's family: llama / qwen2, or a MoE one */
+
 typedef struct shape {
     const char *name;
     int layers, hidden, heads, kv_heads, head_dim, ffn, vocab;
@@ -172,14 +213,30 @@ typedef struct shape {
     double rope_factor;           /* rope_scaling llama3's factor; 0: no rope scaling */
     double rope_low, rope_high;   /* its low_freq_factor and high_freq_factor */
     int rope_orig;                /* its original_max_position_embeddings */
+    int moe;                      /* SH_DENSE, SH_QWEN3_MOE or SH_MIXTRAL */
+    int real_layers;              /* the real model's layers (MoE shapes run fewer: `layers`) */
+    int experts, topk, moe_ffn;   /* routed experts, experts a token, an expert's ffn (Mixtral: ffn) */
+    bool norm_topk, qk_norm;      /* norm_topk_prob (Mixtral: always); Qwen3's per-head q and k norms */
 } shape;
 
 static const shape SHAPES[] = {
-    {"toy", 8, 1024, 16, 16, 64, 4096, 32000, false, false, 1e-5f, 10000.0f, 0, 0, 0, 0, 0},
-    {"llama-3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, true, false, 1e-5f, 500000.0f, 131072, 32.0, 1.0, 4.0, 8192},
-    {"llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, false, false, 1e-5f, 500000.0f, 131072, 8.0, 1.0, 4.0,
-     8192},
-    {"qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, false, true, 1e-6f, 1000000.0f, 131072, 0, 0, 0, 0},
+    {.name = "toy", .layers = 8, .hidden = 1024, .heads = 16, .kv_heads = 16, .head_dim = 64, .ffn = 4096,
+     .vocab = 32000, .eps = 1e-5f, .theta = 10000.0f},
+    {.name = "llama-3.2-1b", .layers = 16, .hidden = 2048, .heads = 32, .kv_heads = 8, .head_dim = 64, .ffn = 8192,
+     .vocab = 128256, .tied = true, .eps = 1e-5f, .theta = 500000.0f, .max_pos = 131072, .rope_factor = 32.0,
+     .rope_low = 1.0, .rope_high = 4.0, .rope_orig = 8192},
+    {.name = "llama-3.1-8b", .layers = 32, .hidden = 4096, .heads = 32, .kv_heads = 8, .head_dim = 128,
+     .ffn = 14336, .vocab = 128256, .eps = 1e-5f, .theta = 500000.0f, .max_pos = 131072, .rope_factor = 8.0,
+     .rope_low = 1.0, .rope_high = 4.0, .rope_orig = 8192},
+    {.name = "qwen2.5-7b", .layers = 28, .hidden = 3584, .heads = 28, .kv_heads = 4, .head_dim = 128, .ffn = 18944,
+     .vocab = 152064, .qkv_bias = true, .eps = 1e-6f, .theta = 1000000.0f, .max_pos = 131072},
+    /* issue 44: layers reduced (see the top) */
+    {.name = "qwen3-30b-a3b", .layers = 16, .hidden = 2048, .heads = 32, .kv_heads = 4, .head_dim = 128,
+     .ffn = 6144, .vocab = 151936, .eps = 1e-6f, .theta = 1000000.0f, .max_pos = 40960, .moe = SH_QWEN3_MOE,
+     .real_layers = 48, .experts = 128, .topk = 8, .moe_ffn = 768, .norm_topk = true, .qk_norm = true},
+    {.name = "mixtral-8x7b", .layers = 4, .hidden = 4096, .heads = 32, .kv_heads = 8, .head_dim = 128,
+     .ffn = 14336, .vocab = 32000, .eps = 1e-5f, .theta = 1000000.0f, .max_pos = 32768, .moe = SH_MIXTRAL,
+     .real_layers = 32, .experts = 8, .topk = 2, .moe_ffn = 14336, .norm_topk = true},
 };
 #define NSHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
@@ -195,6 +252,10 @@ typedef struct cfg {
     bool eager, logits, tuning;
     bool qkv_bias, o_bias, tied; /* the checkpoint's biases and tied embeddings */
     bool qk_norm;                /* the checkpoint's per-head q and k norms (Qwen3) */
+    int moe;                     /* the seeded checkpoint's family: SH_DENSE, SH_QWEN3_MOE, SH_MIXTRAL */
+    int experts, topk, moe_ffn;  /* routed experts a MoE layer, chosen a token, an expert's ffn (0: dense) */
+    int moe_layers;              /* layers with experts (the others have the dense MLP of ffn) */
+    bool norm_topk;              /* the seeded checkpoint's norm_topk_prob */
     int hd;                      /* the checkpoint's head dim (0: hidden / heads, the seeded model's) */
     int rope_type;               /* the checkpoint's (a reel_rope_type) and its factor */
     double rope_factor;
@@ -400,7 +461,11 @@ static void fill_weights(weights *w, int *threads)
  * so a seed gives the numbers it always gave): embed, l<i>.{attn_norm, wq,
  * wk, wv, wo, ffn_norm, w_gate_up (gate rows first), w_down}, final_norm,
  * lm_head; with --qkv-bias l<i>.bqkv (q, k and v biases one after another),
- * with --tied no lm_head (the embedding table, scaled as the lm head).
+ * with --tied no lm_head (the embedding table, scaled as the lm head). A MoE
+ * shape's layers have l<i>.router [experts, hidden] (scaled as any
+ * projection, so the router's logits have unit variance and tokens spread
+ * over the experts about uniformly) and l<i>.e<e>.{w_gate_up, w_down} for
+ * each expert instead of the dense MLP, and Qwen3's l<i>.{q_norm, k_norm}.
  * save_seeded writes them under the Hugging Face names. */
 static void make_weights(weights *w, const cfg *c)
 {
@@ -428,9 +493,25 @@ static void make_weights(weights *w, const cfg *c)
             snprintf(n, sizeof n, "l%d.bo", i);
             add_tensor(w, c, n, 1, D, 0, 0.0f, 0.5f);
         }
+        if (c->qk_norm) {
+            T1("q_norm", head_dim(c));
+            T1("k_norm", head_dim(c));
+        }
         T1("ffn_norm", D);
-        T2("w_gate_up", 2 * F, D, sD);
-        T2("w_down", D, F, sF);
+        if (c->moe) {
+            const int64_t Fe = c->moe_ffn;
+            const float sFe = sqrtf(3.0f / (float)Fe);
+            T2("router", c->experts, D, sD);
+            for (int e = 0; e < c->experts; e++) {
+                snprintf(n, sizeof n, "l%d.e%d.w_gate_up", i, e);
+                add_tensor(w, c, n, 2, 2 * Fe, D, 0.0f, sD);
+                snprintf(n, sizeof n, "l%d.e%d.w_down", i, e);
+                add_tensor(w, c, n, 2, D, Fe, 0.0f, sFe);
+            }
+        } else {
+            T2("w_gate_up", 2 * F, D, sD);
+            T2("w_down", D, F, sF);
+        }
 #undef T1
 #undef T2
     }
@@ -438,10 +519,18 @@ static void make_weights(weights *w, const cfg *c)
     if (!c->tied) add_tensor(w, c, "lm_head", 2, V, D, 0.0f, sD);
 }
 
+/* The tensor called name, searched from the one found last (the file
+ * takes them nearly in order: thousands of experts stay linear). */
 static const wtensor *find_w(const weights *w, const char *name)
 {
-    for (int i = 0; i < w->n; i++)
-        if (strcmp(w->t[i].name, name) == 0) return &w->t[i];
+    static int last;
+    for (int k = 0; k < w->n; k++) {
+        int i = (last + k) % w->n;
+        if (strcmp(w->t[i].name, name) == 0) {
+            last = i;
+            return &w->t[i];
+        }
+    }
     fprintf(stderr, "bench_decode: no weight %s\n", name);
     exit(1);
 }
@@ -463,6 +552,54 @@ static void fmt_float(char *s, size_t n, float v)
         snprintf(s, n, "%.*g", p, (double)v);
         if (strtof(s, NULL) == v) return;
     }
+}
+
+/* config.json of a MoE shape, with the keys the real model's has (Qwen3MoeConfig: every layer sparse,
+ * decoder_sparse_step 1, no mlp_only_layers, no sliding window; MixtralConfig: no sliding window) and this
+ * run's sizes. */
+static bool write_moe_config(FILE *f, const cfg *c, const char *eps, const char *theta, long long maxpos)
+{
+    const bool qwen = c->moe == SH_QWEN3_MOE;
+    char experts[200], attn[160] = "";
+    if (qwen) {
+        snprintf(experts, sizeof experts,
+                 "  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"moe_intermediate_size\": %d,\n"
+                 "  \"norm_topk_prob\": %s,\n  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n",
+                 c->experts, c->topk, c->moe_ffn, c->norm_topk ? "true" : "false");
+        snprintf(attn, sizeof attn,
+                 "  \"attention_bias\": false,\n  \"use_sliding_window\": false,\n  \"max_window_layers\": %d,\n",
+                 c->layers);
+    } else {
+        snprintf(experts, sizeof experts, "  \"num_local_experts\": %d,\n  \"num_experts_per_tok\": %d,\n",
+                 c->experts, c->topk);
+    }
+    return fprintf(f,
+                   "{\n"
+                   "  \"architectures\": [\"%s\"],\n"
+                   "  \"model_type\": \"%s\",\n"
+                   "  \"hidden_size\": %d,\n"
+                   "  \"intermediate_size\": %d,\n"
+                   "  \"num_hidden_layers\": %d,\n"
+                   "  \"num_attention_heads\": %d,\n"
+                   "  \"num_key_value_heads\": %d,\n"
+                   "  \"head_dim\": %d,\n"
+                   "  \"vocab_size\": %d,\n"
+                   "%s"
+                   "  \"rms_norm_eps\": %s,\n"
+                   "  \"rope_theta\": %s,\n"
+                   "  \"rope_scaling\": null,\n"
+                   "  \"max_position_embeddings\": %lld,\n"
+                   "  \"hidden_act\": \"silu\",\n"
+                   "%s"
+                   "  \"sliding_window\": null,\n"
+                   "  \"output_router_logits\": false,\n"
+                   "  \"router_aux_loss_coef\": %s,\n"
+                   "  \"tie_word_embeddings\": %s,\n"
+                   "  \"torch_dtype\": \"bfloat16\"\n"
+                   "}\n",
+                   qwen ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM", qwen ? "qwen3_moe" : "mixtral", c->hidden,
+                   c->ffn, c->layers, c->heads, c->kv_heads, head_dim(c), c->vocab, experts, eps, theta, maxpos,
+                   attn, qwen ? "0.001" : "0.02", c->tied ? "true" : "false") > 0;
 }
 
 static void write_config(const cfg *c, const char *dir)
@@ -496,31 +633,35 @@ static void write_config(const cfg *c, const char *dir)
     else
         snprintf(extra, sizeof extra, "%s", qwen2 ? "  \"use_sliding_window\": false,\n" : "");
     FILE *f = fopen(tmp, "w");
-    bool ok = f && fprintf(f,
-                           "{\n"
-                           "  \"architectures\": [\"%s\"],\n"
-                           "  \"model_type\": \"%s\",\n"
-                           "  \"hidden_size\": %d,\n"
-                           "  \"intermediate_size\": %d,\n"
-                           "  \"num_hidden_layers\": %d,\n"
-                           "  \"num_attention_heads\": %d,\n"
-                           "  \"num_key_value_heads\": %d,\n"
-                           "  \"head_dim\": %d,\n"
-                           "  \"vocab_size\": %d,\n"
-                           "  \"rms_norm_eps\": %s,\n"
-                           "  \"rope_theta\": %s,\n"
-                           "  \"rope_scaling\": %s,\n"
-                           "  \"max_position_embeddings\": %lld,\n"
-                           "  \"hidden_act\": \"silu\",\n"
-                           "  \"attention_bias\": %s,\n"
-                           "  \"mlp_bias\": false,\n"
-                           "%s"
-                           "  \"tie_word_embeddings\": %s,\n"
-                           "  \"torch_dtype\": \"bfloat16\"\n"
-                           "}\n",
-                           qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen2 ? "qwen2" : "llama", c->hidden,
-                           c->ffn, c->layers, c->heads, c->kv_heads, head_dim(c), c->vocab, eps, theta, rope, maxpos,
-                           c->o_bias ? "true" : "false", extra, c->tied ? "true" : "false") > 0;
+    bool ok;
+    if (c->moe)
+        ok = f && write_moe_config(f, c, eps, theta, maxpos);
+    else
+        ok = f && fprintf(f,
+                          "{\n"
+                          "  \"architectures\": [\"%s\"],\n"
+                          "  \"model_type\": \"%s\",\n"
+                          "  \"hidden_size\": %d,\n"
+                          "  \"intermediate_size\": %d,\n"
+                          "  \"num_hidden_layers\": %d,\n"
+                          "  \"num_attention_heads\": %d,\n"
+                          "  \"num_key_value_heads\": %d,\n"
+                          "  \"head_dim\": %d,\n"
+                          "  \"vocab_size\": %d,\n"
+                          "  \"rms_norm_eps\": %s,\n"
+                          "  \"rope_theta\": %s,\n"
+                          "  \"rope_scaling\": %s,\n"
+                          "  \"max_position_embeddings\": %lld,\n"
+                          "  \"hidden_act\": \"silu\",\n"
+                          "  \"attention_bias\": %s,\n"
+                          "  \"mlp_bias\": false,\n"
+                          "%s"
+                          "  \"tie_word_embeddings\": %s,\n"
+                          "  \"torch_dtype\": \"bfloat16\"\n"
+                          "}\n",
+                          qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen2 ? "qwen2" : "llama", c->hidden,
+                          c->ffn, c->layers, c->heads, c->kv_heads, head_dim(c), c->vocab, eps, theta, rope, maxpos,
+                          c->o_bias ? "true" : "false", extra, c->tied ? "true" : "false") > 0;
     if (f && fclose(f) != 0) ok = false;
     if (!ok || rename(tmp, path) != 0) {
         fprintf(stderr, "bench_decode: writing %s failed: %s\n", path, strerror(errno));
@@ -546,10 +687,14 @@ static void save_seeded(const cfg *c, const char *dir)
     size_t elems = 0;
     for (int i = 0; i < w.n; i++) elems += w.t[i].n;
     double t1 = now_s();
-    /* w_gate_up is two tensors in the file, bqkv three */
-    const int n = w.n + c->layers * (c->qkv_bias ? 3 : 1);
+    /* each w_gate_up (the dense one, or an expert's) is two tensors in the file, bqkv three */
+    int n = w.n;
+    for (int i = 0; i < w.n; i++) {
+        const char *dot = strrchr(w.t[i].name, '.');
+        n += strcmp(dot ? dot + 1 : "", "w_gate_up") == 0 ? 1 : strcmp(dot ? dot + 1 : "", "bqkv") == 0 ? 2 : 0;
+    }
     reel_st_entry *e = xmalloc((size_t)n * sizeof *e);
-    char(*names)[64] = xmalloc((size_t)n * sizeof *names);
+    char(*names)[96] = xmalloc((size_t)n * sizeof *names);
     int64_t(*dims)[2] = xmalloc((size_t)n * sizeof *dims);
     int k = 0;
     /* Rows [r0, r0 + rows) of seeded tensor `from`, as file tensor `name`. */
@@ -579,10 +724,30 @@ static void save_seeded(const cfg *c, const char *dir)
         }
         PUT(L("wo"), 0, c->hidden, "model.layers.%d.self_attn.o_proj.weight", i);
         if (c->o_bias) PUT(L("bo"), 0, c->hidden, "model.layers.%d.self_attn.o_proj.bias", i);
+        if (c->qk_norm) {
+            PUT(L("q_norm"), 0, head_dim(c), "model.layers.%d.self_attn.q_norm.weight", i);
+            PUT(L("k_norm"), 0, head_dim(c), "model.layers.%d.self_attn.k_norm.weight", i);
+        }
         PUT(L("ffn_norm"), 0, c->hidden, "model.layers.%d.post_attention_layernorm.weight", i);
-        PUT(L("w_gate_up"), 0, c->ffn, "model.layers.%d.mlp.gate_proj.weight", i);
-        PUT(L("w_gate_up"), c->ffn, c->ffn, "model.layers.%d.mlp.up_proj.weight", i);
-        PUT(L("w_down"), 0, c->hidden, "model.layers.%d.mlp.down_proj.weight", i);
+        if (c->moe) {
+            /* Qwen3-MoE: mlp.gate, mlp.experts.<e>.{gate,up,down}_proj; Mixtral: block_sparse_moe.gate,
+             * block_sparse_moe.experts.<e>.{w1 (gate), w3 (up), w2 (down)} */
+            const bool qwen = c->moe == SH_QWEN3_MOE;
+            const char *blk = qwen ? "mlp" : "block_sparse_moe", *gate = qwen ? "gate_proj" : "w1",
+                       *up = qwen ? "up_proj" : "w3", *down = qwen ? "down_proj" : "w2";
+            PUT(L("router"), 0, c->experts, "model.layers.%d.%s.gate.weight", i, blk);
+            for (int x = 0; x < c->experts; x++) {
+                snprintf(s, sizeof s, "l%d.e%d.w_gate_up", i, x);
+                PUT(s, 0, c->moe_ffn, "model.layers.%d.%s.experts.%d.%s.weight", i, blk, x, gate);
+                PUT(s, c->moe_ffn, c->moe_ffn, "model.layers.%d.%s.experts.%d.%s.weight", i, blk, x, up);
+                snprintf(s, sizeof s, "l%d.e%d.w_down", i, x);
+                PUT(s, 0, c->hidden, "model.layers.%d.%s.experts.%d.%s.weight", i, blk, x, down);
+            }
+        } else {
+            PUT(L("w_gate_up"), 0, c->ffn, "model.layers.%d.mlp.gate_proj.weight", i);
+            PUT(L("w_gate_up"), c->ffn, c->ffn, "model.layers.%d.mlp.up_proj.weight", i);
+            PUT(L("w_down"), 0, c->hidden, "model.layers.%d.mlp.down_proj.weight", i);
+        }
 #undef L
     }
     PUT("final_norm", 0, c->hidden, "model.norm.weight");
@@ -679,6 +844,12 @@ static void open_model(cfg *c, model *m, const char *dir, bool config_only)
     agree(dir, "--kv-heads", "num_key_value_heads", in.kv_heads, &c->kv_heads);
     agree(dir, "--ffn", "intermediate_size", in.ffn, &c->ffn);
     agree(dir, "--vocab", "vocab_size", in.vocab, &c->vocab);
+    agree(dir, "--experts", in.family == REEL_MODEL_MIXTRAL ? "num_local_experts" : "num_experts", in.experts,
+          &c->experts);
+    agree(dir, "--experts-per-token", "num_experts_per_tok", in.experts_per_token, &c->topk);
+    agree(dir, "--expert-ffn", in.family == REEL_MODEL_MIXTRAL ? "intermediate_size" : "moe_intermediate_size",
+          in.expert_ffn, &c->moe_ffn);
+    c->moe_layers = in.moe_layers;
     c->hd = in.head_dim;
     c->eps = (float)in.rms_norm_eps;
     c->theta = (float)in.rope_theta;
@@ -690,18 +861,44 @@ static void open_model(cfg *c, model *m, const char *dir, bool config_only)
     c->rope_factor = in.rope_factor;
 }
 
-/* Bytes a decode step of B sequences must read at context C (see the top). */
-static double floor_us(const cfg *c, int B, int C)
+/* Expected distinct experts of a MoE layer that B tokens choose, each k of
+ * E uniformly: E (1 - (1 - k/E)^B); all: every expert. */
+static double experts_read(const cfg *c, int B, bool all)
+{
+    const double E = c->experts, k = c->topk;
+    return all ? E : E * (1.0 - pow(1.0 - k / E, B));
+}
+
+/* Bytes a decode step of B sequences must read at context C (see the top);
+ * a MoE layer's experts: all of them (all) or the expected distinct ones
+ * (experts_read). */
+static double floor_us_of(const cfg *c, int B, int C, bool all)
 {
     const double D = c->hidden, Q = (double)c->heads * head_dim(c), KV = (double)c->kv_heads * head_dim(c);
     const double F = c->ffn, V = c->vocab;
     const double bias = (c->qkv_bias ? Q + 2 * KV : 0) + (c->o_bias ? D : 0) + (c->qk_norm ? 2.0 * head_dim(c) : 0);
+    const int moe = c->experts ? c->moe_layers : 0;
     /* but the embedding table (tied, it is the lm head's V * D) */
-    double elems = c->layers * (2 * D + (Q + 2 * KV) * D + D * Q + 3 * F * D + bias) + D + V * D;
+    double elems = c->layers * (2 * D + (Q + 2 * KV) * D + D * Q + bias) + (c->layers - moe) * 3 * F * D + D + V * D;
+    /* a MoE layer: its router and the experts read */
+    if (moe) elems += moe * ((double)c->experts * D + experts_read(c, B, all) * 3.0 * c->moe_ffn * D);
     double bytes = 2.0 * elems;
     bytes += 2.0 * B * c->hidden;
     bytes += (double)c->layers * 2 * B * (C + 1) * c->kv_heads * head_dim(c) * 2.0;
     return bytes / (g_floor_tbps * 1e12) * 1e6;
+}
+
+/* The floor (a MoE model's: the experts B tokens are expected to choose). */
+static double floor_us(const cfg *c, int B, int C) { return floor_us_of(c, B, C, false); }
+
+/* The table's floor cells: "floor" or, for a MoE model, "expected | all". */
+static const char *floor_cells(const cfg *c, int B, int C, char *s, size_t n)
+{
+    if (c->experts)
+        snprintf(s, n, "%.1f | %.1f", floor_us(c, B, C), floor_us_of(c, B, C, true));
+    else
+        snprintf(s, n, "%.1f", floor_us(c, B, C));
+    return s;
 }
 
 /* ---- graph ---------------------------------------------------------------- */
@@ -904,20 +1101,34 @@ static void usage(void)
             "                    [--vocab N] [--batches 1,8,64] [--contexts 128,2048] [--steps 50] [--warmup 10]\n"
             "                    [--prefill-tokens 4096] [--seed 1] [--dir /tmp/reel-decode] [--no-eager] [--no-logits]\n"
             "                    [--matmul-tuning] [--max-context N] [--qkv-bias] [--tied] [--model CHECKPOINT_DIR]\n"
-            "                    [--shape toy|llama-3.2-1b|llama-3.1-8b|qwen2.5-7b] [--backend auto|host|cuda]\n"
+            "                    [--shape toy|llama-3.2-1b|llama-3.1-8b|qwen2.5-7b|qwen3-30b-a3b|mixtral-8x7b]\n"
+            "                    [--experts N] [--experts-per-token N] [--expert-ffn N] [--backend auto|host|cuda]\n"
             "--qkv-bias, --tied: the seeded model with q/k/v biases (written as a Qwen2 checkpoint), with tied\n"
             "embeddings.\n"
             "--shape: the seeded checkpoint at that model's sizes and config.json (rope scaling, biases, tied\n"
             "embeddings); size flags given beside it override its sizes. toy is the default model.\n"
+            "The mixture-of-experts shapes (issue 44) run fewer layers than the real models (--layers N to change):\n"
+            "  qwen3-30b-a3b  16 of 48 layers (1.25 GB a layer, 1.21 GB of it experts; 1.2 GB embedding and lm\n"
+            "                 head): with --no-eager (as bench/gpu.sh runs them) two plans' weights (replay and\n"
+            "                 logits, 21 GB each) and the KV cache of batch 64 at context 2048 (4.4 GB, twice while a\n"
+            "                 plan compiles) need 54 GB of an 80 GB H100's 85 GB (10^9 bytes; the eager plan too:\n"
+            "                 75 GB); at most 24 layers fit (78 GB), all 48 only with --one-plan (78 GB, no logits\n"
+            "                 for the check).\n"
+            "  mixtral-8x7b   4 of 32 layers (2.9 GB a layer): 31 GB at batch 64, context 2048 with --no-eager; at\n"
+            "                 most 11 fit (80 GB).\n"
+            "--experts, --experts-per-token, --expert-ffn: a MoE shape's num_experts (num_local_experts),\n"
+            "num_experts_per_tok, moe_intermediate_size (Mixtral: intermediate_size, as --ffn); with the size flags,\n"
+            "a small model of the same family for the host backend, e.g. --shape qwen3-30b-a3b --layers 1\n"
+            "--hidden 64 --heads 4 --kv-heads 2 --vocab 512 --experts 16 --experts-per-token 4 --expert-ffn 32.\n"
             "--backend: the context's backend (auto: REEL_BACKEND, else CUDA where there is a device).\n"
             "--fit-only: which points fit the device's memory, from config.json alone (the seeded model's\n"
             "config.json is written, not its weights); nothing is compiled or run.\n"
             "--one-plan: the replay plan alone over its own KV cache (prefill run eagerly on it; no eager or\n"
             "logits plan, so no logits for bench/torch_model.py to check): the largest batches a card holds.\n"
             "--model: a bf16 Hugging Face checkpoint of a family reel's models layer builds (Llama, Mistral,\n"
-            "Qwen2, Qwen3; config.json, safetensors) instead of the seeded one written into --dir/model; the\n"
-            "sizes, biases and tied embeddings come from its config.json (size flags given beside it must agree)\n"
-            "and every tensor's dtype and shape are checked.\n");
+            "Qwen2, Qwen3, Qwen3-MoE, Mixtral; config.json, safetensors) instead of the seeded one written into\n"
+            "--dir/model; the sizes, biases, tied embeddings and experts come from its config.json (size flags given\n"
+            "beside it must agree) and every tensor's dtype and shape are checked.\n");
     exit(2);
 }
 
@@ -928,6 +1139,7 @@ static void check_cfg(cfg *c)
     if (c->ffn == 0) c->ffn = 4 * c->hidden;
     if (c->layers < 1 || c->heads < 1 || c->hidden < 1 || (!c->hd && c->hidden % c->heads) || head_dim(c) % 2 ||
         c->kv_heads < 1 || c->heads % c->kv_heads || c->ffn < 1 || c->vocab < 2 || c->steps < 1 ||
+        (c->experts && (c->topk < 1 || c->topk > c->experts || c->moe_ffn < 1)) ||
         c->warmup < 0 || c->prefill_tokens < 1 || c->max_context < 0 || c->nbatches > REEL_MAX_BUCKETS) {
         fprintf(stderr, "bench_decode: inconsistent model or run options\n");
         usage();
@@ -949,7 +1161,8 @@ static void parse(int argc, char **argv, cfg *c)
         {"dir", 1, 0, 'd'}, {"no-eager", 0, 0, 'e'}, {"no-logits", 0, 0, 'l'}, {"help", 0, 0, 'h'},
         {"matmul-tuning", 0, 0, 'T'}, {"max-context", 1, 0, 'M'}, {"model", 1, 0, 'm'},
         {"qkv-bias", 0, 0, 'B'}, {"tied", 0, 0, 't'}, {"shape", 1, 0, 'P'}, {"backend", 1, 0, 'k'},
-        {"fit-only", 0, 0, 'f'}, {"one-plan", 0, 0, 'O'},
+        {"fit-only", 0, 0, 'f'}, {"one-plan", 0, 0, 'O'}, {"experts", 1, 0, 'E'},
+        {"experts-per-token", 1, 0, 'y'}, {"expert-ffn", 1, 0, 'z'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -960,6 +1173,9 @@ static void parse(int argc, char **argv, cfg *c)
         case 'K': c->kv_heads = atoi(optarg); break;
         case 'F': c->ffn = atoi(optarg); break;
         case 'V': c->vocab = atoi(optarg); break;
+        case 'E': if ((c->experts = atoi(optarg)) < 1) usage(); break;
+        case 'y': if ((c->topk = atoi(optarg)) < 1) usage(); break;
+        case 'z': if ((c->moe_ffn = atoi(optarg)) < 1) usage(); break;
         case 'b': if ((c->nbatches = parse_list(optarg, c->batches)) < 1) usage(); break;
         case 'c': if ((c->ncontexts = parse_list(optarg, c->contexts)) < 1) usage(); break;
         case 's': c->steps = atoi(optarg); break;
@@ -1008,6 +1224,16 @@ static void parse(int argc, char **argv, cfg *c)
         }
     } else {
         const shape *sh = c->shape;
+        const bool ffn_given = c->ffn != 0;
+        if ((c->experts || c->topk || c->moe_ffn) && !(sh && sh->moe)) {
+            fprintf(stderr, "bench_decode: --experts, --experts-per-token and --expert-ffn size a MoE shape "
+                            "(--shape qwen3-30b-a3b or mixtral-8x7b) or must agree with --model's\n");
+            usage();
+        }
+        if (sh && sh->moe && c->qkv_bias) {
+            fprintf(stderr, "bench_decode: --qkv-bias: the MoE shapes have no attention biases\n");
+            usage();
+        }
         if (sh) { /* its sizes where no flag gave one; its head dim unless --hidden or --heads moved it */
             if (c->hidden == 0 && c->heads == 0) c->hd = sh->head_dim;
             if (c->layers == 0) c->layers = sh->layers;
@@ -1020,6 +1246,25 @@ static void parse(int argc, char **argv, cfg *c)
             c->qkv_bias = c->qkv_bias || sh->qkv_bias;
             c->eps = sh->eps;
             c->theta = sh->theta;
+            c->qk_norm = sh->qk_norm;
+            c->moe = sh->moe;
+            if (sh->moe) { /* every layer has experts */
+                if (c->experts == 0) c->experts = sh->experts;
+                if (c->topk == 0) c->topk = sh->topk;
+                c->norm_topk = sh->norm_topk;
+                if (sh->moe == SH_MIXTRAL) { /* the experts' ffn is intermediate_size */
+                    if (c->moe_ffn && ffn_given && c->moe_ffn != c->ffn) {
+                        fprintf(stderr, "bench_decode: --ffn %d and --expert-ffn %d: Mixtral's experts have the "
+                                        "ffn of intermediate_size\n", c->ffn, c->moe_ffn);
+                        usage();
+                    }
+                    if (c->moe_ffn) c->ffn = c->moe_ffn;
+                    c->moe_ffn = c->ffn;
+                } else if (c->moe_ffn == 0) {
+                    c->moe_ffn = sh->moe_ffn;
+                }
+                c->moe_layers = c->layers;
+            }
         }
         if (c->layers == 0) c->layers = 8;
         if (c->hidden == 0) c->hidden = 1024;
@@ -1313,7 +1558,8 @@ static double gb(size_t b) { return (double)b * 1e-9; }
  * something) and a skip line in reel_decode.txt (why after " : "). */
 static void skip_point(const cfg *c, FILE *res, int B, int C, const fit *f, const char *why)
 {
-    printf("| %d | %d | - | - | - | - | %.1f | - | does not fit: %s |\n", B, C, floor_us(c, B, C), why);
+    char fl[64];
+    printf("| %d | %d | - | - | - | - | %s | - | does not fit: %s |\n", B, C, floor_cells(c, B, C, fl, sizeof fl), why);
     fflush(stdout);
     fprintf(res, "skip batch=%d context=%d need_bytes=%zu avail_bytes=%zu kv_bytes=%zu param_bytes=%zu plans=%d : %s\n",
             B, C, f ? f->need : 0, f ? f->avail : 0, f ? f->kv : 0, f ? f->params : 0, f ? f->plans : 0, why);
@@ -1463,9 +1709,10 @@ static int blocks_per_seq(const cfg *c, int C)
 static void fit_context(const cfg *c, const model *m, int C, FILE *res)
 {
     int nb = fit_batches(c, m, C, blocks_per_seq(c, C), res);
+    char fl[64];
     for (int i = 0; i < nb; i++)
-        printf("| %d | %d | - | - | - | - | %.1f | - | fits (--fit-only: not run) |\n", c->batches[i], C,
-               floor_us(c, c->batches[i], C));
+        printf("| %d | %d | - | - | - | - | %s | - | fits (--fit-only: not run) |\n", c->batches[i], C,
+               floor_cells(c, c->batches[i], C, fl, sizeof fl));
     fflush(stdout);
 }
 
@@ -1544,18 +1791,18 @@ static bool run_context(const cfg *c, const model *m, int C, FILE *res)
                     rr.replays, c->steps, reel_fallback_str(reel_plan_last_fallback(rp)));
             ok = false;
         }
-        double fl = floor_us(c, B, C);
-        char s1[32], s2[32], s3[32], s4[32];
+        double fl = floor_us(c, B, C), fl_all = floor_us_of(c, B, C, true);
+        char s1[32], s2[32], s3[32], s4[32], s5[64];
         fmt_us(s1, sizeof s1, rr.wall_us);
         fmt_us(s2, sizeof s2, rr.gpu_us);
         fmt_us(s3, sizeof s3, re.wall_us);
         fmt_us(s4, sizeof s4, re.gpu_us);
-        printf("| %d | %d | %s | %s | %s | %s | %.1f | %.2f | %s |\n", B, C, s1, s2, s3, s4, fl, rr.wall_us / fl,
-               eq ? "yes" : "NO");
+        printf("| %d | %d | %s | %s | %s | %s | %s | %.2f | %s |\n", B, C, s1, s2, s3, s4,
+               floor_cells(c, B, C, s5, sizeof s5), rr.wall_us / fl, eq ? "yes" : "NO");
         fflush(stdout);
         fprintf(res, "case batch=%d context=%d replay_us=%.3f replay_gpu_us=%.3f eager_us=%.3f eager_gpu_us=%.3f "
-                     "floor_us=%.3f replays=%d replay_eq_eager=%d\n",
-                B, C, rr.wall_us, rr.gpu_us, re.wall_us, re.gpu_us, fl, rr.replays, eq ? 1 : 0);
+                     "floor_us=%.3f floor_all_us=%.3f replays=%d replay_eq_eager=%d\n",
+                B, C, rr.wall_us, rr.gpu_us, re.wall_us, re.gpu_us, fl, fl_all, rr.replays, eq ? 1 : 0);
         for (int i = 0; i < N; i++) {
             fprintf(res, "tokens batch=%d context=%d step=%d :", B, C, i);
             for (int s = 0; s < B; s++) fprintf(res, " %d", next_r[(size_t)i * (size_t)B + (size_t)s]);
@@ -1621,12 +1868,14 @@ int main(int argc, char **argv)
     fprintf(res, "config layers=%d hidden=%d heads=%d kv_heads=%d head_dim=%d ffn=%d vocab=%d block_size=%d "
                  "seed=%" PRIu64 " steps=%d warmup=%d backend=%s batches=%s contexts=%s eager=%d version=%d "
                  "qkv_bias=%d o_bias=%d tied=%d floor_tbps=%.3f floor_measured=%d shape=%s rope_type=%s "
-                 "rope_factor=%g rope_theta=%g plans=%d model=%s\n",
+                 "rope_factor=%g rope_theta=%g plans=%d qk_norm=%d experts=%d experts_per_token=%d expert_ffn=%d "
+                 "moe_layers=%d model=%s\n",
             c.layers, c.hidden, c.heads, c.kv_heads, head_dim(&c), c.ffn, c.vocab, c.block_size, c.seed, c.steps,
             c.warmup, reel_backend_name(reel_ctx_backend(g_ctx)), blist, clist, c.eager ? 1 : 0, reel_version(),
             c.qkv_bias ? 1 : 0, c.o_bias ? 1 : 0, c.tied ? 1 : 0, g_floor_tbps, g_floor_measured ? 1 : 0,
             c.model ? "checkpoint" : c.shape ? c.shape->name : "custom", reel_rope_type_name(c.rope_type),
-            c.rope_factor, (double)c.theta, plan_count(&c), m.dir);
+            c.rope_factor, (double)c.theta, plan_count(&c), c.qk_norm ? 1 : 0, c.experts, c.topk, c.moe_ffn,
+            c.moe_layers, m.dir);
 
     char rope[96];
     snprintf(rope, sizeof rope, "rope theta %g%s%s", (double)c.theta, c.rope_type ? ", " : "",
@@ -1637,12 +1886,20 @@ int main(int argc, char **argv)
            c.shape ? " (shape " : "", c.shape ? c.shape->name : "", c.shape ? ")" : "", c.layers, c.hidden, c.heads,
            head_dim(&c), c.kv_heads, c.ffn, c.vocab, c.qkv_bias ? ", q/k/v biases" : "", c.o_bias ? ", o bias" : "",
            c.tied ? ", tied embeddings" : "", rope, c.block_size, reel_backend_name(reel_ctx_backend(g_ctx)), blist);
+    if (c.experts) {
+        printf("mixture of experts: %d of %d layers, %d experts of ffn %d, %d a token", c.moe_layers, c.layers,
+               c.experts, c.moe_ffn, c.topk);
+        if (!c.model && c.shape && c.shape->real_layers > c.layers)
+            printf(" (the real model has %d layers)", c.shape->real_layers);
+        printf("%s\n", c.model ? "" : "; seeded routers: tokens spread over the experts about uniformly");
+    }
     printf("wall: host time per step (set tokens + metadata, reel_step, next ids back); gpu: device time of the "
            "step (reel_plan_time_steps); medians of %d after %d warm-up\n\n",
            c.steps, c.warmup);
-    printf("| batch | context | replay wall us | replay gpu us | eager wall us | eager gpu us | floor us | "
-           "replay / floor | replay == eager |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    printf("| batch | context | replay wall us | replay gpu us | eager wall us | eager gpu us | %s | "
+           "replay / floor | replay == eager |\n",
+           c.experts ? "floor us (expected experts) | floor us (all experts)" : "floor us");
+    printf("| --- | --- | --- | --- | --- | --- | --- |%s --- | --- |\n", c.experts ? " --- |" : "");
     fflush(stdout);
 
     bool ok = true;
@@ -1656,6 +1913,11 @@ int main(int argc, char **argv)
     fclose(res);
     printf("\nfloor: (weights but the embedding table + K/V of C+1 positions) / %.2f TB/s (%s).\n", g_floor_tbps,
            g_floor_measured ? "this device's copy bandwidth, measured at the start" : "not measured: no CUDA device");
+    if (c.experts)
+        printf("MoE layers: the dense weights (attention, norms, router) and, of the experts, in 'expected' those B "
+               "tokens choosing %d of %d uniformly are expected to read, %d (1 - (1 - %d/%d)^B) a layer (exact at "
+               "B = 1: the %d chosen; replay / floor uses it), in 'all' every expert (an upper bound).\n",
+               c.topk, c.experts, c.experts, c.topk, c.experts, c.topk);
     printf("results for bench/torch_model.py: %s/reel_decode.txt\n", c.dir);
     reel_model_close(m.mm); /* every plan compiled (and destroyed) */
     reel_ctx_destroy(g_ctx);

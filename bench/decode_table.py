@@ -14,7 +14,11 @@ with reel's replay and torch.compile + graph (host wall of a serving-loop step, 
 their ratio, the floor ((weights + K/V bytes) / the copy bandwidth bench_decode
 measured) and reel over it, the attention PyTorch ran there; the points that do not
 fit the device, per context; then the issue's targets, each met or missed by how
-much. The full tables: step time per point (host wall and GPU, every variant, the
+much. A mixture-of-experts shape (issue 44: qwen3-30b-a3b, mixtral-8x7b; `bench/gpu.sh
+moe`) has both of bench_decode's floors (the experts B tokens are expected to choose,
+and every expert) and reel over each, the experts' formulation PyTorch ran beside its
+attention, and issue 44's targets (batch 1 within 1.5x the floor, every batch within
+0.7x torch.compile + graph). The full tables: step time per point (host wall and GPU, every variant, the
 floor and the ratios), then per (model, context) the compile and capture time of all
 buckets and the memory of the plans against PyTorch's graph pools, then issue 8's
 targets (for the hidden-size matrix). Standard library only.
@@ -27,9 +31,13 @@ import sys
 BEGIN, END = "<!-- decode-matrix:begin -->", "<!-- decode-matrix:end -->"
 HBEGIN, HEND = "<!-- decode-shapes:begin -->", "<!-- decode-shapes:end -->"
 SHAPES = {"llama-3.2-1b": "Llama-3.2-1B", "llama-3.1-8b": "Llama-3.1-8B", "qwen2.5-7b": "Qwen2.5-7B",
-          "toy": "toy"}
+          "qwen3-30b-a3b": "Qwen3-30B-A3B", "mixtral-8x7b": "Mixtral-8x7B", "toy": "toy"}
 # issue 48's batch-1 floor targets
 FLOOR_B1 = {"llama-3.2-1b": 1.4, "llama-3.1-8b": 1.25, "qwen2.5-7b": 1.25}
+# the mixture-of-experts shapes (issue 44): the real model's layers (bench_decode runs fewer)
+MOE_REAL_LAYERS = {"qwen3-30b-a3b": 48, "mixtral-8x7b": 32}
+# issue 44's targets: reel / floor (the chosen experts') at batch 1, reel / torch.compile + graph at every batch
+MOE_FLOOR_B1, MOE_OVER_COMPILE = 1.5, 0.7
 
 
 def num(r, k):
@@ -57,6 +65,17 @@ def shaped(rows):
     return any(r.get("shape") not in (None, "", "custom", "checkpoint") for r in rows)
 
 
+def is_moe(r):
+    """A row of a mixture-of-experts model (torch_model.py's experts column)."""
+    return (num(r, "experts") or 0) > 0 or r.get("shape") in MOE_REAL_LAYERS
+
+
+def floor_cell(r, key="floor_us", scale=1.0, nd=1):
+    """The floor; a MoE row's as 'expected / all experts'."""
+    v = lambda k: None if num(r, k) is None else num(r, k) / scale
+    return f(v(key), nd) + (f" / {f(v('floor_all_us'), nd)}" if is_moe(r) and num(r, "floor_all_us") else "")
+
+
 def model(r):
     """A row's model: its shape's name, else its hidden size."""
     sh = r.get("shape")
@@ -82,7 +101,8 @@ def tables(rows):
     out.append("")
     out.append(f"| {col} | batch | context | reel replay wall / gpu us | reel eager wall / gpu us | "
                "torch eager wall / gpu us | torch graph wall / gpu us | torch.compile + graph wall / gpu us | "
-               "floor us | replay / compile | replay / floor | reel eager / torch eager | ids agree (near-tie) | "
+               f"floor us{' (MoE: expected / all experts)' if any(is_moe(r) for r in rows) else ''} | "
+               "replay / compile | replay / floor | reel eager / torch eager | ids agree (near-tie) | "
                "max logit diff |")
     out.append("| " + " | ".join(["---"] * 14) + " |")
     for r in rows:
@@ -94,7 +114,7 @@ def tables(rows):
             f"{f(num(r, 'reel_replay_gpu_us'))} | {f(num(r, 'reel_eager_us'))} / {f(num(r, 'reel_eager_gpu_us'))} | "
             f"{te} / {f(num(r, 'torch_eager_gpu_us'))} | {f(num(r, 'torch_graph_us'))} / "
             f"{f(num(r, 'torch_graph_gpu_us'))} | {f(num(r, 'torch_compile_us'))} / "
-            f"{f(num(r, 'torch_compile_gpu_us'))} | {f(num(r, 'floor_us'))} | "
+            f"{f(num(r, 'torch_compile_gpu_us'))} | {floor_cell(r)} | "
             f"{f(num(r, 'replay_over_compile'), 2)} | {f(num(r, 'replay_over_floor'), 2)} | "
             f"{f(num(r, 'eager_over_torch_eager'), 2)} | {f(num(r, 'ids_agree'), 3)} "
             f"({f(num(r, 'ids_near_agree'), 3)}) | {f(num(r, 'max_logit_diff'), 4)} |")
@@ -161,27 +181,55 @@ def headline(rows):
            "torch: torch.compile + hand-captured CUDA graph, attention (last column) the fastest at the point of SDPA's "
            "backends (K/V never expanded: grouped query heads or enable_gqa) and flex_attention. floor: (weights + "
            f"K/V bytes read) / the copy bandwidth bench_decode measured ({floor})."]
+    if any(is_moe(r) for r in rows):
+        out[0] += (" Mixture of experts (issue 44): layers reduced to fit the card; the seeded routers spread tokens "
+                   "over the experts about uniformly. Two floors: 'expected' reads the dense weights (attention, "
+                   "norms, routers, lm head) and the experts B tokens are expected to choose, each k of E uniformly: "
+                   "E (1 - (1 - k/E)^B) a layer (exact at batch 1: the k chosen, the issue's floor); 'all' reads every "
+                   "expert. torch's experts (last column, after the attention): the faster at the point of gathering "
+                   "each token's experts (index_select + bmm) and every expert on every token under a routing mask "
+                   "(one GEMM + bmm); transformers' loop over experts cannot be captured (eager only).")
     order = list(SHAPES)
     shapes = sorted({r["shape"] for r in rows}, key=lambda x: (order.index(x) if x in order else len(order), x))
     for sh in shapes:
         rs = sorted((r for r in rows if r["shape"] == sh), key=lambda r: (int(r["context"]), int(r["batch"])))
-        r = rs[0]
+        r = next((x for x in rs if not x.get("skipped")), rs[0])
+        moe = any(is_moe(x) for x in rs)
+        ncol = 10 if moe else 8
         out.append("")
-        out.append(f"**{SHAPES.get(sh, sh)}**: {r['layers']} layers, hidden {r['hidden']}, {r['heads']} / "
-                   f"{r['kv_heads']} heads of {r['head_dim']}, ffn {r['ffn']}, vocab {r['vocab']}")
+        if moe:
+            real = MOE_REAL_LAYERS.get(sh)
+            out.append(f"**{SHAPES.get(sh, sh)}**: {r['layers']}{f' of its {real}' if real else ''} layers, hidden "
+                       f"{r['hidden']}, {r['heads']} / {r['kv_heads']} heads of {r['head_dim']}, "
+                       f"{r.get('experts') or '?'} experts of ffn {r.get('expert_ffn') or '?'}, "
+                       f"{r.get('experts_per_token') or '?'} a token, vocab {r['vocab']}")
+        else:
+            out.append(f"**{SHAPES.get(sh, sh)}**: {r['layers']} layers, hidden {r['hidden']}, {r['heads']} / "
+                       f"{r['kv_heads']} heads of {r['head_dim']}, ffn {r['ffn']}, vocab {r['vocab']}")
         out.append("")
-        out.append("| batch | context | reel replay ms | torch.compile + graph ms | reel / torch | floor ms | "
-                   "reel / floor | torch attention |")
-        out.append("| " + " | ".join(["---"] * 8) + " |")
+        if moe:
+            out.append("| batch | context | reel replay ms | torch.compile + graph ms | reel / torch | floor ms "
+                       "(expected experts) | floor ms (all experts) | reel / floor | reel / floor (all) | torch "
+                       "attention; experts |")
+        else:
+            out.append("| batch | context | reel replay ms | torch.compile + graph ms | reel / torch | floor ms | "
+                       "reel / floor | torch attention |")
+        out.append("| " + " | ".join(["---"] * ncol) + " |")
         for C in sorted({int(x["context"]) for x in rs}):
             at = [x for x in rs if int(x["context"]) == C]
             for x in at:
                 if x.get("skipped"):
                     continue
                 ms = lambda k: None if num(x, k) is None else num(x, k) / 1e3
-                out.append(f"| {x['batch']} | {C} | {f(ms('reel_replay_us'), 3)} | {f(ms('torch_compile_us'), 3)} | "
-                           f"{f(num(x, 'replay_over_compile'), 2)} | {f(ms('floor_us'), 3)} | "
-                           f"{f(num(x, 'replay_over_floor'), 2)} | {x.get('attn_compile') or '-'} |")
+                cells = [x["batch"], str(C), f(ms("reel_replay_us"), 3), f(ms("torch_compile_us"), 3),
+                         f(num(x, "replay_over_compile"), 2), f(ms("floor_us"), 3)]
+                if moe:
+                    cells += [f(ms("floor_all_us"), 3), f(num(x, "replay_over_floor"), 2),
+                              f(num(x, "replay_over_floor_all"), 2),
+                              f"{x.get('attn_compile') or '-'}; {x.get('moe_compile') or '-'}"]
+                else:
+                    cells += [f(num(x, "replay_over_floor"), 2), x.get("attn_compile") or "-"]
+                out.append("| " + " | ".join(cells) + " |")
             sk = [x for x in at if x.get("skipped")]
             if sk:
                 need = [gb_of(x["skipped"], "need") for x in sk]
@@ -189,10 +237,10 @@ def headline(rows):
                 span = need[0] if need[0] == need[-1] else f"{need[0]}-{need[-1]}"
                 who = "PyTorch " if sk[0]["skipped"].startswith("PyTorch") else ""
                 why = f"{who}needs {span} GB, {free} GB free" if need[0] and need[-1] and free else sk[0]["skipped"]
-                out.append(f"| {', '.join(x['batch'] for x in sk)} | {C} | does not fit ({why}) | | | | | |")
+                out.append(f"| {', '.join(x['batch'] for x in sk)} | {C} | does not fit ({why}) |" + " |" * (ncol - 3))
         ok = [x for x in rs if not x.get("skipped")]
         out.append("")
-        out.extend(shape_targets(sh, ok))
+        out.extend(moe_targets(ok) if moe else shape_targets(sh, ok))
     return "\n".join(out)
 
 
@@ -216,6 +264,29 @@ def shape_targets(sh, rows):
         worst(lambda r: b(r) == 1, "replay_over_floor", "reel / floor at batch 1", FLOOR_B1[sh])
     bad = [r for r in rows if r.get("ok") != "1"]
     out.append(f"- agreement with PyTorch eager: {len(rows) - len(bad)} of {len(rows)} points"
+               + ("" if not bad else ": not " + ", ".join(f"b{r['batch']} c{r['context']}" for r in bad)))
+    return out
+
+
+def moe_targets(rows):
+    """Issue 44's decode targets on one MoE shape's rows: the worst point of each."""
+    out = []
+
+    def worst(pred, key, label, limit):
+        pts = [(num(r, key), r) for r in rows if pred(r) and num(r, key) is not None]
+        if not pts:
+            out.append(f"- {label}: no data")
+            return
+        v, r = max(pts, key=lambda p: p[0])
+        met = "met" if v <= limit else f"missed by {v / limit:.2f}x"
+        out.append(f"- {label} <= {limit}: worst {v:.2f} (batch {r['batch']}, context {r['context']}): {met}")
+
+    worst(lambda r: int(r["batch"]) == 1, "replay_over_floor",
+          "reel / floor (the chosen experts, dense weights, K/V) at batch 1", MOE_FLOOR_B1)
+    worst(lambda r: True, "replay_over_compile", "reel / torch.compile + graph at every batch", MOE_OVER_COMPILE)
+    bad = [r for r in rows if r.get("ok") != "1"]
+    out.append(f"- agreement with PyTorch eager (MoE: ids within the near-tie tolerance, logits mostly within it; "
+               f"torch_model.py): {len(rows) - len(bad)} of {len(rows)} points"
                + ("" if not bad else ": not " + ", ".join(f"b{r['batch']} c{r['context']}" for r in bad)))
     return out
 

@@ -29,6 +29,13 @@
 #                  batches 1..256 (as far as the card holds the KV cache) x contexts 128, 2048, 8192, each shape its own
 #                  sub-step with its own CSV and tables; then the headline table (bench/decode_table.py --headline)
 #   shapes-quick   one shape (REEL_SHAPES_QUICK, llama-3.2-1b), batches 1, 8, 64 at context 2048: a first look
+#   moe            the MoE decode step (issue 44): bench_decode --shape qwen3-30b-a3b (16 of 48 layers) and mixtral-8x7b
+#                  (4 of 32) beside torch_model.py (transformers' expert loop eager; gathered or dense experts under a
+#                  CUDA graph and torch.compile + graph) at batches 1,2,4,8,16,32,64, context 2048, each shape a
+#                  sub-step as in shapes (decode-moe-NAME .md and .csv), then the headline (both floors). About 5
+#                  minutes of device time after the build (an estimate, not yet measured: 21 + 12 GB of seeded
+#                  checkpoint written and loaded twice, torch.compile of both formulations a shape); run it in a call
+#                  of its own, or one shape a call (REEL_MOE_SHAPES)
 #   argmax         bench_argmax beside bench/torch_argmax.py (PyTorch)
 #   sample         bench_sample beside bench/torch_sample.py (PyTorch: softmax + multinomial, topk, sort + cumsum)
 #   gemv           bench_gemv: the skinny-matmul kernel against cuBLASLt (and its CSV)
@@ -61,6 +68,12 @@
 #              (more torch_model.py options, e.g. --flex-max-ctas -1) REEL_SHAPES_REEL_TIMEOUT=300
 #              REEL_SHAPES_TORCH_TIMEOUT=420 (s a shape); shapes-quick: REEL_SHAPES_QUICK=llama-3.2-1b;
 #              REEL_BENCH_FREE_GB=N (read by bench_decode): size the batches for N GB free, as a smaller card would
+#   moe:       REEL_MOE_SHAPES="qwen3-30b-a3b mixtral-8x7b" REEL_MOE_BATCHES=1,2,4,8,16,32,64 REEL_MOE_CONTEXTS=2048
+#              REEL_MOE_ARGS (more bench_decode options, e.g. --layers 24) REEL_MOE_TORCH_ARGS="--flex-max-ctas -1"
+#              (torch_model.py's options: flex_attention off, as its compile a batch costs a minute a shape and
+#              attention is a few % of a MoE step's bytes; set it empty to try flex; e.g. --moe-ties lowest)
+#              REEL_MOE_REEL_TIMEOUT=150 REEL_MOE_TORCH_TIMEOUT=240 (s a shape); steps, warm-up, eager plan and eager
+#              budget as shapes (REEL_SHAPES_STEPS ...)
 #   attention: REEL_ATTN_REPS=20 REEL_ATTN_ROWS (bench_attention's pick: decode, prefill, a row index; then contexts)
 #   soak: REEL_SOAK_ARGS   checker: REEL_CHECKER_ARGS ("all"), REEL_BENCH_BUDGET_S (120 s a pattern)
 #   trace:     REEL_TRACE_ARGS (bench_decode options) REEL_TRACE_BUILD (another build, e.g. /tmp/reel-ab-NAME) REEL_TRACE_MIN (20)
@@ -85,8 +98,8 @@ B=${REEL_GPU_BUILD:-/tmp/reel-gpu-build}
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
 export PATH=/usr/local/cuda/bin:$PATH
 jobs=$(nproc)
-PHASES="build test sanitize other chain attention decode matrix bias-tied shapes shapes-quick argmax sample gemv prefill-gemm
-kv-pattern l2-ahead checker soak check demo trace ncu-step ncu-attention ab"
+PHASES="build test sanitize other chain attention decode matrix bias-tied shapes shapes-quick moe argmax sample gemv
+prefill-gemm kv-pattern l2-ahead checker soak check demo trace ncu-step ncu-attention ab"
 
 # ---- arguments ---------------------------------------------------------------------------------
 want=() AB_SPECS=()
@@ -387,7 +400,7 @@ shape_step() {
             ${REEL_SHAPES_TORCH_ARGS:-} >"$OUT/$what-torch-$name.md" 2>"$OUT/$what-torch-$name.log"
         r=$?
         cat "$OUT/$what-torch-$name.md" >>"$md"
-        grep -E "^# (checkpoint|context|eager|batch [0-9]+ context [0-9]+: wall)|flex|Error|error|FAILED|Traceback" \
+        grep -E "^# (checkpoint|context|eager|batch [0-9]+ context [0-9]+: (wall|experts))|flex|Error|error|FAILED|Traceback" \
             "$OUT/$what-torch-$name.log" | cut -c1-240 | tail -40
         [ $r = 0 ] || { echo "torch_model.py $name: exit $r"; tail -5 "$OUT/$what-torch-$name.log"; rc=1; }
         if [ -s "$csv" ]; then
@@ -427,6 +440,26 @@ ph_shapes_quick() {
     need bench/bench_decode || return 1
     SHAPE_CSVS=()
     shape_step "${REEL_SHAPES_QUICK:-llama-3.2-1b}" 1,8,64 2048 decode-shapes-quick
+}
+
+# The MoE shapes (issue 44), one sub-step each as in shapes (their seeded checkpoints, 21 and 12 GB, removed after
+# each), then the headline of this call's CSVs with both floors and the issue's targets.
+ph_moe() {
+    need bench/bench_decode || return 1
+    local name rc=0 f
+    SHAPE_CSVS=()
+    for name in ${REEL_MOE_SHAPES:-qwen3-30b-a3b mixtral-8x7b}; do
+        REEL_SHAPES_ARGS=${REEL_MOE_ARGS:-} REEL_SHAPES_TORCH_ARGS=${REEL_MOE_TORCH_ARGS---flex-max-ctas -1} \
+            REEL_SHAPES_REEL_TIMEOUT=${REEL_MOE_REEL_TIMEOUT:-150} \
+            REEL_SHAPES_TORCH_TIMEOUT=${REEL_MOE_TORCH_TIMEOUT:-240} \
+            shape_step "$name" "${REEL_MOE_BATCHES:-1,2,4,8,16,32,64}" "${REEL_MOE_CONTEXTS:-2048}" decode-moe || rc=1
+    done
+    if [ ${#SHAPE_CSVS[@]} -gt 0 ]; then
+        f=$(result decode-moe-headline md)
+        python3 bench/decode_table.py --headline "${SHAPE_CSVS[@]}" >>"$f"
+        echo "headline of ${#SHAPE_CSVS[@]} shape(s): $f"
+    fi
+    return $rc
 }
 
 # One op alone beside its PyTorch counterpart: NAME (bench/bench_NAME and
