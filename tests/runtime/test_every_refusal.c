@@ -159,6 +159,22 @@ Test(every_refusal, has_a_message)
     T(ctx, reel_lse_combine(fresh(), ga, ga, -1, &lo, &ll));
     T(ctx, reel_lse_combine(fresh(), ga, ga, 4, NULL, NULL));
     T(ctx, reel_lse_combine(fresh(), bad, bad, 4, &lo, &ll));
+    reel_moe_params mp = REEL_MOE_PARAMS_INIT, mz;
+    memset(&mz, 0, sizeof mz);
+    mp.num_experts = 4;
+    mp.top_k = 2;
+    reel_tensor moi, mow;
+    TH(reel_moe_route(NULL, ga, none, &mp, &moi, &mow));
+    T(ctx, reel_moe_route(fresh(), ga, none, NULL, &moi, &mow));
+    T(ctx, reel_moe_route(fresh(), ga, none, &mp, NULL, &mow));
+    T(ctx, reel_moe_route(fresh(), ga, none, &mz, &moi, &mow));
+    T(ctx, reel_moe_route(fresh(), bad, none, &mp, &moi, &mow));
+    T(ctx, reel_moe_route(fresh(), ga, bad, &mp, &moi, &mow));
+    { reel_moe_params m2 = mp; m2.num_experts = 0; T(ctx, reel_moe_route(fresh(), ga, none, &m2, &moi, &mow)); }
+    { reel_moe_params m2 = mp; m2.top_k = 5; T(ctx, reel_moe_route(fresh(), ga, none, &m2, &moi, &mow)); }
+    { reel_moe_params m2 = mp; m2.scoring = 7; T(ctx, reel_moe_route(fresh(), ga, none, &m2, &moi, &mow)); }
+    { reel_moe_params m2 = mp; m2.n_group = 3; m2.topk_group = 1; T(ctx, reel_moe_route(fresh(), ga, none, &m2, &moi, &mow)); }
+    { reel_moe_params m2 = mp; m2.routed_scaling = -1.0f; T(ctx, reel_moe_route(fresh(), ga, none, &m2, &moi, &mow)); }
 
     /* ---- reel.h: compile ---- */
     reel_plan *px = NULL;
