@@ -27,8 +27,10 @@ static reel_status moe_ids_checked(reel_plan *p, int i)
     const reel_node *n = &p->nodes[i];
     const reel_tinfo *ids = &p->tensors[n->in[0]];
     p->checks_limits = true;
-    if (ids->kind == REEL_T_INPUT)
+    if (ids->kind == REEL_T_INPUT) {
+        p->host_checks = true;
         return REEL_OK;
+    }
     for (int j = 0; j < p->nnodes; j++) {
         const reel_node *r = &p->nodes[j];
         if (r->op == REEL_OP_MOE_ROUTE && r->out[0] == n->in[0] &&
@@ -173,6 +175,7 @@ static reel_status select_kernels(reel_plan *p)
                                    "on the host before launch, so it must be one (reel_input)",
                                    reel_plan_node_name(p, i, buf, sizeof buf), pt->name);
             p->checks_limits = true;
+            p->host_checks = true;
         }
         if (n->op == REEL_OP_MOE_ALIGN)
             REEL_TRY(moe_ids_checked(p, i));

@@ -89,6 +89,7 @@ struct reel_plan {
         bool has_attention;
         int32_t attn_cnt_words;      /* meta.attn_cnt words a stream (0: no attention) */
         bool checks_limits;          /* some kernel may write the error word */
+        bool host_checks;            /* a paged top-k or input expert ids: the step checks them (step.c) */
         int32_t block_size;          /* smallest block size of the attention ops */
         reel_dcp_view dcp;           /* the attention ops' DCP layout (n 1: none): the
                                         step's block tables are this rank's pages,

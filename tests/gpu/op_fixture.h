@@ -1,4 +1,4 @@
-/* The fixture of the gpu op suites (test_gpu_ops.c, test_gpu_model_ops.c):
+/* The fixture of the gpu op suites (test_gpu_ops.c, test_gpu_model_ops.c, test_gpu_moe.c):
  * a host and a CUDA context, the run's seed, and a node run on both and
  * compared (tests/gpu/oprun.h). Included once per test program. */
 #ifndef REEL_TESTS_GPU_OP_FIXTURE_H
@@ -35,8 +35,10 @@ static gt_op op_new(reel_op_kind k, int64_t rows, int nin, int nout)
     return op;
 }
 
-/* Runs the node and asserts at least one CUDA impl took it. */
-static void check(gt_op *op, const char *what)
+/* Runs the node and asserts at least one CUDA impl took it (inline: a
+ * suite that compares with its own tolerances, test_gpu_moe.c, leaves it
+ * unused). */
+static inline void check(gt_op *op, const char *what)
 {
     int ran = gt_check(hctx, cctx, op, seed, what);
     cr_assert_gt(ran, 0, "%s: no CUDA impl accepted the node", what);

@@ -31,34 +31,7 @@
 #include "backend/ctx.h"
 #include "ops/host/dtype.h"
 
-/* The fixture of tests/gpu/op_fixture.h, less its check(): this suite
- * compares with its own tolerances. */
-static reel_ctx *hctx, *cctx;
-static uint64_t seed;
-static gt_rng rng;
-
-static void setup(void)
-{
-    gt_open(&hctx, &cctx, &seed, &rng);
-}
-
-static void teardown(void)
-{
-    gt_close(hctx, cctx);
-}
-
-static const reel_dtype dts[3] = { REEL_F32, REEL_F16, REEL_BF16 };
-
-static gt_op op_new(reel_op_kind k, int64_t rows, int nin, int nout)
-{
-    gt_op op;
-    memset(&op, 0, sizeof op);
-    op.op = k;
-    op.rows = rows;
-    op.nin = nin;
-    op.nout = nout;
-    return op;
-}
+#include "tests/gpu/op_fixture.h"
 
 /* ---- shapes and data ---------------------------------------------------- */
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "tests/ops/host_ref.h"
+#include "tests/ops/moe_ref.h"
 #include "ops/moe.h"
 
 /* ---- the shared exp ------------------------------------------------------ */
@@ -116,92 +117,18 @@ static void run_route(const moe_cfg *c, int64_t T, const tbuf *lg, const float *
     free(ids1), free(w1);
 }
 
-/* Ranks idx[0..n-1] by val descending, equal values by lower index
- * (insertion sort: stable, and the ids break ties). */
-static void rank_desc(const double *val, int *idx, int n)
-{
-    for (int i = 0; i < n; i++)
-        idx[i] = i;
-    for (int i = 1; i < n; i++) {
-        int v = idx[i], j = i - 1;
-        while (j >= 0 && val[idx[j]] < val[v]) {
-            idx[j + 1] = idx[j];
-            j--;
-        }
-        idx[j + 1] = v;
-    }
-}
-
-/* The smallest nonzero gap between neighbours among the first m + 1 of a
- * ranking (how close a decision came: float rounding could flip it). */
-static double min_gap(const double *val, const int *idx, int n, int m)
-{
-    double g = INFINITY;
-    for (int i = 0; i < m && i + 1 < n; i++) {
-        double d = val[idx[i]] - val[idx[i + 1]];
-        if (d != 0.0 && d < g)
-            g = d;
-    }
-    return g;
-}
-
-/* The float64 router, written from the rules (not from ops/moe.h): ids,
- * weights, and the margin of its decisions. NaN logits are not used here. */
+/* The reference router (tests/ops/moe_ref.h) of a configuration. */
 static double ref_route(const moe_cfg *c, const double *l, const float *bias, int32_t *ids, double *w)
 {
-    const int E = c->E;
-    double s[512], v[512], sel[512], gsc[256], top2[2];
-    int idx[512], gidx[256];
-    double margin = INFINITY;
-    double mx = -INFINITY, sum = 0.0;
-    for (int e = 0; e < E; e++)
-        mx = l[e] > mx ? l[e] : mx;
-    for (int e = 0; e < E; e++)
-        sum += exp(l[e] - mx);
-    for (int e = 0; e < E; e++) {
-        s[e] = c->scoring == REEL_MOE_SIGMOID ? 1.0 / (1.0 + exp(-l[e])) : exp(l[e] - mx) / sum;
-        v[e] = c->scoring == REEL_MOE_SIGMOID ? s[e] + (bias ? (double)bias[e] : 0.0) : s[e];
-        sel[e] = c->scoring == REEL_MOE_SIGMOID ? v[e] : l[e];
-    }
-    if (c->ng > 1) {
-        int gs = E / c->ng;
-        for (int g = 0; g < c->ng; g++) {
-            top2[0] = top2[1] = -INFINITY;
-            for (int e = g * gs; e < (g + 1) * gs; e++) {
-                if (v[e] > top2[0]) {
-                    top2[1] = top2[0];
-                    top2[0] = v[e];
-                } else if (v[e] > top2[1]) {
-                    top2[1] = v[e];
-                }
-            }
-            gsc[g] = top2[0] + top2[1];
-        }
-        rank_desc(gsc, gidx, c->ng);
-        double gm = min_gap(gsc, gidx, c->ng, c->tg);
-        margin = gm < margin ? gm : margin;
-        bool kept[256] = { false };
-        for (int r = 0; r < c->tg; r++)
-            kept[gidx[r]] = true;
-        for (int e = 0; e < E; e++)
-            if (!kept[e / gs])
-                sel[e] = c->scoring == REEL_MOE_SIGMOID ? 0.0 : -INFINITY;
-    }
-    rank_desc(sel, idx, E);
-    double em = min_gap(sel, idx, E, c->K);
-    margin = em < margin ? em : margin;
-    double tot = 0.0;
-    for (int j = 0; j < c->K; j++) {
-        ids[j] = idx[j];
-        w[j] = s[idx[j]];
-        tot += w[j];
-    }
-    for (int j = 0; j < c->K; j++) {
-        if (c->renorm)
-            w[j] /= tot + (c->scoring == REEL_MOE_SIGMOID ? 1e-20 : 0.0);
-        w[j] *= c->scaling == 0.0f ? 1.0 : (double)c->scaling;
-    }
-    return margin;
+    reel_moe_params p = REEL_MOE_PARAMS_INIT;
+    p.num_experts = c->E;
+    p.top_k = c->K;
+    p.scoring = c->scoring;
+    p.n_group = c->ng;
+    p.topk_group = c->tg;
+    p.renormalize = c->renorm;
+    p.routed_scaling = c->scaling;
+    return moe_ref_route(&p, bias, l, ids, w);
 }
 
 /* T random tokens routed by the kernel and by the reference: the same

@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "tests/core/opts.h"
+#include "tests/ops/moe_ref.h"
 
 static reel_ctx *ctx;
 static void setup(void)
@@ -128,89 +129,6 @@ static reel_plan *block_compile(moe_block *b, bool capture)
 
 /* ---- the float64 reference ------------------------------------------------------- */
 
-static void rank_desc(const double *val, int *idx, int n)
-{
-    for (int i = 0; i < n; i++)
-        idx[i] = i;
-    for (int i = 1; i < n; i++) {
-        int v = idx[i], j = i - 1;
-        while (j >= 0 && val[idx[j]] < val[v]) {
-            idx[j + 1] = idx[j];
-            j--;
-        }
-        idx[j + 1] = v;
-    }
-}
-
-static double min_gap(const double *val, const int *idx, int n, int m)
-{
-    double g = INFINITY;
-    for (int i = 0; i < m && i + 1 < n; i++) {
-        double d = val[idx[i]] - val[idx[i + 1]];
-        if (d != 0.0 && d < g)
-            g = d;
-    }
-    return g;
-}
-
-/* docs/moe.md's routing of one token in float64: ids, weights, and how
- * close its closest decision came. */
-static double ref_route(const reel_moe_params *p, const float *bias, const double *l, int32_t *ids, double *w)
-{
-    const int E = p->num_experts, K = p->top_k, ng = p->n_group > 1 ? p->n_group : 0;
-    const bool sig = p->scoring == REEL_MOE_SIGMOID;
-    double s[64], v[64], sel[64], gsc[64], mx = -INFINITY, sum = 0, margin = INFINITY;
-    int idx[64];
-    for (int e = 0; e < E; e++)
-        mx = l[e] > mx ? l[e] : mx;
-    for (int e = 0; e < E; e++)
-        sum += exp(l[e] - mx);
-    for (int e = 0; e < E; e++) {
-        s[e] = sig ? 1.0 / (1.0 + exp(-l[e])) : exp(l[e] - mx) / sum;
-        v[e] = sig && bias ? s[e] + bias[e] : s[e];
-        sel[e] = sig ? v[e] : l[e];
-    }
-    if (ng) {
-        const int gs = E / ng;
-        for (int g = 0; g < ng; g++) {
-            double a = -INFINITY, b = -INFINITY;
-            for (int e = g * gs; e < (g + 1) * gs; e++) {
-                if (v[e] > a) {
-                    b = a;
-                    a = v[e];
-                } else if (v[e] > b) {
-                    b = v[e];
-                }
-            }
-            gsc[g] = a + b;
-        }
-        rank_desc(gsc, idx, ng);
-        double gm = min_gap(gsc, idx, ng, p->topk_group);
-        margin = gm < margin ? gm : margin;
-        bool kept[64] = { false };
-        for (int r = 0; r < p->topk_group; r++)
-            kept[idx[r]] = true;
-        for (int e = 0; e < E; e++)
-            if (!kept[e / gs])
-                sel[e] = sig ? 0.0 : -INFINITY;
-    }
-    rank_desc(sel, idx, E);
-    double em = min_gap(sel, idx, E, K);
-    margin = em < margin ? em : margin;
-    double tot = 0;
-    for (int j = 0; j < K; j++) {
-        ids[j] = idx[j];
-        w[j] = s[idx[j]];
-        tot += w[j];
-    }
-    for (int j = 0; j < K; j++) {
-        if (p->renormalize)
-            w[j] /= tot + (sig ? 1e-20 : 0.0);
-        w[j] *= p->routed_scaling == 0.0f ? 1.0 : p->routed_scaling;
-    }
-    return margin;
-}
-
 static double rnd_dt(reel_dtype dt, double v) { return reel_round_to(dt, (float)v); }
 
 /* Token t's result: sum over its experts of weight times the expert's
@@ -277,7 +195,7 @@ static void check_step(const moe_block *b, reel_plan *p, const tdata *x, int32_t
     for (int32_t t = 0; t < n; t++) {
         for (int e = 0; e < E; e++)
             l[e] = reel_load(lg, b->dt, (int64_t)t * E + e);
-        bool clear = ref_route(&b->p, b->bias, l, rid, rw) > 1e-6;
+        bool clear = moe_ref_route(&b->p, b->bias, l, rid, rw) > 1e-6;
         for (int j = 0; j < K && clear; j++) {
             cr_assert_eq(ids[t * K + j], rid[j], "%s n=%d token %d choice %d: %d, want %d",
                          reel_dtype_name(b->dt), n, t, j, ids[t * K + j], rid[j]);
