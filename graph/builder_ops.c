@@ -251,8 +251,13 @@ reel_tensor reel_moe_ffn(reel_graph *g, reel_tensor x, reel_tensor ids, reel_ten
     reel_tensor out = { 0 };
     if (!g)
         return out;
-    if (!reel_graph_has(g, ids.id))
-        return node1(g, REEL_OP_MOE_ALIGN, ids.id, 0, &(reel_op_attrs){ .moe = { .num_experts = num_experts, .top_k = 1 } });
+    if (!reel_graph_has(g, ids.id)) { /* add_node names the bad handle; moe_align has 3 outputs */
+        reel_tensor res[REEL_OP_MAX_OUT];
+        uint32_t in[REEL_OP_MAX_IN] = { ids.id };
+        add_node(g, REEL_OP_MOE_ALIGN, in, 0, &(reel_op_attrs){ .moe = { .num_experts = num_experts, .top_k = 1 } },
+                 res);
+        return out;
+    }
     /* K from the pairs the router made: every node checks it again. */
     reel_op_attrs a = { .moe = { .num_experts = num_experts, .top_k = (int)g->tensors[ids.id].shape.dims[1] } };
     reel_tensor al[REEL_OP_MAX_OUT] = { { 0 } }, act = { 0 }, ys = { 0 };
