@@ -58,6 +58,14 @@ typedef struct reel_backend_vt {
     /* Ends a capture after an error, discarding what was recorded. */
     void (*capture_abort)(reel_backend *be, reel_stream *origin);
     bool (*capturing)(reel_backend *be, reel_stream *s);
+    /* Optional (NULL: no device loops; the runtime loops on the host): a
+     * capture like capture_begin whose graph, once capture_end returns it,
+     * runs what was captured as the body of a loop, again and again while
+     * the loop's condition is nonzero. The condition is 1 when a launch
+     * starts; *cond is its handle, which a kernel of the body sets (the loop
+     * advance, ops/loop.h). REEL_E_UNSUPPORTED (with a message) where the
+     * device or driver has no such loops; nothing is then capturing. */
+    reel_status (*loop_capture_begin)(reel_backend *be, reel_stream *origin, uint64_t *cond);
     reel_status (*graph_launch)(reel_backend *be, reel_exec_graph *g, reel_stream *s);
     void (*graph_destroy)(reel_backend *be, reel_exec_graph *g);
     /* Optional (NULL if unsupported): update `exec` in place from a newly

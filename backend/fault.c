@@ -144,6 +144,10 @@ static reel_status f_capture_begin(reel_backend *be, reel_stream *origin)
 {
     BEFORE(be, REEL_FAULT_CAPTURE, "capture_begin", own(be)->capture_begin(be, origin));
 }
+static reel_status f_loop_capture_begin(reel_backend *be, reel_stream *origin, uint64_t *cond)
+{
+    BEFORE(be, REEL_FAULT_CAPTURE, "loop_capture_begin", own(be)->loop_capture_begin(be, origin, cond));
+}
 /* An instantiate that fails: the capture is ended and its graph destroyed,
  * as the CUDA backend does when cudaGraphInstantiate fails. */
 static reel_status f_capture_end(reel_backend *be, reel_stream *origin, reel_exec_graph **out)
@@ -196,6 +200,7 @@ static void wrap_counted(reel_backend_vt *w)
     SWAP(fill, f_fill)
     SWAP(capture_begin, f_capture_begin)
     SWAP(capture_end, f_capture_end)
+    SWAP(loop_capture_begin, f_loop_capture_begin)
     SWAP(graph_launch, f_graph_launch)
     SWAP(graph_update, f_graph_update)
 #undef SWAP

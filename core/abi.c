@@ -22,6 +22,7 @@ KIND(attn_params, "attention params", reel_attn_params, REEL_ATTN_PARAMS_MAGIC, 
 KIND(moe_params, "MoE params", reel_moe_params, REEL_MOE_PARAMS_MAGIC, REEL_MOE_PARAMS_INIT);
 KIND(dcp_layout, "DCP layout", reel_dcp_layout, REEL_DCP_LAYOUT_MAGIC, REEL_DCP_LAYOUT_INIT);
 KIND(step_info, "step info", reel_step_info, REEL_STEP_INFO_MAGIC, REEL_STEP_INFO_INIT);
+KIND(loop_info, "loop info", reel_loop_info, REEL_LOOP_INFO_MAGIC, REEL_LOOP_INFO_INIT);
 KIND(plan_stats, "plan stats", reel_plan_stats, REEL_PLAN_STATS_MAGIC, REEL_PLAN_STATS_INIT);
 KIND(placement, "placement", reel_placement, REEL_PLACEMENT_MAGIC, REEL_PLACEMENT_INIT);
 KIND(node_info, "node info", reel_node_info, REEL_NODE_INFO_MAGIC, REEL_NODE_INFO_INIT);
@@ -41,5 +42,6 @@ const reel_struct_kind *const reel_abi_all[] = {
     &reel_abi_node_info,  &reel_abi_plan_memory,  &reel_abi_op_span,    &reel_abi_hazard,
     &reel_abi_check_access, &reel_abi_st_tensor,  &reel_abi_st_entry,
     &reel_abi_model_opts,   &reel_abi_model_info, &reel_abi_model_tensor, &reel_abi_moe_params,
+    &reel_abi_loop_info,
 };
 const int reel_abi_count = (int)(sizeof reel_abi_all / sizeof reel_abi_all[0]);

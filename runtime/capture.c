@@ -169,5 +169,6 @@ reel_status reel_plan_bind_state(reel_plan *p, const char *name, void *mem, size
         reel_layout_free(p, &p->over, true);
         p->over_valid = false;
     }
+    reel_plan_loop_reset(p);
     return recapture(p);
 }

@@ -439,6 +439,7 @@ void reel_plan_destroy(reel_plan *p)
     for (int s = 0; s < p->nstreams; s++)
         if (p->streams[s])
             vt->stream_sync(be, p->streams[s]);
+    reel_plan_loop_free(p);
     for (int b = 0; b < REEL_MAX_BUCKETS; b++) {
         if (p->graph[b])
             vt->graph_destroy(be, p->graph[b]);

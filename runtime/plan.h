@@ -58,6 +58,8 @@ typedef struct reel_plan_debug {
                                     span hook (tests the CUDA path on the host backend) */
     bool planner_exhaustive;     /* the memory planner's all-pairs reference
                                     (reel_mem_problem.exhaustive): the same plan, slower */
+    bool no_device_loop;         /* reel_step_n loops on the host even where the backend
+                                    has device loops (tests the host loop) */
 } reel_plan_debug;
 
 /* A plan is two things kept apart: the schedule, fixed when compile returns
@@ -190,8 +192,33 @@ struct reel_plan {
 
         /* Op spans recorded for traces (reel_plan_trace_ops; introspect.c). */
         struct reel_span_buf *spans;
+
+        /* reel_step_n's control and token buffers and loop graphs (loop.c). */
+        struct reel_loop_state *loop;
     };
 };
+
+/* step.c: what reel_step and reel_step_n (loop.c) share. */
+typedef struct reel_step_need {
+    int32_t max_ctx;     /* longest context of the step */
+    int32_t max_blocks;  /* block-table entries the longest context needs */
+} reel_step_need;
+/* The step's arguments, inputs and host-checked limits (nothing runs). */
+reel_status reel_step_check(reel_plan *p, const reel_step_info *s, reel_step_need *need);
+/* Sequence q's first blocks_for(len) block-table entries, in every cache. */
+reel_status reel_step_check_blocks(reel_plan *p, const reel_step_info *s, int32_t q, int32_t len);
+/* Replay or eager (with the reason), and the layout the step runs in. */
+reel_status reel_step_choose(reel_plan *p, const reel_step_info *s, const reel_step_need *need, reel_fallback *why,
+                             int *bucket, const reel_layout **L);
+/* A step that failed with work issued: drains the streams, keeps the message. */
+reel_status reel_step_failed(reel_plan *p, reel_status st);
+/* The bookkeeping of steps that ran: inputs consumed, outputs of n rows, stats. */
+void reel_step_done(reel_plan *p, reel_fallback why, int32_t n, uint64_t steps);
+
+/* loop.c: reel_step_n's buffers and loop graphs (one per bucket, at first
+ * use); reset after a state moved (the graphs point at it), freed at destroy. */
+void reel_plan_loop_reset(reel_plan *p);
+void reel_plan_loop_free(reel_plan *p);
 
 /* Compile with internal test hooks. */
 reel_status reel_compile_debug(reel_graph *g, const reel_compile_opts *opts, const reel_plan_debug *dbg,

@@ -8,10 +8,7 @@
 #include "core/grow.h"
 #include "runtime/plan.h"
 
-typedef struct step_need {
-    int32_t max_ctx;     /* longest context of the step */
-    int32_t max_blocks;  /* block-table entries the longest context needs */
-} step_need;
+typedef reel_step_need step_need;
 
 static reel_status check_inputs(reel_plan *p, int32_t n)
 {
@@ -39,7 +36,7 @@ static reel_status check_inputs(reel_plan *p, int32_t n)
  * of block size bs reads the first blocks_for(len, bs) entries, each a block
  * of its own cache. Checked per op before anything runs, so that no op
  * writes its K/V and a later one refuses the step from inside the graph. */
-static reel_status check_blocks(reel_plan *p, const reel_step_info *s, int32_t q, int32_t len)
+reel_status reel_step_check_blocks(reel_plan *p, const reel_step_info *s, int32_t q, int32_t len)
 {
     const int32_t *row = s->block_tables + (size_t)q * s->block_table_stride;
     for (int k = 0; k < p->nkv; k++) {
@@ -107,7 +104,7 @@ static reel_status check_seqs(reel_plan *p, const reel_step_info *s, step_need *
             return reel_seterr(p->err, REEL_E_INVALID_ARG,
                                "step: sequence %d needs %d blocks for context %d%s, block_table_stride is %d", q,
                                blocks, len, p->dcp.n > 1 ? " (this DCP rank's share)" : "", s->block_table_stride);
-        REEL_TRY(check_blocks(p, s, q, len));
+        REEL_TRY(reel_step_check_blocks(p, s, q, len));
         for (int32_t t = a; t < b; t++)
             if (s->positions[t] < 0 || s->positions[t] >= len)
                 return reel_seterr(p->err, REEL_E_INVALID_ARG,
@@ -184,7 +181,7 @@ static reel_status check_device_limits(reel_plan *p, int32_t n)
     return REEL_OK;
 }
 
-static reel_status check_step(reel_plan *p, const reel_step_info *s, step_need *need)
+reel_status reel_step_check(reel_plan *p, const reel_step_info *s, step_need *need)
 {
     if (s->num_tokens <= 0 || s->num_tokens > (1 << 24))
         return reel_seterr(p->err, REEL_E_INVALID_ARG, "step: num_tokens %d outside 1..2^24", s->num_tokens);
@@ -253,8 +250,8 @@ static const char *plural(int n) { return n == 1 ? "" : "s"; }
  * the layout it runs in. A step inside the fixed limits runs in its bucket's
  * layout (replayed, or eager at the bucket's size for a reason that is not a
  * limit); a step past a limit runs eagerly in the overflow layout. */
-static reel_status choose_layout(reel_plan *p, const reel_step_info *s, const step_need *need, reel_fallback *why,
-                                 int *bucket, const reel_layout **L)
+reel_status reel_step_choose(reel_plan *p, const reel_step_info *s, const step_need *need, reel_fallback *why,
+                             int *bucket, const reel_layout **L)
 {
     int b = bucket_for(p, s->num_tokens);
     reel_fallback r;
@@ -322,7 +319,7 @@ static reel_status run_step(reel_plan *p, const reel_layout *L, int b, bool repl
  * or an overflow layout freed by a growth or reel_plan_trim, would race
  * with the copies and kernels still queued on the streams (a side stream
  * that never joined stream 0). The first error's message is kept. */
-static reel_status step_failed(reel_plan *p, reel_status st)
+reel_status reel_step_failed(reel_plan *p, reel_status st)
 {
     char msg[REEL_ERRMSG_MAX];
     reel_err_copy(p->err, msg, sizeof msg);
@@ -331,6 +328,23 @@ static reel_status step_failed(reel_plan *p, reel_status st)
     if (p->chk)
         reel_plan_check_abort(p);
     return reel_seterr(p->err, st, "%s", msg);
+}
+
+void reel_step_done(reel_plan *p, reel_fallback why, int32_t n, uint64_t steps)
+{
+    for (int i = 0; i < p->ninputs; i++)
+        p->stash_rows[p->input_ids[i]] = -1;
+    p->out_rows = n;
+    p->last_fallback = why;
+    p->st.steps += steps;
+    if (why == REEL_FALLBACK_NONE) {
+        p->st.replays += steps;
+    } else {
+        p->st.eager_steps += steps;
+        p->st.eager_by_reason[why] += steps;
+        reel_log(p->ctx, REEL_LOG_DEBUG, "step %llu: eager (%s), %d tokens", (unsigned long long)p->st.steps - 1,
+                 reel_fallback_str(why), n);
+    }
 }
 
 reel_status reel_step(reel_plan *p, const reel_step_info *info)
@@ -343,32 +357,20 @@ reel_status reel_step(reel_plan *p, const reel_step_info *info)
     p->timed_valid = false;
     step_need need = {0, 0};
     int b = -1;
-    REEL_TRY(check_step(p, s, &need));
+    REEL_TRY(reel_step_check(p, s, &need));
     REEL_TRY(reel_plan_comm_poll(p));
     reel_fallback why;
     const reel_layout *L = NULL;
-    REEL_TRY(choose_layout(p, s, &need, &why, &b, &L));
+    REEL_TRY(reel_step_choose(p, s, &need, &why, &b, &L));
     size_t up = reel_staging_fill(p, L, s);
     reel_status st = run_step(p, L, b, why == REEL_FALLBACK_NONE, up, s->num_tokens);
     reel_plan_dev_spans_end(p, st == REEL_OK);
     if (st == REEL_OK && p->timer[0])
         st = p->be->vt->timer_elapsed_us(p->be, p->timer[0], p->timer[1], &p->last_device_us);
     if (st != REEL_OK)
-        return step_failed(p, st);
+        return reel_step_failed(p, st);
     p->timed_valid = p->timer[0] != NULL;
-    for (int i = 0; i < p->ninputs; i++)
-        p->stash_rows[p->input_ids[i]] = -1;
-    p->out_rows = s->num_tokens;
-    p->last_fallback = why;
-    p->st.steps++;
-    if (why == REEL_FALLBACK_NONE) {
-        p->st.replays++;
-    } else {
-        p->st.eager_steps++;
-        p->st.eager_by_reason[why]++;
-        reel_log(p->ctx, REEL_LOG_DEBUG, "step %llu: eager (%s), %d tokens", (unsigned long long)p->st.steps - 1,
-                 reel_fallback_str(why), s->num_tokens);
-    }
+    reel_step_done(p, why, s->num_tokens, 1);
     if (p->chk)
         REEL_TRY(reel_plan_check_end(p));
     int32_t code = reel_staging_error_word(p);

@@ -175,6 +175,7 @@ static const reel_backend_vt cuda_vt = {
     .fill = reel_cuda_fill,
     .capture_begin = reel_cuda_capture_begin,
     .capture_end = reel_cuda_capture_end,
+    .loop_capture_begin = reel_cuda_loop_capture_begin,
     .capture_abort = reel_cuda_capture_abort,
     .capturing = reel_cuda_capturing,
     .graph_launch = reel_cuda_graph_launch,

@@ -2,6 +2,8 @@
  * destruction. Capture is thread-local: only calls from the capturing thread
  * that would be unsafe during capture invalidate it, so other threads of
  * the process (another plan, another context) keep working. */
+#include <string.h>
+
 #include "core/halloc.h"
 #include "backend/cuda/cuda_impl.h"
 
@@ -11,12 +13,59 @@ reel_status reel_cuda_capture_begin(reel_backend *be, reel_stream *origin)
     return REEL_CK(be, cudaStreamBeginCapture(origin->s, cudaStreamCaptureModeThreadLocal));
 }
 
+/* A loop: a graph of one conditional WHILE node (CUDA 12.4 and later),
+ * whose condition is 1 at every launch (cudaGraphCondAssignDefault); the
+ * capture fills its body (cudaStreamBeginCaptureToGraph). A runtime or
+ * driver without conditional nodes gives REEL_E_UNSUPPORTED. */
+reel_status reel_cuda_loop_capture_begin(reel_backend *be, reel_stream *origin, uint64_t *cond)
+{
+    REEL_TRY(reel_cuda_use_device(be));
+    int drv = 0;
+    (void)REEL_CK_QUIET(cudaDriverGetVersion(&drv));
+    if (CUDART_VERSION < 12040 || drv < 12040)
+        return reel_seterr(be->err, REEL_E_UNSUPPORTED,
+                           "cuda loop capture: conditional WHILE nodes need CUDA 12.4 (runtime %d, driver %d)",
+                           CUDART_VERSION, drv);
+    cudaGraph_t top = NULL;
+    REEL_TRY(REEL_CK(be, cudaGraphCreate(&top, 0)));
+    cudaGraphConditionalHandle h = 0;
+    reel_status st = REEL_CK(be, cudaGraphConditionalHandleCreate(&h, top, 1, cudaGraphCondAssignDefault));
+    struct cudaGraphNodeParams np;
+    memset(&np, 0, sizeof np);
+    np.type = cudaGraphNodeTypeConditional;
+    np.conditional.handle = h;
+    np.conditional.type = cudaGraphCondTypeWhile;
+    np.conditional.size = 1;
+    cudaGraphNode_t node = NULL;
+    if (st == REEL_OK)
+        st = REEL_CK(be, cudaGraphAddNode(&node, top, NULL, NULL, 0, &np));
+    if (st == REEL_OK)
+        st = REEL_CK(be, cudaStreamBeginCaptureToGraph(origin->s, np.conditional.phGraph_out[0], NULL, NULL, 0,
+                                                       cudaStreamCaptureModeThreadLocal));
+    if (st != REEL_OK) {
+        (void)REEL_CK_QUIET(cudaGraphDestroy(top));
+        return st;
+    }
+    origin->loop_top = top;
+    *cond = (uint64_t)h;
+    return REEL_OK;
+}
+
 /* Ends the capture on origin; a failure means the capture was invalidated
- * (by a forbidden call or a failed launch inside it). */
+ * (by a forbidden call or a failed launch inside it). A loop capture gives
+ * its loop graph (the body captured belongs to it). */
 static reel_status end_capture(reel_backend *be, reel_stream *origin, cudaGraph_t *graph)
 {
     *graph = NULL;
+    cudaGraph_t top = origin->loop_top;
+    origin->loop_top = NULL;
     reel_status st = REEL_CK(be, cudaStreamEndCapture(origin->s, graph));
+    if (top) {
+        *graph = st == REEL_OK ? top : NULL;
+        if (st != REEL_OK)
+            (void)REEL_CK_QUIET(cudaGraphDestroy(top));
+        return st;
+    }
     if (st == REEL_OK)
         return REEL_OK;
     if (*graph)
@@ -48,14 +97,18 @@ fail:
 void reel_cuda_capture_abort(reel_backend *be, reel_stream *origin)
 {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaGraph_t top = origin->loop_top;
+    origin->loop_top = NULL;
     (void)REEL_CK_QUIET(cudaStreamIsCapturing(origin->s, &cs));
     if (cs != cudaStreamCaptureStatusNone) {
         cudaGraph_t graph = NULL;
         /* Fails when the capture was invalidated: expected here. */
         (void)REEL_CK_QUIET(cudaStreamEndCapture(origin->s, &graph));
-        if (graph)
+        if (graph && !top) /* a loop's body belongs to its loop graph */
             (void)REEL_CK_QUIET(cudaGraphDestroy(graph));
     }
+    if (top)
+        (void)REEL_CK_QUIET(cudaGraphDestroy(top));
     /* The invalidation left an error as the runtime's last error; clear it
      * so the stream's next eager launch check does not report it again. */
     (void)cudaGetLastError();

@@ -13,6 +13,8 @@ struct reel_stream {
     void *ws;        /* the matmul workspace, allocated at the first matmul (NULL before) */
     size_t ws_bytes;
     size_t ws_want;  /* its size: the backend's default, or what a plan reserved */
+    cudaGraph_t loop_top; /* a loop capture in progress: the graph whose WHILE node's
+                             body the capture fills (NULL: none) */
 };
 
 /* Events are pooled: destroyed events go back to a free list and are handed
@@ -84,6 +86,7 @@ reel_status reel_cuda_fill(reel_backend *be, reel_stream *s, void *dst, int byte
 
 /* cuda_graph.c */
 reel_status reel_cuda_capture_begin(reel_backend *be, reel_stream *origin);
+reel_status reel_cuda_loop_capture_begin(reel_backend *be, reel_stream *origin, uint64_t *cond);
 reel_status reel_cuda_capture_end(reel_backend *be, reel_stream *origin, reel_exec_graph **out);
 void reel_cuda_capture_abort(reel_backend *be, reel_stream *origin);
 bool reel_cuda_capturing(reel_backend *be, reel_stream *s);

@@ -143,6 +143,7 @@ static const reel_backend_vt host_vt = {
     .fill = host_fill,
     .capture_begin = reel_host_capture_begin,
     .capture_end = reel_host_capture_end,
+    .loop_capture_begin = reel_host_loop_capture_begin,
     .capture_abort = reel_host_capture_abort,
     .capturing = reel_host_capturing,
     .graph_launch = reel_host_graph_launch,

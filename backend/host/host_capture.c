@@ -101,16 +101,19 @@ void reel_host_capture_discard(host_capture *c)
     reel_hfree(c->last);
     reel_hfree(c->events);
     reel_hfree(c->last_rec);
+    reel_hfree(c->loop_cond);
     reel_hfree(c);
 }
 
-reel_status reel_host_capture_begin(reel_backend *be, reel_stream *origin)
+static reel_status capture_begin(reel_backend *be, reel_stream *origin, uint64_t *cond)
 {
     host_be *hb = host_of(be);
     if (!origin)
         return reel_seterr(be->err, REEL_E_INVALID_ARG, "host capture_begin: stream is NULL");
     host_capture *c = reel_hcalloc(1, sizeof *c);
-    if (!c || !reserve(c, 0, 1, 0)) {
+    if (c && cond && (c->loop_cond = reel_hcalloc(1, sizeof *c->loop_cond)) != NULL)
+        *cond = (uint64_t)(uintptr_t)c->loop_cond;
+    if (!c || !reserve(c, 0, 1, 0) || (cond && !c->loop_cond)) {
         if (c)
             reel_host_capture_discard(c);
         return reel_seterr(be->err, REEL_E_OOM, "host capture_begin: out of memory");
@@ -132,6 +135,20 @@ reel_status reel_host_capture_begin(reel_backend *be, reel_stream *origin)
         return reel_seterr(be->err, REEL_E_INVALID_USAGE, "host capture_begin: stream %u is already capturing", id);
     }
     return REEL_OK;
+}
+
+reel_status reel_host_capture_begin(reel_backend *be, reel_stream *origin)
+{
+    return capture_begin(be, origin, NULL);
+}
+
+/* A loop's body: the graph keeps the condition word the body's kernels set
+ * through *cond (its address). */
+reel_status reel_host_loop_capture_begin(reel_backend *be, reel_stream *origin, uint64_t *cond)
+{
+    if (!cond)
+        return reel_seterr(be->err, REEL_E_INVALID_ARG, "host loop_capture_begin: cond is NULL");
+    return capture_begin(be, origin, cond);
 }
 
 /* The first slot whose last item the origin's last item does not depend on

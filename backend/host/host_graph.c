@@ -16,6 +16,7 @@ struct reel_exec_graph {
                                 slot i: end, recorded on stream i */
     host_cap_item *items;    /* templates, in issue order */
     size_t nitems;
+    int *loop_cond;          /* a loop graph: the condition its body sets (NULL: none) */
 };
 
 static void free_events(reel_event **ev, size_t n)
@@ -62,6 +63,8 @@ reel_status reel_host_graph_build(host_be *hb, host_capture *c, reel_exec_graph 
     }
     g->items = c->items;
     g->nitems = c->nitems;
+    g->loop_cond = c->loop_cond;
+    c->loop_cond = NULL;
     c->items = NULL;
     c->nitems = c->cap_items = 0;
     *out = g;
@@ -134,7 +137,29 @@ static int64_t capturing_slot(const reel_exec_graph *g, const reel_stream *s)
     return -1;
 }
 
+static reel_status launch_once(reel_backend *be, reel_exec_graph *g, reel_stream *s);
+
+/* A loop graph: one replay of the body at a time, while the condition the
+ * body set is nonzero (1 before the first). The host waits for each pass
+ * to read it, so the launch returns with the loop done. */
+static reel_status launch_loop(reel_backend *be, reel_exec_graph *g, reel_stream *s)
+{
+    __atomic_store_n(g->loop_cond, 1, __ATOMIC_RELEASE);
+    while (__atomic_load_n(g->loop_cond, __ATOMIC_ACQUIRE)) {
+        REEL_TRY(launch_once(be, g, s));
+        REEL_TRY(reel_host_stream_sync(be, s));
+    }
+    return REEL_OK;
+}
+
 reel_status reel_host_graph_launch(reel_backend *be, reel_exec_graph *g, reel_stream *s)
+{
+    if (g && s && g->loop_cond)
+        return launch_loop(be, g, s);
+    return launch_once(be, g, s);
+}
+
+static reel_status launch_once(reel_backend *be, reel_exec_graph *g, reel_stream *s)
 {
     host_be *hb = host_of(be);
     if (!g || !s)
@@ -184,5 +209,6 @@ void reel_host_graph_destroy(reel_backend *be, reel_exec_graph *g)
         reel_hfree(g->items[i].it);
     reel_hfree(g->items);
     reel_hfree(g->streams);
+    reel_hfree(g->loop_cond);
     reel_hfree(g);
 }

@@ -65,6 +65,7 @@ typedef struct host_capture {
     size_t nevents, cap_events;
     host_cap_item *items;
     size_t nitems, cap_items;
+    int *loop_cond;          /* a loop capture: its condition word (moves to the graph) */
 } host_capture;
 
 /* CUDA event semantics with generations: each record issues generation
@@ -157,6 +158,7 @@ reel_status reel_host_capture_record(host_be *hb, reel_stream *s, reel_event *e,
 reel_status reel_host_capture_wait(host_be *hb, reel_stream *s, reel_event *e, host_item *it);
 void reel_host_capture_discard(host_capture *c);
 reel_status reel_host_capture_begin(reel_backend *be, reel_stream *origin);
+reel_status reel_host_loop_capture_begin(reel_backend *be, reel_stream *origin, uint64_t *cond);
 reel_status reel_host_capture_end(reel_backend *be, reel_stream *origin, reel_exec_graph **out);
 void reel_host_capture_abort(reel_backend *be, reel_stream *origin);
 bool reel_host_capturing(reel_backend *be, reel_stream *s);

@@ -471,6 +471,53 @@ reel_status reel_plan_set_input(reel_plan *p, const char *name, const void *data
  * with a counted reason (REEL_E_FALLBACK in strict mode). On return outputs
  * are readable. */
 reel_status reel_step(reel_plan *p, const reel_step_info *s);
+/* ---- device loop (docs/loop.md) ------------------------------------------ */
+
+/* Up to max_steps decode steps in one call, with no host round trip between
+ * them: where the backend has device loops (CUDA 12.4+: a conditional WHILE
+ * node around the bucket's graph; the host backend), one launch. The token
+ * a step samples (the output token_output, [T] int32) is the next step's
+ * token input (token_input, [T] int32); positions and context lengths
+ * advance by one and each KV slot comes from the block tables; the counter
+ * of rng_input ([T, REEL_SAMPLE_RNG] int32, when named) advances by one. s
+ * is the first step, set up as for reel_step (its inputs set with
+ * reel_plan_set_input): a decode step of one token per sequence
+ * (num_tokens = num_seqs, query_start[q] = q), whose block tables already
+ * hold every block the sequences may reach (the call checks them all before
+ * anything runs). Sequence q stops after a token in eos_ids (or the
+ * sampler's REEL_SAMPLE_BAD_ROW) or after its max_new_tokens[q]-th token;
+ * from then on it writes nothing to the KV cache. The call ends when every
+ * sequence stopped or after max_steps steps.
+ * Results: tokens[i * num_seqs + q], the token of sequence q at step i
+ * (REEL_LOOP_NO_TOKEN once it stopped), and steps[q], how many it produced;
+ * every output of the plan holds the last step's rows. Bit for bit the
+ * tokens and states of the same steps taken one reel_step at a time.
+ * Limits: a step of the loop runs in a bucket (never past the fixed limits:
+ * REEL_E_LIMIT naming the limit); plans with collectives or a DCP layout
+ * are refused (REEL_E_UNSUPPORTED). Without device loops (or with
+ * check_hazards, or a bucket that cannot replay) the steps run one by one
+ * from the host, the same kernels in the same layout; stats count which. */
+#define REEL_LOOP_INFO_MAGIC REEL_MAGIC('r', 'l', 'o', 'p')
+#define REEL_LOOP_MAX_EOS 8
+#define REEL_LOOP_NO_TOKEN (-2147483647 - 1)
+typedef struct reel_loop_info {
+    size_t size;               /* sizeof(reel_loop_info) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_LOOP_INFO_MAGIC */
+    const char *token_input;   /* required */
+    const char *token_output;  /* required */
+    const char *rng_input;     /* NULL: none */
+    int32_t max_steps;         /* >= 1 */
+    int32_t num_eos;           /* 0 .. REEL_LOOP_MAX_EOS */
+    int32_t eos_ids[REEL_LOOP_MAX_EOS];
+    const int32_t *max_new_tokens; /* [num_seqs], each >= 1; NULL: max_steps each */
+    int32_t *tokens;           /* out: [max_steps * num_seqs] */
+    int32_t *steps;            /* out: [num_seqs] */
+} reel_loop_info;
+#define REEL_LOOP_INFO_HEAD REEL_STRUCT_HEAD(reel_loop_info, REEL_LOOP_INFO_MAGIC)
+#define REEL_LOOP_INFO_INIT REEL_STRUCT_INIT(reel_loop_info, REEL_LOOP_INFO_MAGIC)
+reel_status reel_step_n(reel_plan *p, const reel_step_info *s, const reel_loop_info *loop);
+
 /* A step's output (host memory owned by the plan, valid until the next step
  * or destroy), sliced to the step's num_tokens rows. */
 reel_status reel_plan_output(reel_plan *p, const char *name, const void **data, int64_t *rows);
@@ -541,6 +588,13 @@ typedef struct reel_plan_stats {
     size_t workspace_bytes;          /* device bytes held by the workspace allocator (eager
                                         steps past the limits take their arena there) */
     size_t workspace_peak;           /* most workspace bytes handed out at once */
+    /* Appended in 0.1 (issue 47): reel_step_n. */
+    uint64_t loop_calls;             /* reel_step_n calls that ran */
+    uint64_t loop_steps;             /* steps they ran (each also counts in steps) */
+    uint64_t loop_device_calls;      /* ... of them, as one launch of a loop graph */
+    uint64_t loop_graphs_captured;   /* loop graphs built (one per bucket, at first use) */
+    size_t loop_bytes;               /* device bytes of the loop's control and token buffers
+                                        (outside the arena) */
 } reel_plan_stats;
 #define REEL_PLAN_STATS_HEAD REEL_STRUCT_HEAD(reel_plan_stats, REEL_PLAN_STATS_MAGIC)
 #define REEL_PLAN_STATS_INIT REEL_STRUCT_INIT(reel_plan_stats, REEL_PLAN_STATS_MAGIC)
