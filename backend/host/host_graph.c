@@ -137,7 +137,7 @@ static int64_t capturing_slot(const reel_exec_graph *g, const reel_stream *s)
     return -1;
 }
 
-static reel_status launch_once(reel_backend *be, reel_exec_graph *g, reel_stream *s);
+static reel_status launch_once(reel_backend *be, reel_exec_graph *g, reel_stream *s, bool wait);
 
 /* A loop graph: one replay of the body at a time, while the condition the
  * body set is nonzero (1 before the first). The host waits for each pass
@@ -145,10 +145,8 @@ static reel_status launch_once(reel_backend *be, reel_exec_graph *g, reel_stream
 static reel_status launch_loop(reel_backend *be, reel_exec_graph *g, reel_stream *s)
 {
     __atomic_store_n(g->loop_cond, 1, __ATOMIC_RELEASE);
-    while (__atomic_load_n(g->loop_cond, __ATOMIC_ACQUIRE)) {
-        REEL_TRY(launch_once(be, g, s));
-        REEL_TRY(reel_host_stream_sync(be, s));
-    }
+    while (__atomic_load_n(g->loop_cond, __ATOMIC_ACQUIRE))
+        REEL_TRY(launch_once(be, g, s, true));
     return REEL_OK;
 }
 
@@ -156,10 +154,12 @@ reel_status reel_host_graph_launch(reel_backend *be, reel_exec_graph *g, reel_st
 {
     if (g && s && g->loop_cond)
         return launch_loop(be, g, s);
-    return launch_once(be, g, s);
+    return launch_once(be, g, s, false);
 }
 
-static reel_status launch_once(reel_backend *be, reel_exec_graph *g, reel_stream *s)
+/* One replay; with wait, returns once s ran everything pushed until then
+ * (the graph's end joins every stream of it back to s). */
+static reel_status launch_once(reel_backend *be, reel_exec_graph *g, reel_stream *s, bool wait)
 {
     host_be *hb = host_of(be);
     if (!g || !s)
@@ -173,6 +173,8 @@ static reel_status launch_once(reel_backend *be, reel_exec_graph *g, reel_stream
     unsigned id = busy < 0 ? 0 : (busy == 0 ? s : g->streams[busy])->id;
     if (busy < 0)
         enqueue(g, s, its);
+    for (uint64_t target = s->enqueued; busy < 0 && wait && s->done < target;)
+        pthread_cond_wait(&s->cv_idle, &hb->mu);
     pthread_mutex_unlock(&hb->mu);
     if (busy >= 0) {
         free_items(its, n);
