@@ -248,6 +248,7 @@ typedef struct cfg {
     uint64_t seed;
     int batches[MAX_LIST], nbatches;
     int contexts[MAX_LIST], ncontexts;
+    int loops[MAX_LIST], nloops;     /* --loop: reel_step_n's max_steps to time (0 entries: off) */
     int steps, warmup, prefill_tokens, max_context;
     bool eager, logits, tuning;
     bool qkv_bias, o_bias, tied; /* the checkpoint's biases and tied embeddings */
@@ -1075,6 +1076,101 @@ static run_result decode_run(reel_plan *p, batch *b, const cfg *c, int B, int C,
     return r;
 }
 
+/* ---- --loop: reel_step_n against a host loop of single steps --------------- */
+
+/* The decode metadata of B sequences at position pos (as decode_step). */
+static reel_step_info decode_info(batch *b, const cfg *c, int B, int pos)
+{
+    for (int s = 0; s < B; s++) {
+        b->query_start[s] = s;
+        b->positions[s] = pos;
+        b->slots[s] = slot_of(b, c, s, pos);
+        b->context_lens[s] = pos + 1;
+    }
+    b->query_start[B] = B;
+    reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = B, .num_seqs = B, .query_start = b->query_start,
+                         .positions = b->positions, .slot_mapping = b->slots,
+                         .context_lens = b->context_lens, .block_tables = b->block_tables,
+                         .block_table_stride = b->bps};
+    return si;
+}
+
+/* Per step, at batch B from context C on the replay plan: a serving loop of
+ * single steps from the host (each step's ids fed back: what a caller of
+ * reel_step does), then reel_step_n of k steps for each --loop k. The
+ * kernels' time is the device time of a single replayed step (upload,
+ * replay, download: reel_plan_time_steps); a step's overhead is its wall
+ * time less that. Greedy tokens of every k must equal the host loop's. */
+static bool loop_run(const cfg *c, reel_plan *p, batch *b, int B, int C, FILE *res)
+{
+    int K = 0;
+    for (int i = 0; i < c->nloops; i++) K = c->loops[i] > K ? c->loops[i] : K;
+    const int reps = 5;
+    int32_t *tok = xmalloc((size_t)B * 4), *want = xmalloc((size_t)K * (size_t)B * 4);
+    int32_t *got = xmalloc((size_t)K * (size_t)B * 4), *steps = xmalloc((size_t)B * 4);
+    double *gpu = xmalloc((size_t)K * sizeof *gpu), host_wall[8], host_gpu[8];
+    for (int r = 0; r < reps + 1; r++) { /* rep 0 warms up */
+        for (int s = 0; s < B; s++) tok[s] = bench_token(c, s, C);
+        double t0 = now_s();
+        for (int i = 0; i < K; i++) {
+            decode_step(p, b, c, B, tok, C + i, want + (size_t)i * (size_t)B, &gpu[i]);
+            memcpy(tok, want + (size_t)i * (size_t)B, (size_t)B * 4);
+        }
+        if (r > 0) {
+            host_wall[r - 1] = (now_s() - t0) * 1e6 / K;
+            host_gpu[r - 1] = median(gpu, K);
+        }
+    }
+    double hw = median(host_wall, reps), hg = median(host_gpu, reps), hover = hw - hg;
+    bool ok = true;
+    for (int li = 0; li < c->nloops; li++) {
+        const int k = c->loops[li];
+        double wall[8], dev[8];
+        int same = 0, ran = 0;
+        for (int r = 0; r < reps + 1; r++) {
+            for (int s = 0; s < B; s++) tok[s] = bench_token(c, s, C);
+            reel_step_info si = decode_info(b, c, B, C);
+            reel_loop_info lo = REEL_LOOP_INFO_INIT;
+            lo.token_input = "tokens";
+            lo.token_output = "next_token";
+            lo.max_steps = k;
+            lo.tokens = got;
+            lo.steps = steps;
+            double t0 = now_s();
+            RK("setting the loop's tokens", reel_plan_set_input(p, "tokens", tok, B));
+            RK("reel_step_n", reel_step_n(p, &si, &lo));
+            double t = now_s() - t0, d = -1.0;
+            if (reel_plan_last_step_device_us(p, &d) != REEL_OK) d = -1.0;
+            if (r > 0) {
+                wall[r - 1] = t * 1e6 / k;
+                dev[r - 1] = d >= 0 ? d / k : -1.0;
+            }
+            ran = steps[0];
+            same = 0;
+            for (int i = 0; i < k * B; i++) same += got[i] == want[i];
+        }
+        double lw = median(wall, reps), ld = median(dev, reps), lover = lw - hg;
+        reel_plan_stats st = REEL_PLAN_STATS_INIT;
+        RK("plan stats", reel_plan_stats_get(p, &st));
+        bool eq = same == k * B && ran == k;
+        ok = ok && eq;
+        printf("| %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %s | %s |\n", B, C, k, hw, hg, hover,
+               lw, ld, lover, hover > 0 ? lover / hover : -1.0, st.loop_device_calls ? "device" : "host",
+               eq ? "yes" : "NO");
+        fflush(stdout);
+        fprintf(res, "loop batch=%d context=%d k=%d host_wall_us=%.3f host_gpu_us=%.3f loop_wall_us=%.3f "
+                     "loop_gpu_us=%.3f overhead_ratio=%.4f device_loop=%d tokens_equal=%d\n",
+                B, C, k, hw, hg, lw, ld, hover > 0 ? lover / hover : -1.0, st.loop_device_calls ? 1 : 0, eq ? 1 : 0);
+        fflush(res);
+    }
+    free(tok);
+    free(want);
+    free(got);
+    free(steps);
+    free(gpu);
+    return ok;
+}
+
 /* ---- options -------------------------------------------------------------- */
 
 static int parse_list(const char *s, int *out)
@@ -1103,6 +1199,7 @@ static void usage(void)
             "                    [--matmul-tuning] [--max-context N] [--qkv-bias] [--tied] [--model CHECKPOINT_DIR]\n"
             "                    [--shape toy|llama-3.2-1b|llama-3.1-8b|qwen2.5-7b|qwen3-30b-a3b|mixtral-8x7b]\n"
             "                    [--experts N] [--experts-per-token N] [--expert-ffn N] [--backend auto|host|cuda]\n"
+            "                    [--loop 1,8,64]\n"
             "--qkv-bias, --tied: the seeded model with q/k/v biases (written as a Qwen2 checkpoint), with tied\n"
             "embeddings.\n"
             "--shape: the seeded checkpoint at that model's sizes and config.json (rope scaling, biases, tied\n"
@@ -1121,6 +1218,8 @@ static void usage(void)
             "a small model of the same family for the host backend, e.g. --shape qwen3-30b-a3b --layers 1\n"
             "--hidden 64 --heads 4 --kv-heads 2 --vocab 512 --experts 16 --experts-per-token 4 --expert-ffn 32.\n"
             "--backend: the context's backend (auto: REEL_BACKEND, else CUDA where there is a device).\n"
+            "--loop 1,8,64: after each context's table, reel_step_n of k steps beside a host loop of single steps\n"
+            "(issue 47): per-step wall, device time and overhead, tokens compared.\n"
             "--fit-only: which points fit the device's memory, from config.json alone (the seeded model's\n"
             "config.json is written, not its weights); nothing is compiled or run.\n"
             "--one-plan: the replay plan alone over its own KV cache (prefill run eagerly on it; no eager or\n"
@@ -1162,7 +1261,7 @@ static void parse(int argc, char **argv, cfg *c)
         {"matmul-tuning", 0, 0, 'T'}, {"max-context", 1, 0, 'M'}, {"model", 1, 0, 'm'},
         {"qkv-bias", 0, 0, 'B'}, {"tied", 0, 0, 't'}, {"shape", 1, 0, 'P'}, {"backend", 1, 0, 'k'},
         {"fit-only", 0, 0, 'f'}, {"one-plan", 0, 0, 'O'}, {"experts", 1, 0, 'E'},
-        {"experts-per-token", 1, 0, 'y'}, {"expert-ffn", 1, 0, 'z'},
+        {"experts-per-token", 1, 0, 'y'}, {"expert-ffn", 1, 0, 'z'}, {"loop", 1, 0, 'o'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -1177,6 +1276,7 @@ static void parse(int argc, char **argv, cfg *c)
         case 'y': if ((c->topk = atoi(optarg)) < 1) usage(); break;
         case 'z': if ((c->moe_ffn = atoi(optarg)) < 1) usage(); break;
         case 'b': if ((c->nbatches = parse_list(optarg, c->batches)) < 1) usage(); break;
+        case 'o': if ((c->nloops = parse_list(optarg, c->loops)) < 1) usage(); break;
         case 'c': if ((c->ncontexts = parse_list(optarg, c->contexts)) < 1) usage(); break;
         case 's': c->steps = atoi(optarg); break;
         case 'w': c->warmup = atoi(optarg); break;
@@ -1700,7 +1800,9 @@ static reel_status make_plans(const cfg *c, const model *m, int nb, int bps, pla
 static int blocks_per_seq(const cfg *c, int C)
 {
     const int bps_asked = (c->max_context + c->block_size - 1) / c->block_size;
-    int bps = (C + c->warmup + c->steps + 1 + c->block_size - 1) / c->block_size;
+    int maxk = 0;
+    for (int i = 0; i < c->nloops; i++) maxk = c->loops[i] > maxk ? c->loops[i] : maxk;
+    int bps = (C + c->warmup + c->steps + 2 * maxk + 1 + c->block_size - 1) / c->block_size;
     return bps < bps_asked ? bps_asked : bps;
 }
 
@@ -1809,6 +1911,16 @@ static bool run_context(const cfg *c, const model *m, int C, FILE *res)
             fputc('\n', res);
         }
         fflush(res);
+    }
+    if (c->nloops) {
+        printf("\nreel_step_n (issue 47): per step, host loop = single reel_step calls with the ids fed back; "
+               "loop = one reel_step_n of k steps; overhead = wall - the device time of a single replayed step; "
+               "medians of 5\n\n| batch | context | k | host wall us | step gpu us | host overhead us | loop wall us "
+               "| loop gpu us | loop overhead us | loop / host overhead | loop ran on | tokens equal |\n"
+               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+        for (int bi = 0; bi < nb; bi++)
+            ok = loop_run(c, rp, &b, c->batches[bi], C, res) && ok;
+        printf("\n");
     }
     free(next_r);
     free(next_e);

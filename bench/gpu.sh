@@ -36,6 +36,9 @@
 #                  minutes of device time after the build (an estimate, not yet measured: 21 + 12 GB of seeded
 #                  checkpoint written and loaded twice, torch.compile of both formulations a shape); run it in a call
 #                  of its own, or one shape a call (REEL_MOE_SHAPES)
+#   loop           reel_step_n against a host loop of single steps (issue 47): bench_decode --loop 1,8,64 on the
+#                  8 x 1024 toy (batches 1, 8, 64, context 128) and the Llama-3.2-1B shape (batch 1, 8, context
+#                  2048): per-step wall, device time and overhead, tokens compared (about 2 minutes)
 #   argmax         bench_argmax beside bench/torch_argmax.py (PyTorch)
 #   sample         bench_sample beside bench/torch_sample.py (PyTorch: softmax + multinomial, topk, sort + cumsum)
 #   gemv           bench_gemv: the skinny-matmul kernel against cuBLASLt (and its CSV)
@@ -98,7 +101,7 @@ B=${REEL_GPU_BUILD:-/tmp/reel-gpu-build}
 [ -f .devdeps/env.sh ] && source .devdeps/env.sh
 export PATH=/usr/local/cuda/bin:$PATH
 jobs=$(nproc)
-PHASES="build test sanitize other chain attention decode matrix bias-tied shapes shapes-quick moe argmax sample gemv
+PHASES="build test sanitize other chain attention decode matrix bias-tied shapes shapes-quick moe loop argmax sample gemv
 prefill-gemm kv-pattern l2-ahead checker soak check demo trace ncu-step ncu-attention ab"
 
 # ---- arguments ---------------------------------------------------------------------------------
@@ -490,6 +493,20 @@ ph_gemv() {
     rc=$?
     [ -f "$tmp/gemv.csv" ] && mv "$tmp/gemv.csv" "$(result gemv csv)"
     rm -rf "$tmp"
+    return $rc
+}
+
+ph_loop() {
+    need bench/bench_decode || return 1
+    local f rc=0
+    f=$(result loop md)
+    rm -rf /tmp/reel-loop
+    timeout 200 "$B/bench/bench_decode" --dir /tmp/reel-loop --batches 1,8,64 --contexts 128 --steps 20 --warmup 5 \
+        --no-eager --no-logits --loop 1,8,64 2>&1 | tee -a "$f" || rc=1
+    rm -rf /tmp/reel-loop
+    timeout 300 "$B/bench/bench_decode" --dir /tmp/reel-loop --shape llama-3.2-1b --batches 1,8 --contexts 2048 \
+        --steps 20 --warmup 5 --no-eager --no-logits --loop 1,8,64 2>&1 | tee -a "$f" || rc=1
+    rm -rf /tmp/reel-loop
     return $rc
 }
 
