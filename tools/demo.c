@@ -173,6 +173,8 @@ typedef struct run {
     /* --temperature and friends: each token row's sampling inputs */
     float *sparams;      /* [token budget][REEL_SAMPLE_PARAMS] */
     int32_t *srng;       /* [token budget][REEL_SAMPLE_RNG] */
+    /* --loop: reel_step_n's limits, tokens and step counts */
+    int32_t *loop_limit, *loop_tokens, *loop_steps;
 } run;
 
 /* splitmix64: a request's stream key and its greedy draw, from the seed. */
@@ -442,6 +444,13 @@ static reel_status setup(run *u)
         u->srng = calloc(rows * REEL_SAMPLE_RNG, sizeof *u->srng);
         if (!u->sparams || !u->srng) return fail(u, REEL_E_OOM, "sampling buffers");
     }
+    if (o->loop > 1) {
+        if (u->pp > 1) return bad_config(u, "loop", "--loop takes one stage (--pp 1)");
+        u->loop_limit = calloc((size_t)o->max_seqs, sizeof *u->loop_limit);
+        u->loop_steps = calloc((size_t)o->max_seqs, sizeof *u->loop_steps);
+        u->loop_tokens = calloc((size_t)o->loop * (size_t)o->max_seqs, sizeof *u->loop_tokens);
+        if (!u->loop_limit || !u->loop_steps || !u->loop_tokens) return fail(u, REEL_E_OOM, "loop buffers");
+    }
     for (int i = 0; i < o->prompt_len; i++)
         if (o->prompt[i] < 0 || o->prompt[i] >= m.vocab) {
             snprintf(err, sizeof err, "token %d of --prompt is %d, outside the vocabulary [0, %d)", i, o->prompt[i],
@@ -552,6 +561,58 @@ static reel_status one_step(run *u)
     return REEL_OK;
 }
 
+/* --loop: the batch just scheduled, decode only, as one reel_step_n of up
+ * to k steps (serve_burst says how many keep the schedule single steps
+ * would make); *done 0 when it does not qualify (the caller steps once). */
+static reel_status burst(run *u, int k, int *done)
+{
+    serve_batch *b = &u->s.b;
+    demo_result *r = u->r;
+    *done = 0;
+    if (u->pp > 1 || b->num_tokens > largest_bucket(u->o) || b->num_seqs > u->o->max_seqs) return REEL_OK;
+    int32_t *limit = u->loop_limit;
+    k = serve_burst(&u->s, k, limit);
+    if (k < 2) return REEL_OK;
+    reel_step_info si = step_info(b);
+    double t0 = now_s();
+    reel_status st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, b->tokens, b->num_tokens);
+    if (st == REEL_OK && u->o->sample) {
+        for (int s = 0; s < b->num_seqs; s++)
+            sample_rows(u, b->req[s], b->context_lens[s], b->query_start[s], b->query_start[s + 1]);
+        st = set_sample_inputs(u, b->num_tokens);
+    }
+    if (st != REEL_OK) return fail_step(u, st);
+    reel_loop_info li = REEL_LOOP_INFO_INIT;
+    li.token_input = MODEL_INPUT_TOKENS;
+    li.token_output = MODEL_OUTPUT_NEXT;
+    li.rng_input = u->o->sample ? REEL_MODEL_INPUT_SAMPLE_RNG : NULL;
+    li.max_steps = k;
+    li.max_new_tokens = limit;
+    li.tokens = u->loop_tokens;
+    li.steps = u->loop_steps;
+    st = reel_step_n(u->plan, &si, &li);
+    if (st != REEL_OK) return fail_step(u, st);
+    int iters = 0;
+    uint64_t produced = 0;
+    for (int s = 0; s < b->num_seqs; s++) {
+        iters = u->loop_steps[s] > iters ? u->loop_steps[s] : iters;
+        produced += (uint64_t)u->loop_steps[s];
+    }
+    double ms = (now_s() - t0) * 1e3;
+    serve_commit_burst(&u->s, u->loop_tokens, iters, REEL_LOOP_NO_TOKEN);
+    for (int i = 0; i < iters; i++)
+        if (samples_push(&u->all, ms / iters) || samples_push(&u->replayed, ms / iters))
+            return fail(u, REEL_E_OOM, "recording step latency");
+    r->steps += (uint64_t)iters;
+    r->tokens += produced;
+    r->loop_calls++;
+    r->loop_steps += (uint64_t)iters;
+    r->prefill_tokens = u->s.prefill_tokens;
+    r->decode_tokens = u->s.decode_tokens;
+    *done = iters;
+    return REEL_OK;
+}
+
 static reel_status loop(run *u)
 {
     const demo_opts *o = u->o;
@@ -564,9 +625,19 @@ static reel_status loop(run *u)
             r->interrupted = true;
             break;
         }
-        st = one_step(u);
-        if (st != REEL_OK) break;
-        replays += reel_plan_last_fallback(u->plan) == REEL_FALLBACK_NONE;
+        int ran = 0;
+        if (o->loop > 1) {
+            int k = o->loop;
+            if (o->steps > 0 && (uint64_t)o->steps - r->steps < (uint64_t)k) k = (int)((uint64_t)o->steps - r->steps);
+            st = burst(u, k, &ran);
+            if (st != REEL_OK) break;
+        }
+        if (ran == 0) {
+            st = one_step(u);
+            if (st != REEL_OK) break;
+            ran = 1;
+        }
+        replays += reel_plan_last_fallback(u->plan) == REEL_FALLBACK_NONE ? (uint64_t)ran : 0;
         progress_draw(&u->pg, &u->s, r, replays, false);
     }
     r->wall_s = now_s() - t0;
@@ -723,6 +794,9 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
     reel_model_close(u.mm);
     free(u.sparams);
     free(u.srng);
+    free(u.loop_limit);
+    free(u.loop_steps);
+    free(u.loop_tokens);
     reel_ctx_destroy(u.ctx);
     return st;
 }

@@ -32,6 +32,8 @@ typedef struct demo_opts {
     int device;       /* CUDA device ordinal */
     int pp;           /* pipeline stages (0, 1: one); each a thread with its own context, plan and
                          communicator (host backend), joined by send/recv inside the graphs */
+    int loop;         /* up to this many decode steps per reel_step_n call (device loops) while the
+                         batch is decode only and no request arrives (0, 1: one reel_step a step) */
     /* Checkpoints (the library's models layer, tools/model.c; saving:
      * tools/hf.c). model_dir: serve the Hugging Face checkpoint there
      * (config.json and safetensors) instead of the seeded
@@ -89,6 +91,7 @@ typedef struct demo_result {
     uint64_t steps_over_tokens, steps_over_context, steps_over_any;
     double wall_s, p50_ms, p99_ms, replay_p50_ms, eager_p50_ms;
     uint64_t checksum;
+    uint64_t loop_calls, loop_steps; /* --loop: reel_step_n calls and the steps they ran */
     reel_backend_kind backend;
     bool interrupted; /* stopped by o->stop: the figures are of the steps run */
     /* on failure */

@@ -65,6 +65,8 @@ void demo_options_usage(FILE *f)
           "  --steps N          stop after N steps (0: when all requests are done)\n"
           "  --kv-blocks N      KV cache blocks per layer (derived)\n"
           "  --fit              keep every step inside the plan's limits\n"
+          "  --loop K           up to K decode steps per reel_step_n call (one launch) while the batch is\n"
+          "                     decode only and no request arrives; the tokens are those of single steps\n"
           "  --seed N           weights and workload seed, decimal (1)\n"
           "run:\n"
           "  --backend B        auto | host | cuda (auto: REEL_BACKEND, else cuda if present)\n"
@@ -134,7 +136,7 @@ static int parse_dtype(const char *s, reel_dtype *out, FILE *err)
 enum { O_LAYERS = 256, O_HIDDEN, O_HEADS, O_KV_HEADS, O_FFN, O_VOCAB, O_DTYPE, O_BLOCK, O_BUCKETS, O_CTX,
        O_SEQS, O_STRICT, O_EAGER, O_HAZARDS, O_TOKENS, O_REQUESTS, O_STEPS, O_KV_BLOCKS, O_FIT, O_SEED,
        O_BACKEND, O_QUIET, O_PDL, O_DEVICE, O_PP, O_MODEL, O_SAVE_MODEL, O_PROMPT, O_GENERATE, O_LOGITS,
-       O_NO_PDL, O_NO_FUSE, O_TEMP, O_TOP_P, O_TOP_K, O_MIN_P, O_GREEDY_SHARE };
+       O_NO_PDL, O_NO_FUSE, O_TEMP, O_TOP_P, O_TOP_K, O_MIN_P, O_GREEDY_SHARE, O_LOOP };
 
 static const struct option long_opts[] = {
     {"layers", required_argument, 0, O_LAYERS},     {"hidden", required_argument, 0, O_HIDDEN},
@@ -155,7 +157,7 @@ static const struct option long_opts[] = {
     {"no-pdl", no_argument, 0, O_NO_PDL},           {"no-fuse", no_argument, 0, O_NO_FUSE},
     {"temperature", required_argument, 0, O_TEMP}, {"top-p", required_argument, 0, O_TOP_P},
     {"top-k", required_argument, 0, O_TOP_K},       {"min-p", required_argument, 0, O_MIN_P},
-    {"greedy-share", required_argument, 0, O_GREEDY_SHARE},
+    {"greedy-share", required_argument, 0, O_GREEDY_SHARE}, {"loop", required_argument, 0, O_LOOP},
     {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
 };
 
@@ -235,6 +237,7 @@ static int parse_one(int c, const char *a, demo_opts *o, FILE *err)
     case O_TOKENS: return parse_int("max-tokens", a, 1, big, &o->max_tokens, err);
     case O_REQUESTS: return parse_int("requests", a, 1, big, &o->requests, err);
     case O_STEPS: return parse_int("steps", a, 0, 1L << 30, &o->steps, err);
+    case O_LOOP: return parse_int("loop", a, 0, 4096, &o->loop, err);
     case O_KV_BLOCKS: return parse_int("kv-blocks", a, 1, 1L << 24, &o->kv_blocks, err);
     case O_SEED: return parse_seed(a, &o->seed, err);
     case O_STRICT: o->strict = true; return 0;
@@ -423,6 +426,10 @@ void demo_print_summary(const demo_opts *o, const demo_result *r, FILE *f)
     }
     fprintf(f, "  requests           %d of %d done\n", r->requests_done, o->requests);
     fprintf(f, "  steps              %" PRIu64 "\n", r->steps);
+    if (o->loop > 1)
+        fprintf(f, "  device loops       %" PRIu64 " reel_step_n calls ran %" PRIu64 " of the steps (%" PRIu64
+                   " as one launch)\n",
+                r->loop_calls, r->loop_steps, s->loop_device_calls);
     fprintf(f, "  tokens             %" PRIu64 " (prefill %" PRIu64 ", decode %" PRIu64 "; %" PRIu64
                " generated)\n",
             r->tokens, r->prefill_tokens, r->decode_tokens, r->generated);

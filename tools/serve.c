@@ -274,6 +274,57 @@ void serve_commit(serve_state *s, const int32_t *next_token)
     }
 }
 
+int serve_burst(serve_state *s, int k, int32_t *limit)
+{
+    serve_batch *b = &s->b;
+    if (b->num_seqs == 0 || b->num_tokens != b->num_seqs) return 0;
+    for (int i = 0; i < b->num_seqs; i++)
+        if (s->reqs[b->req[i]].computed < s->reqs[b->req[i]].prompt_len) return 0;
+    /* the tick of the next arrival, or, when an arrived one waits for room,
+     * the first finish (it frees room) */
+    if (s->next_arrival < s->o.requests) {
+        const serve_request *n = &s->reqs[s->next_arrival];
+        if (n->arrival > s->clock - 1) k = imin(k, n->arrival - (s->clock - 1));
+        else
+            for (int i = 0; i < b->num_seqs; i++) {
+                const serve_request *q = &s->reqs[b->req[i]];
+                k = imin(k, q->decode_len - q->generated);
+            }
+    }
+    /* no step past max_context (those run eagerly, one at a time) */
+    for (int i = 0; i < b->num_seqs; i++) k = imin(k, s->o.max_context - b->context_lens[i] + 1);
+    if (k < 2) return 0;
+    const int bs = s->o.block_size;
+    for (int i = 0; i < b->num_seqs; i++) {
+        const serve_request *q = &s->reqs[b->req[i]];
+        limit[i] = imin(k, q->decode_len - q->generated);
+    }
+    for (int i = 0; i < b->num_seqs; i++) {
+        serve_request *q = &s->reqs[b->req[i]];
+        int last = b->context_lens[i] + limit[i] - 1; /* the furthest context */
+        while (q->num_blocks * bs < last) q->blocks[q->num_blocks++] = kv_pool_take(&s->pool);
+        int32_t *row = b->block_tables + (size_t)i * (size_t)b->stride;
+        for (int j = 0; j < b->stride; j++) row[j] = j < q->num_blocks ? q->blocks[j] : -1;
+    }
+    return k;
+}
+
+void serve_commit_burst(serve_state *s, const int32_t *tokens, int iters, int32_t no_token)
+{
+    const serve_batch *b = &s->b;
+    for (int t = 0; t < iters; t++)
+        for (int i = 0; i < b->num_seqs; i++) {
+            int32_t tok = tokens[(size_t)t * (size_t)b->num_seqs + (size_t)i];
+            if (tok == no_token) continue;
+            serve_request *q = &s->reqs[b->req[i]];
+            q->computed++;
+            q->tokens[q->prompt_len + q->generated++] = tok;
+            if (t > 0) s->decode_tokens++; /* add_seq counted the first */
+            if (q->generated == q->decode_len) finish(s, b->req[i]);
+        }
+    s->clock += iters - 1;
+}
+
 uint64_t serve_checksum(const serve_state *s)
 {
     uint64_t h = 0xcbf29ce484222325ull;

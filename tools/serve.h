@@ -115,6 +115,21 @@ bool serve_schedule(serve_state *s);
  * prompt is complete. Finished requests release their blocks. */
 void serve_commit(serve_state *s, const int32_t *next_token);
 
+/* Device loops (reel demo --loop): how many decode steps the batch just
+ * scheduled may run in one reel_step_n call so that the schedule is the one
+ * single steps would make: 0 (step once) unless the batch is decode only
+ * and at least 2 steps qualify; at most k, no later than the tick the next
+ * request arrives, while an arrived request waits for room no later than
+ * the first running request's last token, and no step past max_context.
+ * limit[q]: the tokens sequence q may produce in the burst (its
+ * remaining ones, within max_context); its blocks for them are taken and
+ * its block-table row written. */
+int serve_burst(serve_state *s, int k, int32_t *limit);
+/* Applies a burst of `iters` steps: tokens[i * num_seqs + q] of sequence q
+ * at step i (no_token once it stopped), as serve_commit would step by step;
+ * the clock moves on by iters - 1 (serve_schedule counted the first). */
+void serve_commit_burst(serve_state *s, const int32_t *tokens, int iters, int32_t no_token);
+
 /* FNV-1a over (request id, generated tokens) of all requests, in id order. */
 uint64_t serve_checksum(const serve_state *s);
 

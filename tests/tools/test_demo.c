@@ -67,6 +67,32 @@ Test(demo, replayed_and_eager_runs_generate_the_same_tokens)
     cr_expect_eq(replayed.checksum, eager.checksum);
 }
 
+/* Issue 47: --loop runs decode-only stretches as reel_step_n calls (device
+ * loops) between the steps that admit requests; the schedule, and so the
+ * steps and tokens, are those of single steps, greedy and sampled, with
+ * the workload's eager steps past max_context between them. */
+Test(demo, device_loops_give_the_tokens_and_steps_of_single_steps)
+{
+    for (int sample = 0; sample < 2; sample++) {
+        demo_opts o = small_opts(5);
+        o.requests = 24;
+        if (sample) {
+            o.sample = true;
+            o.temperature = 0.8f;
+        }
+        demo_result one = run_ok(&o);
+        o.loop = 8;
+        demo_result looped = run_ok(&o);
+        cr_expect_eq(looped.checksum, one.checksum, "sample %d", sample);
+        cr_expect_eq(looped.steps, one.steps, "sample %d", sample);
+        cr_expect_eq(looped.tokens, one.tokens, "sample %d", sample);
+        cr_expect_gt(looped.loop_calls, 0, "sample %d: no burst ran", sample);
+        cr_expect_gt(looped.loop_steps, looped.loop_calls, "sample %d", sample);
+        cr_expect_eq(looped.stats.loop_device_calls, looped.loop_calls, "sample %d", sample);
+        cr_expect_eq(looped.stats.eager_steps, one.stats.eager_steps, "sample %d", sample);
+    }
+}
+
 /* Issue 10: stages joined by send/recv inside their graphs (host ranks as
  * threads), replayed and eager steps alike, give the tokens of one stage. */
 Test(demo, a_pipeline_of_2_3_and_4_stages_generates_the_tokens_of_one_stage)
