@@ -212,6 +212,38 @@ Test(every_refusal, has_a_message)
     T(ctx, reel_step(p, &si));
     si.num_tokens = 1 << 30;
     T(ctx, reel_step(p, &si));
+    {
+        int32_t ltok[4], lsteps[1];
+        reel_loop_info li = REEL_LOOP_INFO_INIT, zli;
+        memset(&zli, 0, sizeof zli);
+        reel_step_info s1 = REEL_STEP_INFO_INIT;
+        s1.num_tokens = 1;
+        li.token_input = "a";
+        li.token_output = "sum";
+        li.max_steps = 4;
+        li.tokens = ltok;
+        li.steps = lsteps;
+        TH(reel_step_n(NULL, &s1, &li));
+        T(ctx, reel_step_n(p, NULL, &li));
+        T(ctx, reel_step_n(p, &s1, NULL));
+        T(ctx, reel_step_n(p, &zsi, &li));
+        T(ctx, reel_step_n(p, &s1, &zli));
+        T(ctx, reel_step_n(p, &s1, &li)); /* "a" is [T, 4] f32, not [T] int32 */
+        li.token_input = NULL;
+        T(ctx, reel_step_n(p, &s1, &li));
+        li.token_input = "nope";
+        T(ctx, reel_step_n(p, &s1, &li));
+        li.token_input = "a";
+        li.token_output = "nope";
+        T(ctx, reel_step_n(p, &s1, &li));
+        li.max_steps = 0;
+        T(ctx, reel_step_n(p, &s1, &li));
+        li.max_steps = -7;
+        li.num_eos = 99;
+        T(ctx, reel_step_n(p, &s1, &li));
+        li.tokens = NULL;
+        T(ctx, reel_step_n(p, &s1, &li));
+    }
     TH(reel_plan_output(NULL, "sum", &outp, &rows));
     T(ctx, reel_plan_output(p, NULL, &outp, &rows));
     T(ctx, reel_plan_output(p, "nope", &outp, &rows));
