@@ -171,6 +171,19 @@ def test_model(binary, backend, model_dir, use_torch):
     ctx.close()
 
 
+def test_example(model_dir, backend):
+    """examples/serve.py: the tokens of its bursts (reel_step_n) equal its single steps'."""
+    ex = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "serve.py")
+    outs = []
+    for burst in ("8", "1"):
+        r = subprocess.run([sys.executable, ex, model_dir, "--backend", backend, "--requests", "5", "--generate",
+                            "12", "--burst", burst], check=True, capture_output=True, text=True)
+        outs.append([l for l in r.stdout.splitlines() if l.startswith("request")])
+        if burst == "8":
+            check("in reel_step_n bursts 0)" not in r.stdout, "serve.py ran no burst:\n" + r.stdout)
+    check(len(outs[0]) == 5 and outs[0] == outs[1], "serve.py: bursts %s, single steps %s" % (outs[0], outs[1]))
+
+
 def main():
     binary = sys.argv[1]
     backend = "cuda" if "--backend" in sys.argv and sys.argv[sys.argv.index("--backend") + 1] == "cuda" else "host"
@@ -181,6 +194,7 @@ def main():
                                                                           "--quiet"], check=True, capture_output=True)
         test_abi()
         test_model(binary, backend, model_dir, "--torch" in sys.argv)
+        test_example(model_dir, backend)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     print("test_reel.py: ok")
