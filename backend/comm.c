@@ -15,7 +15,7 @@ static const unsigned char id_magic[4] = {'r', 'e', 'e', 'l'};
 
 #define COMM_TIMEOUT_DEFAULT_MS 300000
 
-static reel_status load_opts(reel_err *err, const reel_comm_opts *opts, int *timeout_ms)
+static reel_status load_opts(reel_err *err, const reel_comm_opts *opts, int *timeout_ms, bool *processes)
 {
     reel_comm_opts o = REEL_COMM_OPTS_INIT;
     if (opts)
@@ -24,6 +24,8 @@ static reel_status load_opts(reel_err *err, const reel_comm_opts *opts, int *tim
     if (o.timeout_ms < 0)
         return reel_seterr(err, REEL_E_INVALID_ARG, "comm: timeout_ms %d is negative (0: wait forever)", o.timeout_ms);
     *timeout_ms = o.timeout_ms;
+    if (processes)
+        *processes = reel_opt_int(o.processes, 0) != 0;
     return REEL_OK;
 }
 
@@ -93,7 +95,8 @@ reel_status reel_comm_create(reel_ctx *ctx, const reel_comm_id *id, int rank, in
         return reel_seterr(&ctx->err, REEL_E_INVALID_ARG, "comm create: rank %d of %d: need 0 <= rank < nranks <= 4096",
                            rank, nranks);
     int timeout_ms = 0;
-    REEL_TRY(load_opts(&ctx->err, opts, &timeout_ms));
+    bool processes = false;
+    REEL_TRY(load_opts(&ctx->err, opts, &timeout_ms, &processes));
     if (memcmp(id->bytes, id_magic, sizeof id_magic) != 0)
         return reel_seterr(&ctx->err, REEL_E_INVALID_ARG, "comm create: rank %d: not an id from reel_comm_unique_id",
                            rank);
@@ -104,7 +107,10 @@ reel_status reel_comm_create(reel_ctx *ctx, const reel_comm_id *id, int rank, in
                            "comm create: rank %d: the id is for %s communicators, the context is '%s'", rank,
                            of ? of->comm_name : "unknown", b->name);
     }
-    reel_status st = b->comm_create(ctx, id->bytes + REEL_COMM_ID_HEAD, rank, nranks, timeout_ms, out);
+    reel_status st = processes && ctx->kind == REEL_BACKEND_HOST
+                         ? reel_host_sock_join(ctx, id->bytes + REEL_COMM_ID_HEAD, REEL_COMM_ID_BYTES - REEL_COMM_ID_HEAD,
+                                               rank, nranks, timeout_ms, out)
+                         : b->comm_create(ctx, id->bytes + REEL_COMM_ID_HEAD, rank, nranks, timeout_ms, out);
 #if REEL_FAULT_INJECTION
     if (st == REEL_OK)
         reel_fault_wrap_comm(*out);
@@ -122,7 +128,7 @@ reel_status reel_comm_create_group(reel_ctx *const *ctxs, int n, const reel_comm
         if (!ctxs[r])
             return reel_seterr(NULL, REEL_E_INVALID_ARG, "comm create group: ctxs[%d] is NULL", r);
     int timeout_ms = 0;
-    REEL_TRY(load_opts(&ctxs[0]->err, opts, &timeout_ms));
+    REEL_TRY(load_opts(&ctxs[0]->err, opts, &timeout_ms, NULL));
     for (int r = 1; r < n; r++)
         if (ctxs[r]->kind != ctxs[0]->kind)
             return reel_seterr(&ctxs[r]->err, REEL_E_INVALID_ARG,

@@ -82,6 +82,10 @@ static inline void reel_comm_unref(reel_comm *c) { __atomic_sub_fetch(&c->plans,
  * (REEL_COMM_ID_BYTES - REEL_COMM_ID_HEAD bytes). */
 reel_status reel_host_comm_join(reel_ctx *ctx, const unsigned char *token, int rank, int nranks, int timeout_ms,
                                 reel_comm **out);
+/* The same group whose ranks are processes of this machine (Unix sockets,
+ * backend/host/host_comm_sock.c): reel_comm_opts.processes. */
+reel_status reel_host_sock_join(reel_ctx *ctx, const unsigned char *token, size_t token_bytes, int rank, int nranks,
+                                int timeout_ms, reel_comm **out);
 reel_status reel_host_comm_group(reel_ctx *const *ctxs, int n, int timeout_ms, reel_comm **comms);
 /* A fresh rendezvous token. */
 void reel_host_comm_token(unsigned char *token);

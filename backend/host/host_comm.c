@@ -24,14 +24,12 @@
 
 #include "backend/comm.h"
 #include "backend/ctx.h"
+#include "backend/host/host_comm_ops.h"
 #include "backend/host/host_internal.h"
 #include "core/dtype.h"
 #include "core/halloc.h"
 
-typedef enum hc_kind { HC_ALL_REDUCE, HC_ALL_GATHER, HC_REDUCE_SCATTER, HC_ALL_TO_ALL, HC_SEND, HC_RECV, HC_AGREE } hc_kind;
 
-static const char *const hc_names[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                       "send", "recv", "compile exchange"};
 
 /* A buffered message of one ordered pair. */
 typedef struct hc_msg {
@@ -41,16 +39,6 @@ typedef struct hc_msg {
     unsigned char data[];
 } hc_msg;
 
-/* What one rank issued for the current collective. */
-typedef struct hc_post {
-    hc_kind kind;
-    size_t count;
-    reel_dtype dt;
-    reel_redop op;
-    size_t elem;
-    const void *send;
-    void *recv;
-} hc_post;
 
 typedef struct hc_group {
     pthread_mutex_t mu;
@@ -225,12 +213,6 @@ static bool barrier(hc_group *g, int rank, const char *what, uint64_t seq)
 
 /* ---- the exchange ------------------------------------------------------- */
 
-static bool overlaps(const void *a, size_t na, const void *b, size_t nb)
-{
-    const char *x = a, *y = b;
-    return na && nb && x < y + nb && y < x + na;
-}
-
 /* Element i of rank q's buffer p as float (or as integer for i32). */
 static void reduce_into(void *dst, const hc_post *post, int n, size_t at, size_t count, reel_dtype dt, reel_redop op)
 {
@@ -255,39 +237,47 @@ static void reduce_into(void *dst, const hc_post *post, int n, size_t at, size_t
     }
 }
 
-/* This rank's result of a group collective, into dst (recv or scratch). */
-static void compute(const hc_group *g, int rank, void *dst)
+const char *const reel_hc_names[] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                     "send", "recv", "compile exchange"};
+
+void reel_hc_compute(const hc_post *post, int n, int rank, void *dst)
 {
-    const hc_post *me = &g->post[rank];
+    const hc_post *me = &post[rank];
     size_t cb = me->count * me->elem;
     switch (me->kind) {
-    case HC_ALL_REDUCE: reduce_into(dst, g->post, g->n, 0, me->count, me->dt, me->op); break;
+    case HC_ALL_REDUCE: reduce_into(dst, post, n, 0, me->count, me->dt, me->op); break;
     case HC_REDUCE_SCATTER:
-        reduce_into(dst, g->post, g->n, (size_t)rank * me->count, me->count, me->dt, me->op);
+        reduce_into(dst, post, n, (size_t)rank * me->count, me->count, me->dt, me->op);
         break;
     case HC_ALL_GATHER:
     case HC_AGREE:
-        for (int q = 0; q < g->n; q++)
-            memcpy((char *)dst + (size_t)q * cb, g->post[q].send, cb);
+        for (int q = 0; q < n; q++)
+            memcpy((char *)dst + (size_t)q * cb, post[q].send, cb);
         break;
     case HC_ALL_TO_ALL:
-        for (int q = 0; q < g->n; q++)
-            memcpy((char *)dst + (size_t)q * cb, (const char *)g->post[q].send + (size_t)rank * cb, cb);
+        for (int q = 0; q < n; q++)
+            memcpy((char *)dst + (size_t)q * cb, (const char *)post[q].send + (size_t)rank * cb, cb);
         break;
     default: break;
     }
 }
 
-static size_t recv_bytes(const hc_post *p, int n)
+size_t reel_hc_recv_bytes(const hc_post *p, int n)
 {
     size_t cb = p->count * p->elem;
     return p->kind == HC_ALL_REDUCE || p->kind == HC_REDUCE_SCATTER ? cb : cb * (size_t)n;
 }
 
-static size_t send_bytes(const hc_post *p, int n)
+size_t reel_hc_send_bytes(const hc_post *p, int n)
 {
     size_t cb = p->count * p->elem;
     return p->kind == HC_ALL_REDUCE || p->kind == HC_ALL_GATHER || p->kind == HC_AGREE ? cb : cb * (size_t)n;
+}
+
+bool reel_hc_overlaps(const void *a, size_t na, const void *b, size_t nb)
+{
+    const char *x = a, *y = b;
+    return na && nb && x < y + nb && y < x + na;
 }
 
 /* Every rank must have issued this collective with the same count and
@@ -302,8 +292,8 @@ static bool posts_agree(hc_group *g, int rank, uint64_t seq)
         group_fail(g, REEL_E_INVALID_USAGE,
                    "comm rank %d of %d: collective #%llu differs across ranks: rank 0 issued %s of %zu %s, rank %d "
                    "%s of %zu %s",
-                   rank, g->n, (unsigned long long)seq, hc_names[a->kind], a->count, reel_dtype_name(a->dt), q,
-                   hc_names[b->kind], b->count, reel_dtype_name(b->dt));
+                   rank, g->n, (unsigned long long)seq, reel_hc_names[a->kind], a->count, reel_dtype_name(a->dt), q,
+                   reel_hc_names[b->kind], b->count, reel_dtype_name(b->dt));
         return false;
     }
     return true;
@@ -312,14 +302,14 @@ static bool posts_agree(hc_group *g, int rank, uint64_t seq)
 /* A group collective of this rank (mu held on entry and exit). */
 static void run_group(hc_group *g, int rank, const hc_post *post, uint64_t seq)
 {
-    const char *what = hc_names[post->kind];
+    const char *what = reel_hc_names[post->kind];
     g->post[rank] = *post;
     if (!barrier(g, rank, what, seq) || !posts_agree(g, rank, seq))
         return;
-    size_t rb = recv_bytes(post, g->n);
+    size_t rb = reel_hc_recv_bytes(post, g->n);
     /* Another rank may still read this rank's input: a result that would
      * overwrite it goes to scratch first. */
-    bool alias = overlaps(post->recv, rb, post->send, send_bytes(post, g->n));
+    bool alias = reel_hc_overlaps(post->recv, rb, post->send, reel_hc_send_bytes(post, g->n));
     void *dst = post->recv, *tmp = NULL;
     if (alias && !(tmp = reel_halloc(rb ? rb : 1))) {
         group_fail(g, REEL_E_OOM, "comm rank %d of %d: %s #%llu: out of host memory for %zu bytes of scratch", rank,
@@ -329,7 +319,7 @@ static void run_group(hc_group *g, int rank, const hc_post *post, uint64_t seq)
     if (alias)
         dst = tmp;
     pthread_mutex_unlock(&g->mu);
-    compute(g, rank, dst);
+    reel_hc_compute(g->post, g->n, rank, dst);
     pthread_mutex_lock(&g->mu);
     bool ok = barrier(g, rank, what, seq);
     if (ok && alias)
@@ -401,7 +391,7 @@ static reel_status hc_exec(hc_group *g, int rank, const hc_post *post, int peer)
         uint64_t k = ++g->stream_ops[rank];
         if (g->fail_at[rank] > 0 && (uint64_t)g->fail_at[rank] == k)
             group_fail(g, REEL_E_BACKEND, "comm rank %d of %d: %s #%llu: injected failure", rank, g->n,
-                       hc_names[post->kind], (unsigned long long)seq);
+                       reel_hc_names[post->kind], (unsigned long long)seq);
     }
     if (g->failed == REEL_OK) {
         switch (post->kind) {
@@ -428,10 +418,10 @@ static reel_status issue(reel_comm *c, reel_stream *s, hc_kind kind, const void 
                          reel_dtype dt, reel_redop op, int peer)
 {
     if ((int)dt < 0 || dt >= REEL_DTYPE_COUNT)
-        return reel_seterr(c->err, REEL_E_INVALID_ARG, "comm %s: unknown dtype %d", hc_names[kind], (int)dt);
+        return reel_seterr(c->err, REEL_E_INVALID_ARG, "comm %s: unknown dtype %d", reel_hc_names[kind], (int)dt);
     if ((kind == HC_SEND || kind == HC_RECV) && (peer < 0 || peer >= c->nranks || peer == c->rank))
         return reel_seterr(c->err, REEL_E_INVALID_ARG, "comm rank %d of %d: %s: peer %d is not another rank", c->rank,
-                           c->nranks, hc_names[kind], peer);
+                           c->nranks, reel_hc_names[kind], peer);
     hc_args a = {.g = group_of(c), .rank = c->rank, .peer = peer,
                  .post = {.kind = kind, .count = count, .dt = dt, .op = op, .elem = reel_dtype_size(dt),
                           .send = send, .recv = recv}};

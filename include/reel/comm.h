@@ -72,9 +72,14 @@ typedef struct reel_comm_opts {
     int timeout_ms;  /* the longest a rank waits for the others in one collective (host), or
                         for a step's communication to finish (NCCL: then ncclCommAbort); the
                         communicator is broken after it. 0: wait forever; undefined: 300000 */
+    /* Appended in 0.2 (issue 46). */
+    int processes;   /* host backend: nonzero: the ranks are processes of this machine (Unix
+                        sockets in a directory the id names, under $TMPDIR or /tmp); undefined
+                        or 0: threads of this process. Ignored by NCCL (any ranks) */
 } reel_comm_opts;
 
-#define REEL_COMM_OPTS_INIT { sizeof(reel_comm_opts), REEL_VERSION_NUMBER, REEL_COMM_OPTS_MAGIC, REEL_UNDEF_INT }
+#define REEL_COMM_OPTS_INIT \
+    { sizeof(reel_comm_opts), REEL_VERSION_NUMBER, REEL_COMM_OPTS_MAGIC, REEL_UNDEF_INT, REEL_UNDEF_INT }
 
 /* A new group id for ctx's backend, made by one rank and given to all.
  * REEL_E_UNSUPPORTED on a CUDA context when reel was built without NCCL. */
