@@ -211,10 +211,11 @@ static void *reader_main(void *arg)
                 continue;
             if (read_frame(g, who[i]))
                 continue;
+            /* Gone: what it sent is queued; a wait on it with nothing
+             * queued fails then (take), naming it. */
             pthread_mutex_lock(&g->mu);
             g->gone[who[i]] = true;
-            sk_fail(g, false, REEL_E_BACKEND, "comm rank %d of %d: rank %d left the group (its process closed "
-                    "its sockets)", g->rank, g->n, who[i]);
+            pthread_cond_broadcast(&g->cv);
             pthread_mutex_unlock(&g->mu);
         }
     }
@@ -232,8 +233,8 @@ static sk_msg *take(sk_group *g, sk_queue *qs, int q, const char *what, uint64_t
     struct timespec dl = deadline_after(g->timeout_ms);
     while (!qs[q].head && g->failed == REEL_OK) {
         if (g->gone[q]) {
-            sk_fail(g, true, REEL_E_BACKEND, "comm rank %d of %d: %s #%llu: rank %d left the group", g->rank, g->n,
-                    what, (unsigned long long)seq, q);
+            sk_fail(g, true, REEL_E_BACKEND, "comm rank %d of %d: %s #%llu: rank %d left the group (its process "
+                    "closed its sockets)", g->rank, g->n, what, (unsigned long long)seq, q);
             break;
         }
         bool timed_out = g->timeout_ms > 0 ? pthread_cond_timedwait(&g->cv, &g->mu, &dl) == ETIMEDOUT

@@ -97,6 +97,16 @@ reel_status reel_comm_id_from_hex(const char *hex, reel_comm_id *out);
  * backend, a rank taken twice, or ranks that disagree on nranks. */
 reel_status reel_comm_create(reel_ctx *ctx, const reel_comm_id *id, int rank, int nranks,
                              const reel_comm_opts *opts, reel_comm **out);
+/* Joins the group the launcher's environment describes, as torchrun starts
+ * ranks: RANK, WORLD_SIZE, MASTER_ADDR (unset: 127.0.0.1) and MASTER_PORT.
+ * Rank 0 makes the id and serves it over TCP on MASTER_ADDR at port
+ * REEL_RDZV_PORT, else MASTER_PORT + 1 (torchrun's own store may hold
+ * MASTER_PORT); the other ranks fetch it, retrying until rank 0 listens,
+ * within opts' timeout; then every rank joins as with reel_comm_create. On a
+ * host context the ranks are processes (opts.processes is set); on CUDA the
+ * group is NCCL's (create the context on device LOCAL_RANK). A variable
+ * missing or out of range is REEL_E_INVALID_ARG naming it. */
+reel_status reel_comm_create_env(reel_ctx *ctx, const reel_comm_opts *opts, reel_comm **out);
 /* Creates every rank of one group at once from this thread: ctxs[r] gets
  * comms[r] (n ranks, one context each, all host or all CUDA). On failure
  * no communicator is left and comms[] is NULL. */

@@ -30,16 +30,21 @@ static reel_comm_opts proc_opts(int timeout_ms)
 
 #define FAILF(...) do { fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); return 1; } while (0)
 
-/* One rank: the collectives graph, STEPS replayed steps, every result checked. */
-static int rank_main(const reel_comm_id *id, int r, int n)
+static int g_port; /* env_main's MASTER_PORT: the rendezvous listens on it + 1 */
+
+/* One rank: the collectives graph, STEPS replayed steps, every result
+ * checked. id NULL: the group from the environment, as torchrun sets it. */
+static int rank_run(const reel_comm_id *id, int r, int n)
 {
     reel_ctx *ctx = NULL;
     if (reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &ctx) != REEL_OK)
         FAILF("rank %d: no context", r);
     reel_comm_opts co = proc_opts(20000);
     reel_comm *comm = NULL;
-    if (reel_comm_create(ctx, id, r, n, &co, &comm) != REEL_OK)
+    if (id && reel_comm_create(ctx, id, r, n, &co, &comm) != REEL_OK)
         FAILF("rank %d: comm create: %s", r, reel_ctx_last_error(ctx));
+    if (!id && reel_comm_create_env(ctx, &co, &comm) != REEL_OK)
+        FAILF("rank %d: comm create_env: %s", r, reel_ctx_last_error(ctx));
     if (reel_comm_rank(comm) != r || reel_comm_size(comm) != n)
         FAILF("rank %d: rank/size %d/%d", r, reel_comm_rank(comm), reel_comm_size(comm));
     const int W = C * n;
@@ -122,6 +127,25 @@ static int rank_main(const reel_comm_id *id, int r, int n)
     return 0;
 }
 
+static int rank_main(const reel_comm_id *id, int r, int n) { return rank_run(id, r, n); }
+
+/* torchrun's variables, then the same run. */
+static int env_main(const reel_comm_id *id, int r, int n)
+{
+    (void)id;
+    char v[32];
+    snprintf(v, sizeof v, "%d", r);
+    setenv("RANK", v, 1);
+    setenv("LOCAL_RANK", v, 1);
+    snprintf(v, sizeof v, "%d", n);
+    setenv("WORLD_SIZE", v, 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(v, sizeof v, "%d", g_port);
+    setenv("MASTER_PORT", v, 1);
+    unsetenv("REEL_RDZV_PORT");
+    return rank_run(NULL, r, n);
+}
+
 /* Forks n ranks running fn; true when every one exited 0. */
 static bool run_ranks(int n, int (*fn)(const reel_comm_id *, int, int))
 {
@@ -152,6 +176,40 @@ Test(comm_procs, every_collective_and_a_ring_across_2_3_and_4_processes)
 {
     for (int n = 2; n <= 4; n++)
         cr_assert(run_ranks(n, rank_main), "%d processes", n);
+}
+
+Test(comm_procs, torchrun_variables_make_the_group)
+{
+    g_port = 20000 + (int)(getpid() % 20000) * 2;
+    cr_assert(run_ranks(3, env_main));
+}
+
+/* Missing or bad variables are refused, naming them. */
+Test(comm_procs, a_missing_or_bad_launcher_variable_is_named)
+{
+    reel_ctx *ctx = NULL;
+    cr_assert_eq(reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &ctx), REEL_OK);
+    reel_comm *c = NULL;
+    unsetenv("WORLD_SIZE");
+    cr_assert_eq(reel_comm_create_env(ctx, NULL, &c), REEL_E_INVALID_ARG);
+    cr_assert(strstr(reel_ctx_last_error(ctx), "WORLD_SIZE is not set"), "%s", reel_ctx_last_error(ctx));
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("RANK", "5", 1);
+    cr_assert_eq(reel_comm_create_env(ctx, NULL, &c), REEL_E_INVALID_ARG);
+    cr_assert(strstr(reel_ctx_last_error(ctx), "RANK is '5'"), "%s", reel_ctx_last_error(ctx));
+    setenv("RANK", "1", 1);
+    unsetenv("MASTER_PORT");
+    cr_assert_eq(reel_comm_create_env(ctx, NULL, &c), REEL_E_INVALID_ARG);
+    cr_assert(strstr(reel_ctx_last_error(ctx), "MASTER_PORT"), "%s", reel_ctx_last_error(ctx));
+    cr_assert_null(c);
+    /* one rank needs no rendezvous */
+    setenv("WORLD_SIZE", "1", 1);
+    setenv("RANK", "0", 1);
+    reel_comm_opts o = proc_opts(1000);
+    cr_assert_eq(reel_comm_create_env(ctx, &o, &c), REEL_OK, "%s", reel_ctx_last_error(ctx));
+    cr_assert_eq(reel_comm_size(c), 1);
+    cr_assert_eq(reel_comm_destroy(c), REEL_OK);
+    reel_ctx_destroy(ctx);
 }
 
 /* Rank 1 joins and exits; rank 0's compile (its exchange with rank 1)
