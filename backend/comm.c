@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/comm.h"
+#include "core/halloc.h"
 #include "backend/fault.h"
 #include "backend/ctx.h"
 #include "backend/registry.h"
@@ -139,6 +140,69 @@ reel_status reel_comm_create_group(reel_ctx *const *ctxs, int n, const reel_comm
     for (int r = 0; st == REEL_OK && r < n; r++)
         reel_fault_wrap_comm(comms[r]);
 #endif
+    return st;
+}
+
+/* Rank order inside a color: key, then parent rank. */
+static bool split_before(const int32_t *ck, int a, int b)
+{
+    return ck[2 * a + 1] != ck[2 * b + 1] ? ck[2 * a + 1] < ck[2 * b + 1] : a < b;
+}
+
+reel_status reel_comm_split(reel_comm *parent, int color, int key, const reel_comm_opts *opts, reel_comm **out)
+{
+    if (out)
+        *out = NULL;
+    if (!parent || !out)
+        return reel_seterr(parent ? parent->err : NULL, REEL_E_INVALID_ARG, "comm split: NULL communicator or out");
+    if (color < REEL_COMM_SPLIT_NONE)
+        return reel_seterr(parent->err, REEL_E_INVALID_ARG,
+                           "comm split: rank %d: color %d (>= 0, or REEL_COMM_SPLIT_NONE)", parent->rank, color);
+    reel_comm_opts o = REEL_COMM_OPTS_INIT;
+    if (opts)
+        REEL_TRY(reel_struct_load(&o, opts, &reel_abi_comm_opts, parent->err));
+    if (o.timeout_ms == REEL_UNDEF_INT)
+        o.timeout_ms = parent->timeout_ms;
+    if (o.processes == REEL_UNDEF_INT)
+        o.processes = parent->processes;
+    const int n = parent->nranks, me = parent->rank;
+    int32_t mine[2] = {color, key};
+    int32_t *ck = reel_hcalloc((size_t)n * 2, sizeof *ck);
+    reel_comm_id *ids = reel_hcalloc((size_t)n, sizeof *ids);
+    if (!ck || !ids) {
+        reel_hfree(ck), reel_hfree(ids);
+        return reel_seterr(parent->err, REEL_E_OOM, "comm split: out of host memory");
+    }
+    reel_status st = parent->vt->agree(parent, mine, ck, sizeof mine);
+    /* this rank's place in its color, and the color's leader */
+    int rank = 0, size = 0, leader = -1;
+    for (int q = 0; st == REEL_OK && q < n; q++) {
+        if (ck[2 * q] != color || color < 0)
+            continue;
+        size++;
+        rank += split_before(ck, q, me);
+        if (leader < 0 || split_before(ck, q, leader))
+            leader = q;
+    }
+    reel_comm_id id;
+    memset(&id, 0, sizeof id);
+    if (st == REEL_OK && color >= 0 && leader == me)
+        st = reel_comm_unique_id(parent->ctx, &id);
+    /* Every rank takes part in the exchange, even after a failure above
+     * (a zero id), so that no rank waits for it; a member then finds its
+     * leader's id empty and fails too. */
+    reel_status ex = parent->vt->agree(parent, &id, ids, sizeof id);
+    st = st != REEL_OK ? st : ex;
+    if (st == REEL_OK && color >= 0) {
+        id = ids[leader];
+        if (id.bytes[0] == 0)
+            st = reel_seterr(parent->err, REEL_E_BACKEND, "comm split: rank %d: the leader of color %d (rank %d) made "
+                             "no id", me, color, leader);
+        else
+            st = reel_comm_create(parent->ctx, &id, rank, size, &o, out);
+    }
+    reel_hfree(ck);
+    reel_hfree(ids);
     return st;
 }
 

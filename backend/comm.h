@@ -17,6 +17,7 @@
 #ifndef REEL_BACKEND_COMM_H
 #define REEL_BACKEND_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "backend/backend.h"
@@ -64,6 +65,7 @@ struct reel_comm {
     reel_err *err;         /* the context's buffer */
     int rank, nranks;
     int timeout_ms;        /* 0: none */
+    bool processes;        /* host: the ranks are processes (host_comm_sock.c) */
     int plans;             /* plans holding a reference (atomic) */
     void *impl;
     const reel_comm_vt *base_vt; /* its own table when vt wraps it (backend/fault.h), else NULL */

@@ -675,6 +675,7 @@ reel_status reel_host_sock_join(reel_ctx *ctx, const unsigned char *token, size_
     c->rank = rank;
     c->nranks = nranks;
     c->timeout_ms = timeout_ms;
+    c->processes = true;
     c->impl = g;
     *out = c;
     return REEL_OK;

@@ -111,6 +111,15 @@ reel_status reel_comm_create_env(reel_ctx *ctx, const reel_comm_opts *opts, reel
  * comms[r] (n ranks, one context each, all host or all CUDA). On failure
  * no communicator is left and comms[] is NULL. */
 reel_status reel_comm_create_group(reel_ctx *const *ctxs, int n, const reel_comm_opts *opts, reel_comm **comms);
+/* Splits parent's group: every rank of parent calls it (a collective
+ * exchange over parent); the ranks that pass the same color >= 0 form a new
+ * group, ranked by key and then by parent rank; REEL_COMM_SPLIT_NONE (-1)
+ * joins none (*out NULL). The way PP, CP and DCP groups come from one world
+ * communicator. The lowest-ranked member of each group makes its id, so a
+ * split needs no launcher. opts NULL: parent's timeout and, on the host, its
+ * kind (threads or processes). The caller owns *out. */
+#define REEL_COMM_SPLIT_NONE (-1)
+reel_status reel_comm_split(reel_comm *parent, int color, int key, const reel_comm_opts *opts, reel_comm **out);
 /* Destroys the communicator. Refused (REEL_E_INVALID_USAGE, with a message
  * on its context) while a plan compiled with it exists: destroy the plans
  * first. NULL: REEL_OK. Other ranks' pending collectives fail instead of

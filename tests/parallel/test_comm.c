@@ -425,3 +425,62 @@ Test(comm, ranks_join_by_an_id_passed_as_hex_and_disagreeing_sizes_are_refused)
     free(j);
     rk_close(&w);
 }
+
+/* Issue 46: a world of threads split by color and key (rank 3 in none):
+ * the new groups' sizes and ranks, and they work (a compile exchange and an
+ * all_reduce of the parent ranks). */
+static void split_body(rk_world *w, int r, void *arg)
+{
+    (void)arg;
+    reel_comm *sub = NULL;
+    int color = r == 3 ? REEL_COMM_SPLIT_NONE : r % 2;
+    if (rk_note(w, r, reel_comm_split(w->comm[r], color, -r, NULL, &sub)) != REEL_OK)
+        return;
+    if (r == 3) {
+        w->st[r] = sub ? REEL_E_INTERNAL : REEL_OK;
+        return;
+    }
+    int want_size = r % 2 == 0 ? 2 : 1, want_rank = r == 0 ? 1 : 0;
+    if (reel_comm_size(sub) != want_size || reel_comm_rank(sub) != want_rank) {
+        w->st[r] = REEL_E_INTERNAL;
+        snprintf(w->msg[r], sizeof w->msg[r], "rank %d of %d, want %d of %d", reel_comm_rank(sub),
+                 reel_comm_size(sub), want_rank, want_size);
+    } else {
+        reel_graph *g = NULL;
+        reel_graph_create(w->ctx[r], &g);
+        int64_t d[2] = {REEL_DIM_TOKENS, 1};
+        reel_output(g, "y", reel_all_reduce(g, reel_input(g, "x", REEL_F32, 2, d)));
+        reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+        o.comm = sub;
+        reel_plan *p = NULL;
+        reel_status st = reel_compile(g, &o, &p);
+        reel_graph_destroy(g);
+        float x = (float)r;
+        reel_step_info si = {REEL_STEP_INFO_HEAD, .num_tokens = 1};
+        if (st == REEL_OK)
+            st = reel_plan_set_input(p, "x", &x, 1);
+        if (st == REEL_OK)
+            st = reel_step(p, &si);
+        const void *y = NULL;
+        if (st == REEL_OK)
+            st = reel_plan_output(p, "y", &y, NULL);
+        if (st == REEL_OK && *(const float *)y != (r % 2 == 0 ? 2.0f : 1.0f))
+            st = REEL_E_INTERNAL;
+        rk_note(w, r, st);
+        reel_plan_destroy(p);
+    }
+    reel_comm_destroy(sub);
+}
+
+Test(comm, a_world_of_threads_splits_into_groups_by_color_and_key)
+{
+    rk_world w;
+    cr_assert_eq(rk_open(&w, 4, 5000), REEL_OK);
+    rk_run(&w, split_body, NULL);
+    for (int r = 0; r < 4; r++)
+        cr_expect_eq(w.st[r], REEL_OK, "rank %d: %s", r, w.msg[r]);
+    reel_comm *none = NULL;
+    cr_expect_eq(reel_comm_split(w.comm[0], -2, 0, NULL, &none), REEL_E_INVALID_ARG);
+    cr_expect(strstr(reel_ctx_last_error(w.ctx[0]), "color -2"), "%s", reel_ctx_last_error(w.ctx[0]));
+    rk_close(&w);
+}

@@ -212,6 +212,61 @@ Test(comm_procs, a_missing_or_bad_launcher_variable_is_named)
     reel_ctx_destroy(ctx);
 }
 
+/* A world of 4 processes split into PP-style groups: color r % 2 (rank 3:
+ * none), key -r, so group 0 is parent ranks 2 then 0; an all_gather of each
+ * rank's parent rank shows the order. */
+static int split_main(const reel_comm_id *id, int r, int n)
+{
+    reel_ctx *ctx = NULL;
+    reel_ctx_create(reel_test_ctx_opts(REEL_BACKEND_HOST), &ctx);
+    reel_comm_opts co = proc_opts(20000);
+    reel_comm *world = NULL, *sub = NULL;
+    if (reel_comm_create(ctx, id, r, n, &co, &world) != REEL_OK)
+        FAILF("rank %d: comm create: %s", r, reel_ctx_last_error(ctx));
+    int color = r == 3 ? REEL_COMM_SPLIT_NONE : r % 2;
+    if (reel_comm_split(world, color, -r, NULL, &sub) != REEL_OK)
+        FAILF("rank %d: split: %s", r, reel_ctx_last_error(ctx));
+    if (r == 3) {
+        if (sub)
+            FAILF("rank 3: joined a group with color NONE");
+    } else {
+        int want_size = r % 2 == 0 ? 2 : 1, want_rank = r == 0 ? 1 : 0;
+        if (reel_comm_size(sub) != want_size || reel_comm_rank(sub) != want_rank)
+            FAILF("rank %d: sub rank %d of %d, want %d of %d", r, reel_comm_rank(sub), reel_comm_size(sub), want_rank,
+                  want_size);
+        reel_graph *g = NULL;
+        reel_graph_create(ctx, &g);
+        int64_t d[2] = {REEL_DIM_TOKENS, 1};
+        reel_output(g, "y", reel_all_gather(g, reel_input(g, "x", REEL_F32, 2, d), 1, want_size));
+        reel_compile_opts o = REEL_COMPILE_OPTS_INIT;
+        o.comm = sub;
+        reel_plan *p = NULL;
+        if (reel_compile(g, &o, &p) != REEL_OK)
+            FAILF("rank %d: compile on the split: %s", r, reel_ctx_last_error(ctx));
+        reel_graph_destroy(g);
+        float x = (float)r;
+        reel_plan_set_input(p, "x", &x, 1);
+        reel_step_info si = {REEL_STEP_INFO_HEAD, .num_tokens = 1};
+        if (reel_step(p, &si) != REEL_OK)
+            FAILF("rank %d: step on the split: %s", r, reel_ctx_last_error(ctx));
+        const void *y;
+        reel_plan_output(p, "y", &y, NULL);
+        const float *f = y;
+        if (want_size == 2 ? (f[0] != 2.0f || f[1] != 0.0f) : f[0] != 1.0f)
+            FAILF("rank %d: the split's all_gather gave %g %g", r, f[0], want_size == 2 ? f[1] : 0.0f);
+        reel_plan_destroy(p);
+        reel_comm_destroy(sub);
+    }
+    reel_comm_destroy(world);
+    reel_ctx_destroy(ctx);
+    return 0;
+}
+
+Test(comm_procs, a_world_of_processes_splits_into_groups_by_color_and_key)
+{
+    cr_assert(run_ranks(4, split_main));
+}
+
 /* Rank 1 joins and exits; rank 0's compile (its exchange with rank 1)
  * fails at once, naming rank 1. */
 static int leaver(const reel_comm_id *id, int r, int n)

@@ -17,6 +17,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "reel/comm.h"
@@ -390,6 +391,22 @@ Test(every_refusal, has_a_message)
     TH(reel_comm_create_group(cs, 2, NULL, cms));
     TH(reel_comm_create_group(cs, 1, NULL, NULL));
     T(ctx, reel_comm_create_group(cs, 1, &zco, cms));
+    TH(reel_comm_create_env(NULL, NULL, &cm));
+    T(ctx, reel_comm_create_env(ctx, NULL, NULL));
+    T(ctx, reel_comm_create_env(ctx, &zco, &cm));
+    unsetenv("WORLD_SIZE");
+    T(ctx, reel_comm_create_env(ctx, NULL, &cm));
+    cr_assert_null(cm);
+    {
+        reel_comm *one = NULL, *sub = NULL;
+        cr_assert_eq(reel_comm_create_group(cs, 1, NULL, &one), REEL_OK);
+        TH(reel_comm_split(NULL, 0, 0, NULL, &sub));
+        T(ctx, reel_comm_split(one, 0, 0, NULL, NULL));
+        T(ctx, reel_comm_split(one, -2, 0, NULL, &sub));
+        T(ctx, reel_comm_split(one, 0, 0, &zco, &sub));
+        cr_assert_null(sub);
+        reel_comm_destroy(one);
+    }
     TH(reel_comm_destroy(NULL));
     TH(reel_comm_async_error(NULL));
     TH(reel_comm_abort(NULL));
