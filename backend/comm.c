@@ -206,6 +206,27 @@ reel_status reel_comm_split(reel_comm *parent, int color, int key, const reel_co
     return st;
 }
 
+reel_status reel_comm_broadcast(reel_comm *c, void *buf, size_t bytes, int root)
+{
+    if (!c || (!buf && bytes))
+        return reel_seterr(c ? c->err : NULL, REEL_E_INVALID_ARG, "comm broadcast: NULL communicator or buffer");
+    if (root < 0 || root >= c->nranks)
+        return reel_seterr(c->err, REEL_E_INVALID_ARG, "comm broadcast: rank %d of %d: root %d is not a rank", c->rank,
+                           c->nranks, root);
+    if (bytes > ((size_t)1 << 30) / (size_t)c->nranks)
+        return reel_seterr(c->err, REEL_E_INVALID_ARG, "comm broadcast: %zu bytes over %d ranks is past 1 GiB", bytes,
+                           c->nranks);
+    char *all = reel_halloc(bytes * (size_t)c->nranks + 1);
+    if (!all)
+        return reel_seterr(c->err, REEL_E_OOM, "comm broadcast: out of host memory for %zu bytes",
+                           bytes * (size_t)c->nranks);
+    reel_status st = c->vt->agree(c, buf, all, bytes);
+    if (st == REEL_OK)
+        memcpy(buf, all + (size_t)root * bytes, bytes);
+    reel_hfree(all);
+    return st;
+}
+
 reel_status reel_comm_destroy(reel_comm *c)
 {
     if (!c)

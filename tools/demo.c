@@ -173,6 +173,12 @@ typedef struct run {
     /* --temperature and friends: each token row's sampling inputs */
     float *sparams;      /* [token budget][REEL_SAMPLE_PARAMS] */
     int32_t *srng;       /* [token budget][REEL_SAMPLE_RNG] */
+    /* --pp-env: this process's stage of a world of processes */
+    bool ranks;
+    int rank;
+    reel_comm *world;
+    int32_t *desc;        /* a step's broadcast descriptor */
+    size_t desc_words;
     /* --loop: reel_step_n's limits, tokens and step counts */
     int32_t *loop_limit, *loop_tokens, *loop_steps;
 } run;
@@ -419,6 +425,98 @@ static void pp_teardown(run *u)
     for (int k = 1; k < u->pp; k++) reel_ctx_destroy(u->stage[k].ctx);
 }
 
+static reel_status bad_config(run *u, const char *what, const char *err);
+
+/* ---- stages as processes (--pp-env) ---------------------------------------
+ * Stage 0 runs the scheduler; before each step it broadcasts the step (a
+ * descriptor: a command, the counts, then positions, slots, query starts,
+ * context lengths and block tables) over the world communicator, and every
+ * stage steps its plan with it; the stages' send/recv inside the graphs
+ * carry the hidden states and the next tokens, as with threads. */
+enum { DESC_STEP = 1, DESC_QUIT = 2, DESC_HEAD = 4 };
+
+static size_t desc_words(const run *u)
+{
+    size_t budget = (size_t)token_budget(u->o), seqs = (size_t)u->o->max_seqs, stride = (size_t)u->s.b.stride;
+    return DESC_HEAD + 2 * budget + 2 * seqs + 1 + seqs * stride;
+}
+
+/* Stage 0: the step to every stage (cmd DESC_QUIT: the run ends). */
+static reel_status rank_send(run *u, int cmd, const reel_step_info *si)
+{
+    int32_t *d = u->desc;
+    memset(d, 0, u->desc_words * 4);
+    d[0] = cmd;
+    if (si) {
+        int32_t T = si->num_tokens, S = si->num_seqs, W = si->block_table_stride;
+        d[1] = T, d[2] = S, d[3] = W;
+        int32_t *at = d + DESC_HEAD;
+        memcpy(at, si->positions, 4 * (size_t)T), at += T;
+        memcpy(at, si->slot_mapping, 4 * (size_t)T), at += T;
+        memcpy(at, si->query_start, 4 * (size_t)(S + 1)), at += S + 1;
+        memcpy(at, si->context_lens, 4 * (size_t)S), at += S;
+        memcpy(at, si->block_tables, 4 * (size_t)S * (size_t)W);
+    }
+    return reel_comm_broadcast(u->world, d, u->desc_words * 4, 0);
+}
+
+/* Stage 0's step: broadcast, then its own plan. */
+static reel_status rank_step(run *u, const reel_step_info *si)
+{
+    reel_status st = rank_send(u, DESC_STEP, si);
+    return st == REEL_OK ? reel_step(u->plan, si) : st;
+}
+
+/* Stages 1..: step each broadcast step until stage 0 says quit. */
+static reel_status follow(run *u)
+{
+    for (;;) {
+        reel_status st = reel_comm_broadcast(u->world, u->desc, u->desc_words * 4, 0);
+        if (st != REEL_OK) return fail(u, st, "waiting for stage 0's step");
+        const int32_t *d = u->desc;
+        if (d[0] != DESC_STEP) return REEL_OK;
+        int32_t T = d[1], S = d[2];
+        const int32_t *at = d + DESC_HEAD;
+        reel_step_info si = {REEL_STEP_INFO_HEAD, .num_tokens = T, .num_seqs = S, .positions = at,
+                             .slot_mapping = at + T, .query_start = at + 2 * T, .context_lens = at + 2 * T + S + 1,
+                             .block_tables = at + 2 * T + 2 * S + 1, .block_table_stride = d[3]};
+        st = reel_step(u->plan, &si);
+        if (st != REEL_OK) return fail_step(u, st);
+        u->r->steps++;
+    }
+}
+
+/* This process's stage: the world from the environment, its plan. */
+static reel_status rank_setup(run *u)
+{
+    reel_comm_opts cmo = REEL_COMM_OPTS_INIT;
+    cmo.timeout_ms = 60000;
+    reel_status st = reel_comm_create_env(u->ctx, &cmo, &u->world);
+    if (st != REEL_OK) return fail(u, st, "joining the launcher's group");
+    u->rank = reel_comm_rank(u->world);
+    u->pp = reel_comm_size(u->world);
+    u->r->stage = u->rank;
+    u->r->stages = u->pp;
+    if (u->o->pp > 1 && u->o->pp != u->pp) {
+        char err[128];
+        snprintf(err, sizeof err, "--pp %d, but the launcher started %d processes", u->o->pp, u->pp);
+        return bad_config(u, "--pp-env", err);
+    }
+    u->desc_words = desc_words(u);
+    u->desc = calloc(u->desc_words, 4);
+    if (!u->desc) return fail(u, REEL_E_OOM, "the step descriptor");
+    reel_graph *g = NULL;
+    st = model_build_stage_with(u->mm, u->ctx, &u->m, u->rank, u->pp, &g);
+    if (st != REEL_OK) return fail(u, st, "building the stage's graph");
+    reel_compile_opts c = compile_opts(u->o);
+    c.comm = u->world;
+    st = reel_compile(g, &c, &u->plan);
+    reel_graph_destroy(g);
+    if (st != REEL_OK) return fail(u, st, "compiling the stage");
+    st = model_write_stage_with(u->mm, u->plan, &u->m, u->rank, u->pp);
+    return st == REEL_OK ? REEL_OK : fail(u, st, "writing the stage's weights");
+}
+
 static reel_status bad_config(run *u, const char *what, const char *err)
 {
     u->r->status = REEL_E_INVALID_ARG;
@@ -437,6 +535,9 @@ static reel_status setup(run *u)
     if (st != REEL_OK) return fail(u, st, "opening the model");
     m.logits_output = o->prompt_len > 0 && o->logits_path;
     m.sample = o->sample;
+    if (o->pp_env && (o->sample || o->loop > 1 || o->prompt_len > 0))
+        return bad_config(u, "--pp-env", "stages as processes serve the seeded workload greedily (no --temperature, "
+                                         "--loop or --prompt)");
     if (o->sample) {
         if (u->pp > 1) return bad_config(u, "sampling", "--temperature and the sampling options take one stage (--pp 1)");
         size_t rows = (size_t)(o->prompt_len > 0 ? o->prompt_len : token_budget(o));
@@ -480,7 +581,10 @@ static reel_status setup(run *u)
     reel_ctx_opts co = REEL_CTX_OPTS_INIT;
     co.backend = o->backend;
     co.device = o->device;
-    if (u->pp > 1) co.backend = REEL_BACKEND_HOST; /* one GPU holds one NCCL rank */
+    if (u->pp > 1 && !o->pp_env) co.backend = REEL_BACKEND_HOST; /* one GPU holds one NCCL rank */
+    const char *local_rank = getenv("LOCAL_RANK");
+    if (o->pp_env && local_rank && o->device == 0)
+        co.device = atoi(local_rank); /* one GPU a process */
     st = reel_ctx_create(&co, &u->ctx);
     if (st != REEL_OK) return fail(u, st, "creating the context");
     u->r->backend = reel_ctx_backend(u->ctx);
@@ -492,6 +596,7 @@ static reel_status setup(run *u)
     u->m = m;
     if (u->r->backend == REEL_BACKEND_HOST && host_work_refused(u)) return REEL_E_INVALID_ARG;
     u->r->model = m;
+    if (o->pp_env) return rank_setup(u);
     if (u->pp > 1) return pp_setup(u, &co);
     reel_graph *g = NULL;
     st = model_build_stage_with(u->mm, u->ctx, &m, 0, 1, &g);
@@ -519,7 +624,7 @@ static reel_status one_step(run *u)
         st = set_sample_inputs(u, b->num_tokens);
     }
     if (st != REEL_OK) return fail_step(u, st);
-    st = u->pp > 1 ? pp_step(u, &si) : reel_step(u->plan, &si);
+    st = u->ranks ? rank_step(u, &si) : u->pp > 1 ? pp_step(u, &si) : reel_step(u->plan, &si);
     if (st != REEL_OK && u->pp > 1 && u->stage[0].error[0]) { /* another stage failed: say which */
         fail_step(u, st);
         size_t n = strlen(u->r->error);
@@ -777,11 +882,18 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
 {
     memset(r, 0, sizeof *r);
     r->failed_step = -1;
-    run u = {.o = o, .r = r, .pp = o->pp > 1 ? o->pp : 1};
-    u.pg.f = prog;
+    run u = {.o = o, .r = r, .pp = o->pp > 1 && !o->pp_env ? o->pp : 1, .ranks = o->pp_env};
+    u.pg.f = u.ranks ? NULL : prog; /* set again below for stage 0 */
     u.pg.tty = prog && isatty(fileno(prog));
     reel_status st = setup(&u);
-    if (st == REEL_OK) st = o->prompt_len > 0 ? gen_loop(&u) : loop(&u);
+    if (u.ranks && u.rank == 0)
+        u.pg.f = prog;
+    if (st == REEL_OK && u.ranks && u.rank > 0)
+        st = follow(&u);
+    else if (st == REEL_OK)
+        st = o->prompt_len > 0 ? gen_loop(&u) : loop(&u);
+    if (u.ranks && u.rank == 0 && u.world)
+        rank_send(&u, DESC_QUIT, NULL); /* the followers end (after a failure too) */
     finish(&u);
     if (u.plan && o->inspect)
         o->inspect(u.plan, o->inspect_arg);
@@ -789,8 +901,11 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
     free(u.replayed.v);
     free(u.eager.v);
     serve_destroy(&u.s);
-    if (u.pp > 1) pp_teardown(&u);
+    if (u.pp > 1 && !u.ranks) pp_teardown(&u);
     reel_plan_destroy(u.plan);
+    u.plan = NULL;
+    reel_comm_destroy(u.world);
+    free(u.desc);
     reel_model_close(u.mm);
     free(u.sparams);
     free(u.srng);

@@ -32,6 +32,9 @@ typedef struct demo_opts {
     int device;       /* CUDA device ordinal */
     int pp;           /* pipeline stages (0, 1: one); each a thread with its own context, plan and
                          communicator (host backend), joined by send/recv inside the graphs */
+    bool pp_env;      /* the stages are processes: this one is stage RANK of WORLD_SIZE, from a
+                         launcher's environment (torchrun's variables; reel_comm_create_env); stage
+                         0 schedules and broadcasts each step to the others */
     int loop;         /* up to this many decode steps per reel_step_n call (device loops) while the
                          batch is decode only and no request arrives (0, 1: one reel_step a step) */
     /* Checkpoints (the library's models layer, tools/model.c; saving:
@@ -92,6 +95,7 @@ typedef struct demo_result {
     double wall_s, p50_ms, p99_ms, replay_p50_ms, eager_p50_ms;
     uint64_t checksum;
     uint64_t loop_calls, loop_steps; /* --loop: reel_step_n calls and the steps they ran */
+    int stage, stages;               /* --pp-env: this process's stage, of how many */
     reel_backend_kind backend;
     bool interrupted; /* stopped by o->stop: the figures are of the steps run */
     /* on failure */

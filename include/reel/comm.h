@@ -120,6 +120,13 @@ reel_status reel_comm_create_group(reel_ctx *const *ctxs, int n, const reel_comm
  * kind (threads or processes). The caller owns *out. */
 #define REEL_COMM_SPLIT_NONE (-1)
 reel_status reel_comm_split(reel_comm *parent, int color, int key, const reel_comm_opts *opts, reel_comm **out);
+/* Host-blocking: root's bytes into buf on every rank (every rank passes the
+ * same bytes). Not a graph op: for what the host of each rank must know
+ * before a step, e.g. the step's metadata when one rank schedules and the
+ * others follow (reel demo --pp N with stages as processes). Through the
+ * communicator's exchange (every rank's bytes travel to every rank): meant
+ * for kilobytes, not tensors. */
+reel_status reel_comm_broadcast(reel_comm *c, void *buf, size_t bytes, int root);
 /* Destroys the communicator. Refused (REEL_E_INVALID_USAGE, with a message
  * on its context) while a plan compiled with it exists: destroy the plans
  * first. NULL: REEL_OK. Other ranks' pending collectives fail instead of

@@ -405,6 +405,11 @@ Test(every_refusal, has_a_message)
         T(ctx, reel_comm_split(one, -2, 0, NULL, &sub));
         T(ctx, reel_comm_split(one, 0, 0, &zco, &sub));
         cr_assert_null(sub);
+        char bb[4] = {0};
+        TH(reel_comm_broadcast(NULL, bb, 4, 0));
+        T(ctx, reel_comm_broadcast(one, NULL, 4, 0));
+        T(ctx, reel_comm_broadcast(one, bb, 4, 1));
+        T(ctx, reel_comm_broadcast(one, bb, 4, -1));
         reel_comm_destroy(one);
     }
     TH(reel_comm_destroy(NULL));
