@@ -9,6 +9,7 @@
 #include "core/abi.h"
 #include "graph/builder.h"
 #include "models/model.h"
+#include "reel/parallel.h"
 #include "reel/comm.h"
 
 /* ---- checkpoint tensors ------------------------------------------------------ */
@@ -158,6 +159,19 @@ reel_status model_opts_resolve(const reel_model *m, const reel_model_opts *in, m
     if (o->max_context > m->c.context_limit)
         return reel_seterr(err, REEL_E_UNSUPPORTED, "model: max_context %d is past %d, where \"%s\" of config.json "
                            "puts the limit: %s", o->max_context, m->c.context_limit, m->c.limit_key, m->c.limit_why);
+    o->dcp_size = reel_opt_int(u.dcp_size, 1);
+    o->dcp_rank = reel_opt_int(u.dcp_rank, 0);
+    o->dcp_interleave = reel_opt_int(u.dcp_interleave, 1);
+    int n = o->dcp_size, il = o->dcp_interleave;
+    if (n != 1 && n != 2 && n != 4 && n != 8)
+        return reel_seterr(err, REEL_E_UNSUPPORTED, "model options: dcp_size %d is not 1, 2, 4 or 8", n);
+    if (o->dcp_rank < 0 || o->dcp_rank >= n)
+        return reel_seterr(err, REEL_E_INVALID_ARG, "model options: dcp_rank %d of dcp_size %d", o->dcp_rank, n);
+    if (n > 1 && (m->c.heads % n != 0 || o->num_stages > 1 || il < 1 || (il & (il - 1)) || o->block_size % il))
+        return reel_seterr(err, REEL_E_UNSUPPORTED,
+                           "model options: DCP over %d ranks needs num_attention_heads (%d) a multiple of it, one stage "
+                           "(num_stages %d) and dcp_interleave (%d) a power of two dividing block_size (%d)",
+                           n, m->c.heads, o->num_stages, il, o->block_size);
     return REEL_OK;
 }
 
@@ -388,7 +402,19 @@ static reel_tensor layer(gb *b, int l, reel_tensor h, reel_tensor pos, reel_tens
     snprintf(n, sizeof n, "l%d.v_cache", l);
     reel_tensor vc = reel_state(g, n, c->dtype, 4, cache_dims);
     reel_attn_params ap = {REEL_ATTN_PARAMS_HEAD, c->heads, c->kv_heads, (int)Dh, b->o->block_size, 0.0f};
-    reel_tensor a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
+    reel_tensor a;
+    if (b->o->dcp_size > 1) {
+        /* DCP: this rank's heads attend over every rank's shard of the
+         * cache; the heads' results gathered for o_proj */
+        const int N = b->o->dcp_size, r = b->o->dcp_rank;
+        reel_dcp_layout d = {REEL_DCP_LAYOUT_HEAD, .nranks = N, .rank = r, .interleave = b->o->dcp_interleave,
+                             .exchange = REEL_DCP_ALL_TO_ALL};
+        reel_tensor mine = reel_view_cols(g, q, (int64_t)r * (Q / N), Q / N), part = {0}, lse = {0};
+        reel_dcp_attention(g, mine, k, v, kc, vc, &ap, &d, &part, &lse);
+        a = reel_all_gather(g, part, 1, N);
+    } else {
+        a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
+    }
     h = reel_add(g, h, proj(b, a, l, "self_attn.o_proj", c->o_bias));
     x = reel_rmsnorm(g, h, lparam(b, l, "post_attention_layernorm.weight"), eps);
     if (model_layer_moe(c, l)) {

@@ -438,11 +438,11 @@ enum { DESC_STEP = 1, DESC_QUIT = 2, DESC_HEAD = 4 };
 static size_t desc_words(const run *u)
 {
     size_t budget = (size_t)token_budget(u->o), seqs = (size_t)u->o->max_seqs, stride = (size_t)u->s.b.stride;
-    return DESC_HEAD + 2 * budget + 2 * seqs + 1 + seqs * stride;
+    return DESC_HEAD + 3 * budget + 2 * seqs + 1 + seqs * stride;
 }
 
-/* Stage 0: the step to every stage (cmd DESC_QUIT: the run ends). */
-static reel_status rank_send(run *u, int cmd, const reel_step_info *si)
+/* Stage 0: the step (and its tokens) to every stage (cmd DESC_QUIT: the run ends). */
+static reel_status rank_send(run *u, int cmd, const reel_step_info *si, const int32_t *tokens)
 {
     int32_t *d = u->desc;
     memset(d, 0, u->desc_words * 4);
@@ -455,7 +455,8 @@ static reel_status rank_send(run *u, int cmd, const reel_step_info *si)
         memcpy(at, si->slot_mapping, 4 * (size_t)T), at += T;
         memcpy(at, si->query_start, 4 * (size_t)(S + 1)), at += S + 1;
         memcpy(at, si->context_lens, 4 * (size_t)S), at += S;
-        memcpy(at, si->block_tables, 4 * (size_t)S * (size_t)W);
+        memcpy(at, si->block_tables, 4 * (size_t)S * (size_t)W), at += (size_t)S * (size_t)W;
+        memcpy(at, tokens, 4 * (size_t)T);
     }
     return reel_comm_broadcast(u->world, d, u->desc_words * 4, 0);
 }
@@ -463,7 +464,7 @@ static reel_status rank_send(run *u, int cmd, const reel_step_info *si)
 /* Stage 0's step: broadcast, then its own plan. */
 static reel_status rank_step(run *u, const reel_step_info *si)
 {
-    reel_status st = rank_send(u, DESC_STEP, si);
+    reel_status st = rank_send(u, DESC_STEP, si, u->s.b.tokens);
     return st == REEL_OK ? reel_step(u->plan, si) : st;
 }
 
@@ -480,7 +481,11 @@ static reel_status follow(run *u)
         reel_step_info si = {REEL_STEP_INFO_HEAD, .num_tokens = T, .num_seqs = S, .positions = at,
                              .slot_mapping = at + T, .query_start = at + 2 * T, .context_lens = at + 2 * T + S + 1,
                              .block_tables = at + 2 * T + 2 * S + 1, .block_table_stride = d[3]};
-        st = reel_step(u->plan, &si);
+        /* DCP: every rank embeds the step's tokens (PP: stage 0 alone) */
+        const int32_t *tokens = at + 2 * T + 2 * S + 1 + (size_t)S * (size_t)d[3];
+        st = u->o->dcp_env ? reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, tokens, T) : REEL_OK;
+        if (st == REEL_OK)
+            st = reel_step(u->plan, &si);
         if (st != REEL_OK) return fail_step(u, st);
         u->r->steps++;
     }
@@ -497,7 +502,13 @@ static reel_status rank_setup(run *u)
     u->pp = reel_comm_size(u->world);
     u->r->stage = u->rank;
     u->r->stages = u->pp;
-    if (u->o->pp > 1 && u->o->pp != u->pp) {
+    if (u->o->dcp_env) { /* DCP: one stage, the attention sharded over the ranks */
+        u->m.dcp_size = u->pp;
+        u->m.dcp_rank = u->rank;
+        u->r->model = u->m;
+    }
+    const int stages = u->o->dcp_env ? 1 : u->pp, stage = u->o->dcp_env ? 0 : u->rank;
+    if (u->o->pp > 1 && u->o->pp != u->pp && !u->o->dcp_env) {
         char err[128];
         snprintf(err, sizeof err, "--pp %d, but the launcher started %d processes", u->o->pp, u->pp);
         return bad_config(u, "--pp-env", err);
@@ -506,14 +517,14 @@ static reel_status rank_setup(run *u)
     u->desc = calloc(u->desc_words, 4);
     if (!u->desc) return fail(u, REEL_E_OOM, "the step descriptor");
     reel_graph *g = NULL;
-    st = model_build_stage_with(u->mm, u->ctx, &u->m, u->rank, u->pp, &g);
+    st = model_build_stage_with(u->mm, u->ctx, &u->m, stage, stages, &g);
     if (st != REEL_OK) return fail(u, st, "building the stage's graph");
     reel_compile_opts c = compile_opts(u->o);
     c.comm = u->world;
     st = reel_compile(g, &c, &u->plan);
     reel_graph_destroy(g);
     if (st != REEL_OK) return fail(u, st, "compiling the stage");
-    st = model_write_stage_with(u->mm, u->plan, &u->m, u->rank, u->pp);
+    st = model_write_stage_with(u->mm, u->plan, &u->m, stage, stages);
     return st == REEL_OK ? REEL_OK : fail(u, st, "writing the stage's weights");
 }
 
@@ -535,8 +546,10 @@ static reel_status setup(run *u)
     if (st != REEL_OK) return fail(u, st, "opening the model");
     m.logits_output = o->prompt_len > 0 && o->logits_path;
     m.sample = o->sample;
-    if (o->pp_env && (o->sample || o->loop > 1 || o->prompt_len > 0))
-        return bad_config(u, "--pp-env", "stages as processes serve the seeded workload greedily (no --temperature, "
+    if (o->pp_env && o->dcp_env)
+        return bad_config(u, "--pp-env", "--pp-env and --dcp-env together are not validated");
+    if ((o->pp_env || o->dcp_env) && (o->sample || o->loop > 1 || o->prompt_len > 0))
+        return bad_config(u, o->pp_env ? "--pp-env" : "--dcp-env", "ranks as processes serve the seeded workload greedily (no --temperature, "
                                          "--loop or --prompt)");
     if (o->sample) {
         if (u->pp > 1) return bad_config(u, "sampling", "--temperature and the sampling options take one stage (--pp 1)");
@@ -583,7 +596,7 @@ static reel_status setup(run *u)
     co.device = o->device;
     if (u->pp > 1 && !o->pp_env) co.backend = REEL_BACKEND_HOST; /* one GPU holds one NCCL rank */
     const char *local_rank = getenv("LOCAL_RANK");
-    if (o->pp_env && local_rank && o->device == 0)
+    if ((o->pp_env || o->dcp_env) && local_rank && o->device == 0)
         co.device = atoi(local_rank); /* one GPU a process */
     st = reel_ctx_create(&co, &u->ctx);
     if (st != REEL_OK) return fail(u, st, "creating the context");
@@ -596,7 +609,7 @@ static reel_status setup(run *u)
     u->m = m;
     if (u->r->backend == REEL_BACKEND_HOST && host_work_refused(u)) return REEL_E_INVALID_ARG;
     u->r->model = m;
-    if (o->pp_env) return rank_setup(u);
+    if (o->pp_env || o->dcp_env) return rank_setup(u);
     if (u->pp > 1) return pp_setup(u, &co);
     reel_graph *g = NULL;
     st = model_build_stage_with(u->mm, u->ctx, &m, 0, 1, &g);
@@ -882,7 +895,7 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
 {
     memset(r, 0, sizeof *r);
     r->failed_step = -1;
-    run u = {.o = o, .r = r, .pp = o->pp > 1 && !o->pp_env ? o->pp : 1, .ranks = o->pp_env};
+    run u = {.o = o, .r = r, .pp = o->pp > 1 && !o->pp_env ? o->pp : 1, .ranks = o->pp_env || o->dcp_env};
     u.pg.f = u.ranks ? NULL : prog; /* set again below for stage 0 */
     u.pg.tty = prog && isatty(fileno(prog));
     reel_status st = setup(&u);
@@ -893,7 +906,7 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
     else if (st == REEL_OK)
         st = o->prompt_len > 0 ? gen_loop(&u) : loop(&u);
     if (u.ranks && u.rank == 0 && u.world)
-        rank_send(&u, DESC_QUIT, NULL); /* the followers end (after a failure too) */
+        rank_send(&u, DESC_QUIT, NULL, NULL); /* the followers end (after a failure too) */
     finish(&u);
     if (u.plan && o->inspect)
         o->inspect(u.plan, o->inspect_arg);

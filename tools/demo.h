@@ -35,6 +35,9 @@ typedef struct demo_opts {
     bool pp_env;      /* the stages are processes: this one is stage RANK of WORLD_SIZE, from a
                          launcher's environment (torchrun's variables; reel_comm_create_env); stage
                          0 schedules and broadcasts each step to the others */
+    bool dcp_env;     /* the ranks are processes from a launcher's environment, as --pp-env, each with
+                         the whole model and its attention DCP over the ranks (the KV cache sharded by
+                         tokens); rank 0 schedules */
     int loop;         /* up to this many decode steps per reel_step_n call (device loops) while the
                          batch is decode only and no request arrives (0, 1: one reel_step a step) */
     /* Checkpoints (the library's models layer, tools/model.c; saving:

@@ -302,6 +302,10 @@ static reel_model_opts opts_of(const model_config *c, int stage, int nstages)
     o.sample = c->sample;
     o.stage = stage;
     o.num_stages = nstages;
+    if (c->dcp_size > 1) {
+        o.dcp_size = c->dcp_size;
+        o.dcp_rank = c->dcp_rank;
+    }
     return o;
 }
 

@@ -51,6 +51,7 @@ typedef struct model_config {
     int max_context;     /* the plan's, checked against a checkpoint's limits (sliding
                             windows, dynamic rope); 0: not checked */
     bool sample;         /* the next token by reel_sample (inputs MODEL_INPUT_SAMPLE_*), not argmax */
+    int dcp_size, dcp_rank; /* decode context parallel over dcp_size ranks (0, 1: none) */
 } model_config;
 
 #define MODEL_CONFIG_INIT                                                                                  \

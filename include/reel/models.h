@@ -161,11 +161,20 @@ typedef struct reel_model_opts {
                                              [T, REEL_SAMPLE_PARAMS] f32 and
                                              REEL_MODEL_INPUT_SAMPLE_RNG [T, REEL_SAMPLE_RNG]
                                              int32 (of the last stage's plan); undefined: argmax */
+    /* Appended in 0.2 (issue 46). */
+    int dcp_size, dcp_rank;               /* decode context parallel: the KV cache sharded by tokens
+                                             over dcp_size ranks (reel_dcp_attention, parallel.h),
+                                             this plan rank dcp_rank; every rank the whole model,
+                                             its attention the heads' gathered result. Compile with
+                                             the group's communicator (base->comm). In {1, 2, 4, 8},
+                                             dividing num_attention_heads, one stage; undefined: 1 */
+    int dcp_interleave;                   /* global position t on rank (t / I) % N; a power of two
+                                             dividing block_size; undefined: 1 */
 } reel_model_opts;
 #define REEL_MODEL_OPTS_INIT                                                                               \
     { sizeof(reel_model_opts), REEL_VERSION_NUMBER, REEL_MODEL_OPTS_MAGIC, REEL_UNDEF_INT, {0},             \
       REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT,          \
-      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT }
+      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT }
 #define REEL_MODEL_OPTS_HEAD REEL_STRUCT_HEAD(reel_model_opts, REEL_MODEL_OPTS_MAGIC)
 
 /* One checkpoint tensor the model reads (a result struct, as

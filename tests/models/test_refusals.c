@@ -216,6 +216,22 @@ Test(models_refusals, options_out_of_range_are_refused_naming_them, .init = setu
     cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
     cr_expect_eq(reel_model_build(m, g, &o), REEL_E_INVALID_ARG);
     reel_graph_destroy(g);
+    /* DCP outside the validated subset (issue 46) */
+    struct { int size, rank, il, stages; reel_status want; const char *named; } dcp[] = {
+        {3, 0, 1, 1, REEL_E_UNSUPPORTED, "dcp_size 3"},
+        {2, 2, 1, 1, REEL_E_INVALID_ARG, "dcp_rank 2"},
+        {2, 0, 3, 1, REEL_E_UNSUPPORTED, "dcp_interleave (3)"},
+        {2, 0, 1, 2, REEL_E_UNSUPPORTED, "one stage"},
+    };
+    for (size_t i = 0; i < sizeof dcp / sizeof dcp[0]; i++) {
+        o = (reel_model_opts)REEL_MODEL_OPTS_INIT;
+        o.dcp_size = dcp[i].size, o.dcp_rank = dcp[i].rank, o.dcp_interleave = dcp[i].il;
+        o.num_stages = dcp[i].stages;
+        cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+        cr_expect_eq(reel_model_build(m, g, &o), dcp[i].want, "dcp case %zu: %s", i, reel_ctx_last_error(ctx));
+        cr_expect(strstr(reel_ctx_last_error(ctx), dcp[i].named) != NULL, "%s", reel_ctx_last_error(ctx));
+        reel_graph_destroy(g);
+    }
     reel_model_opts bad = {0}; /* not initialised */
     cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
     cr_expect_eq(reel_model_build(m, g, &bad), REEL_E_VERSION);
