@@ -187,6 +187,18 @@ def test_example(model_dir, backend):
 def main():
     binary = sys.argv[1]
     backend = "cuda" if "--backend" in sys.argv and sys.argv[sys.argv.index("--backend") + 1] == "cuda" else "host"
+    if backend == "cuda":  # the GPU suite's rule: no GPU (or no torch), a skip
+        try:
+            reel.Context("cuda").close()
+        except reel.Error as e:
+            print("test_reel.py: no CUDA device (%s): skipped" % e.message)
+            sys.exit(77)
+        if "--torch" in sys.argv:
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                print("test_reel.py: torch is not installed: skipped")
+                sys.exit(77)
     d = tempfile.mkdtemp(prefix="reel-py-")
     try:
         model_dir = os.path.join(d, "model")
