@@ -172,6 +172,13 @@ reel_status model_opts_resolve(const reel_model *m, const reel_model_opts *in, m
                            "model options: DCP over %d ranks needs num_attention_heads (%d) a multiple of it, one stage "
                            "(num_stages %d) and dcp_interleave (%d) a power of two dividing block_size (%d)",
                            n, m->c.heads, o->num_stages, il, o->block_size);
+    o->cp_size = reel_opt_int(u.cp_size, 1);
+    if (o->cp_size != 1 && o->cp_size != 2 && o->cp_size != 4 && o->cp_size != 8)
+        return reel_seterr(err, REEL_E_UNSUPPORTED, "model options: cp_size %d is not 1, 2, 4 or 8", o->cp_size);
+    if (o->cp_size > 1 && (n > 1 || o->num_stages > 1))
+        return reel_seterr(err, REEL_E_UNSUPPORTED, "model options: CP over %d ranks with DCP (dcp_size %d) or "
+                           "pipeline stages (num_stages %d) is outside the validated subset", o->cp_size, n,
+                           o->num_stages);
     return REEL_OK;
 }
 
@@ -412,6 +419,10 @@ static reel_tensor layer(gb *b, int l, reel_tensor h, reel_tensor pos, reel_tens
         reel_tensor mine = reel_view_cols(g, q, (int64_t)r * (Q / N), Q / N), part = {0}, lse = {0};
         reel_dcp_attention(g, mine, k, v, kc, vc, &ap, &d, &part, &lse);
         a = reel_all_gather(g, part, 1, N);
+    } else if (b->o->cp_size > 1) {
+        /* CP: every rank's keys and values of the step written into each
+         * rank's replica, then this rank's tokens attend */
+        a = reel_cp_attention(g, q, k, v, kc, vc, &ap, b->o->cp_size);
     } else {
         a = reel_paged_attention(g, q, k, v, kc, vc, &ap);
     }

@@ -103,6 +103,7 @@ typedef struct model_opts {
     bool logits, separate_qkv, sample;
     int stage, num_stages;
     int dcp_size, dcp_rank, dcp_interleave; /* 1, 0, 1: no DCP */
+    int cp_size;                 /* 1: no CP */
 } model_opts;
 reel_status model_opts_resolve(const reel_model *m, const reel_model_opts *in, model_opts *o, reel_err *err);
 /* Layers [first, last) of a stage. */

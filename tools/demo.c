@@ -177,7 +177,8 @@ typedef struct run {
     bool ranks;
     int rank;
     reel_comm *world;
-    int32_t *desc;        /* a step's broadcast descriptor */
+    int32_t *desc;        /* a step's broadcast descriptor (CP: one a rank) */
+    int32_t *cp_next;     /* CP: every rank's next tokens, batch order */
     size_t desc_words;
     /* --loop: reel_step_n's limits, tokens and step counts */
     int32_t *loop_limit, *loop_tokens, *loop_steps;
@@ -426,6 +427,14 @@ static void pp_teardown(run *u)
 }
 
 static reel_status bad_config(run *u, const char *what, const char *err);
+static reel_step_info step_info(const serve_batch *b);
+
+/* The current batch's step (CP hands out shares of it). */
+static const reel_step_info *step_info_ptr(run *u)
+{
+    u->si = step_info(&u->s.b);
+    return &u->si;
+}
 
 /* ---- stages as processes (--pp-env) ---------------------------------------
  * Stage 0 runs the scheduler; before each step it broadcasts the step (a
@@ -441,24 +450,110 @@ static size_t desc_words(const run *u)
     return DESC_HEAD + 3 * budget + 2 * seqs + 1 + seqs * stride;
 }
 
+/* Writes one step into descriptor d (cmd and the arrays). */
+static void desc_put(int32_t *d, const reel_step_info *si, const int32_t *tokens)
+{
+    int32_t T = si->num_tokens, S = si->num_seqs, W = si->block_table_stride;
+    d[0] = DESC_STEP, d[1] = T, d[2] = S, d[3] = W;
+    int32_t *at = d + DESC_HEAD;
+    memcpy(at, si->positions, 4 * (size_t)T), at += T;
+    memcpy(at, si->slot_mapping, 4 * (size_t)T), at += T;
+    memcpy(at, si->query_start, 4 * (size_t)(S + 1)), at += S + 1;
+    memcpy(at, si->context_lens, 4 * (size_t)S), at += S;
+    memcpy(at, si->block_tables, 4 * (size_t)S * (size_t)W), at += (size_t)S * (size_t)W;
+    memcpy(at, tokens, 4 * (size_t)T);
+}
+
+/* The step descriptor d as a reel_step_info and its tokens. */
+static reel_step_info desc_get(const int32_t *d, const int32_t **tokens)
+{
+    int32_t T = d[1], S = d[2];
+    const int32_t *at = d + DESC_HEAD;
+    reel_step_info si = {REEL_STEP_INFO_HEAD, .num_tokens = T, .num_seqs = S, .positions = at,
+                         .slot_mapping = at + T, .query_start = at + 2 * T, .context_lens = at + 2 * T + S + 1,
+                         .block_tables = at + 2 * T + 2 * S + 1, .block_table_stride = d[3]};
+    *tokens = at + 2 * T + 2 * S + 1 + (size_t)S * (size_t)d[3];
+    return si;
+}
+
+/* CP: rank q's share of the step, tokens [q Tl, (q + 1) Tl) of the batch
+ * (rank-major), padded to Tl: its sequences' parts, their global context
+ * lengths and block tables. */
+static void cp_share(const serve_batch *b, int q, int32_t Tl, int32_t *d)
+{
+    int32_t lo = q * Tl, hi = lo + Tl < b->num_tokens ? lo + Tl : b->num_tokens, W = b->stride;
+    int32_t *at = d + DESC_HEAD;
+    int32_t *pos = at, *slot = at + Tl, *qs = at + 2 * Tl;
+    int32_t S = 0;
+    for (int s = 0; s < b->num_seqs; s++)
+        S += b->query_start[s] < hi && b->query_start[s + 1] > lo;
+    int32_t *ctx = qs + S + 1, *bt = ctx + S, *tok = bt + (size_t)S * (size_t)W;
+    d[0] = DESC_STEP, d[1] = Tl, d[2] = S, d[3] = W;
+    int32_t n = 0, k = 0;
+    qs[0] = 0;
+    for (int s = 0; s < b->num_seqs; s++) {
+        int32_t a = b->query_start[s] > lo ? b->query_start[s] : lo;
+        int32_t e = b->query_start[s + 1] < hi ? b->query_start[s + 1] : hi;
+        if (a >= e) continue;
+        for (int32_t t = a; t < e; t++, n++) {
+            pos[n] = b->positions[t];
+            slot[n] = b->slots[t];
+            tok[n] = b->tokens[t];
+        }
+        qs[k + 1] = n;
+        ctx[k] = b->context_lens[s];
+        memcpy(bt + (size_t)k * (size_t)W, b->block_tables + (size_t)s * (size_t)W, 4 * (size_t)W);
+        k++;
+    }
+    for (; n < Tl; n++) /* padding: after the last sequence, slot -1 */
+        pos[n] = 0, slot[n] = -1, tok[n] = 0;
+}
+
 /* Stage 0: the step (and its tokens) to every stage (cmd DESC_QUIT: the run ends). */
 static reel_status rank_send(run *u, int cmd, const reel_step_info *si, const int32_t *tokens)
 {
     int32_t *d = u->desc;
-    memset(d, 0, u->desc_words * 4);
+    size_t words = u->desc_words * (u->o->cp_env ? (size_t)u->pp : 1);
+    memset(d, 0, words * 4);
     d[0] = cmd;
-    if (si) {
-        int32_t T = si->num_tokens, S = si->num_seqs, W = si->block_table_stride;
-        d[1] = T, d[2] = S, d[3] = W;
-        int32_t *at = d + DESC_HEAD;
-        memcpy(at, si->positions, 4 * (size_t)T), at += T;
-        memcpy(at, si->slot_mapping, 4 * (size_t)T), at += T;
-        memcpy(at, si->query_start, 4 * (size_t)(S + 1)), at += S + 1;
-        memcpy(at, si->context_lens, 4 * (size_t)S), at += S;
-        memcpy(at, si->block_tables, 4 * (size_t)S * (size_t)W), at += (size_t)S * (size_t)W;
-        memcpy(at, tokens, 4 * (size_t)T);
+    if (si && u->o->cp_env) {
+        const serve_batch *b = &u->s.b;
+        int32_t Tl = (b->num_tokens + u->pp - 1) / u->pp;
+        for (int q = 0; q < u->pp; q++)
+            cp_share(b, q, Tl, d + (size_t)q * u->desc_words);
+    } else if (si) {
+        desc_put(d, si, tokens);
     }
-    return reel_comm_broadcast(u->world, d, u->desc_words * 4, 0);
+    return reel_comm_broadcast(u->world, d, words * 4, 0);
+}
+
+/* CP, every rank after its step: every rank's next tokens to every rank
+ * (a broadcast from each), into u->cp_next in batch order. */
+static reel_status cp_gather(run *u, int32_t Tl)
+{
+    const void *out = NULL;
+    int64_t rows = 0;
+    reel_status st = reel_plan_output(u->plan, MODEL_OUTPUT_NEXT, &out, &rows);
+    for (int q = 0; q < u->pp && st == REEL_OK; q++) {
+        int32_t *chunk = u->cp_next + (size_t)q * (size_t)Tl;
+        if (q == u->rank)
+            memcpy(chunk, out, 4 * (size_t)Tl);
+        st = reel_comm_broadcast(u->world, chunk, 4 * (size_t)Tl, q);
+    }
+    return st;
+}
+
+/* CP, rank 0: the shares out, its own step, the next tokens back. */
+static reel_status cp_step(run *u)
+{
+    reel_status st = rank_send(u, DESC_STEP, step_info_ptr(u), NULL);
+    const int32_t *tokens;
+    reel_step_info si = desc_get(u->desc, &tokens);
+    if (st == REEL_OK)
+        st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, tokens, si.num_tokens);
+    if (st == REEL_OK)
+        st = reel_step(u->plan, &si);
+    return st == REEL_OK ? cp_gather(u, si.num_tokens) : st;
 }
 
 /* Stage 0's step: broadcast, then its own plan. */
@@ -472,20 +567,18 @@ static reel_status rank_step(run *u, const reel_step_info *si)
 static reel_status follow(run *u)
 {
     for (;;) {
-        reel_status st = reel_comm_broadcast(u->world, u->desc, u->desc_words * 4, 0);
+        reel_status st = reel_comm_broadcast(u->world, u->desc, u->desc_words * 4 * (u->o->cp_env ? (size_t)u->pp : 1), 0);
         if (st != REEL_OK) return fail(u, st, "waiting for stage 0's step");
-        const int32_t *d = u->desc;
-        if (d[0] != DESC_STEP) return REEL_OK;
-        int32_t T = d[1], S = d[2];
-        const int32_t *at = d + DESC_HEAD;
-        reel_step_info si = {REEL_STEP_INFO_HEAD, .num_tokens = T, .num_seqs = S, .positions = at,
-                             .slot_mapping = at + T, .query_start = at + 2 * T, .context_lens = at + 2 * T + S + 1,
-                             .block_tables = at + 2 * T + 2 * S + 1, .block_table_stride = d[3]};
-        /* DCP: every rank embeds the step's tokens (PP: stage 0 alone) */
-        const int32_t *tokens = at + 2 * T + 2 * S + 1 + (size_t)S * (size_t)d[3];
-        st = u->o->dcp_env ? reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, tokens, T) : REEL_OK;
+        if (u->desc[0] != DESC_STEP) return REEL_OK;
+        const int32_t *d = u->desc + (u->o->cp_env ? (size_t)u->rank * u->desc_words : 0), *tokens;
+        reel_step_info si = desc_get(d, &tokens);
+        /* DCP and CP: every rank embeds its tokens (PP: stage 0 alone) */
+        st = u->o->dcp_env || u->o->cp_env ? reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, tokens, si.num_tokens)
+                                           : REEL_OK;
         if (st == REEL_OK)
             st = reel_step(u->plan, &si);
+        if (st == REEL_OK && u->o->cp_env)
+            st = cp_gather(u, si.num_tokens);
         if (st != REEL_OK) return fail_step(u, st);
         u->r->steps++;
     }
@@ -507,15 +600,21 @@ static reel_status rank_setup(run *u)
         u->m.dcp_rank = u->rank;
         u->r->model = u->m;
     }
-    const int stages = u->o->dcp_env ? 1 : u->pp, stage = u->o->dcp_env ? 0 : u->rank;
-    if (u->o->pp > 1 && u->o->pp != u->pp && !u->o->dcp_env) {
+    if (u->o->cp_env) { /* CP: one stage, the step's tokens split over the ranks */
+        u->m.cp_size = u->pp;
+        u->r->model = u->m;
+    }
+    const bool whole = u->o->dcp_env || u->o->cp_env;
+    const int stages = whole ? 1 : u->pp, stage = whole ? 0 : u->rank;
+    if (u->o->pp > 1 && u->o->pp != u->pp && !whole) {
         char err[128];
         snprintf(err, sizeof err, "--pp %d, but the launcher started %d processes", u->o->pp, u->pp);
         return bad_config(u, "--pp-env", err);
     }
     u->desc_words = desc_words(u);
-    u->desc = calloc(u->desc_words, 4);
-    if (!u->desc) return fail(u, REEL_E_OOM, "the step descriptor");
+    u->desc = calloc(u->desc_words * (u->o->cp_env ? (size_t)u->pp : 1), 4);
+    u->cp_next = calloc((size_t)token_budget(u->o) + (size_t)u->pp, 4);
+    if (!u->desc || !u->cp_next) return fail(u, REEL_E_OOM, "the step descriptor");
     reel_graph *g = NULL;
     st = model_build_stage_with(u->mm, u->ctx, &u->m, stage, stages, &g);
     if (st != REEL_OK) return fail(u, st, "building the stage's graph");
@@ -546,10 +645,14 @@ static reel_status setup(run *u)
     if (st != REEL_OK) return fail(u, st, "opening the model");
     m.logits_output = o->prompt_len > 0 && o->logits_path;
     m.sample = o->sample;
-    if (o->pp_env && o->dcp_env)
-        return bad_config(u, "--pp-env", "--pp-env and --dcp-env together are not validated");
-    if ((o->pp_env || o->dcp_env) && (o->sample || o->loop > 1 || o->prompt_len > 0))
-        return bad_config(u, o->pp_env ? "--pp-env" : "--dcp-env", "ranks as processes serve the seeded workload greedily (no --temperature, "
+    if ((int)o->pp_env + (int)o->dcp_env + (int)o->cp_env > 1)
+        return bad_config(u, "--pp-env", "one of --pp-env, --dcp-env and --cp-env: together they are not validated");
+    if (o->cp_env && !o->fit)
+        return bad_config(u, "--cp-env", "--cp-env needs --fit: a step past the context limit runs eagerly in its own "
+                                         "layout on the ranks that hold its long sequence only, and the ranks' "
+                                         "collectives would then disagree");
+    if ((o->pp_env || o->dcp_env || o->cp_env) && (o->sample || o->loop > 1 || o->prompt_len > 0))
+        return bad_config(u, o->pp_env ? "--pp-env" : o->dcp_env ? "--dcp-env" : "--cp-env", "ranks as processes serve the seeded workload greedily (no --temperature, "
                                          "--loop or --prompt)");
     if (o->sample) {
         if (u->pp > 1) return bad_config(u, "sampling", "--temperature and the sampling options take one stage (--pp 1)");
@@ -596,7 +699,7 @@ static reel_status setup(run *u)
     co.device = o->device;
     if (u->pp > 1 && !o->pp_env) co.backend = REEL_BACKEND_HOST; /* one GPU holds one NCCL rank */
     const char *local_rank = getenv("LOCAL_RANK");
-    if ((o->pp_env || o->dcp_env) && local_rank && o->device == 0)
+    if ((o->pp_env || o->dcp_env || o->cp_env) && local_rank && o->device == 0)
         co.device = atoi(local_rank); /* one GPU a process */
     st = reel_ctx_create(&co, &u->ctx);
     if (st != REEL_OK) return fail(u, st, "creating the context");
@@ -609,7 +712,7 @@ static reel_status setup(run *u)
     u->m = m;
     if (u->r->backend == REEL_BACKEND_HOST && host_work_refused(u)) return REEL_E_INVALID_ARG;
     u->r->model = m;
-    if (o->pp_env || o->dcp_env) return rank_setup(u);
+    if (o->pp_env || o->dcp_env || o->cp_env) return rank_setup(u);
     if (u->pp > 1) return pp_setup(u, &co);
     reel_graph *g = NULL;
     st = model_build_stage_with(u->mm, u->ctx, &m, 0, 1, &g);
@@ -624,12 +727,19 @@ static reel_status setup(run *u)
     return REEL_OK;
 }
 
+static reel_status after_step(run *u, const int32_t *out, double t0);
+
 static reel_status one_step(run *u)
 {
     const serve_batch *b = &u->s.b;
     demo_result *r = u->r;
     reel_step_info si = step_info(b);
     double t0 = now_s();
+    if (u->ranks && u->o->cp_env) { /* CP: each rank its share; the next tokens gathered */
+        reel_status cst = cp_step(u);
+        if (cst != REEL_OK) return fail_step(u, cst);
+        return after_step(u, u->cp_next, t0);
+    }
     reel_status st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, b->tokens, b->num_tokens);
     if (st == REEL_OK && u->o->sample) {
         for (int s = 0; s < b->num_seqs; s++)
@@ -656,8 +766,16 @@ static reel_status one_step(run *u)
                  r->steps, MODEL_OUTPUT_NEXT, rows, b->num_tokens);
         return REEL_E_INTERNAL;
     }
+    return after_step(u, (const int32_t *)out, t0);
+}
+
+/* A step's next tokens applied, its latency and counts recorded. */
+static reel_status after_step(run *u, const int32_t *out, double t0)
+{
+    const serve_batch *b = &u->s.b;
+    demo_result *r = u->r;
     double t1 = now_s(), ms = (t1 - t0) * 1e3;
-    serve_commit(&u->s, (const int32_t *)out);
+    serve_commit(&u->s, out);
     bool replayed = reel_plan_last_fallback(u->plan) == REEL_FALLBACK_NONE;
     const demo_observer *ob = u->o->observer;
     if (ob && ob->step_done) {
@@ -693,6 +811,11 @@ static reel_status burst(run *u, int k, int *done)
     if (k < 2) return REEL_OK;
     reel_step_info si = step_info(b);
     double t0 = now_s();
+    if (u->ranks && u->o->cp_env) { /* CP: each rank its share; the next tokens gathered */
+        reel_status cst = cp_step(u);
+        if (cst != REEL_OK) return fail_step(u, cst);
+        return after_step(u, u->cp_next, t0);
+    }
     reel_status st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, b->tokens, b->num_tokens);
     if (st == REEL_OK && u->o->sample) {
         for (int s = 0; s < b->num_seqs; s++)
@@ -895,7 +1018,7 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
 {
     memset(r, 0, sizeof *r);
     r->failed_step = -1;
-    run u = {.o = o, .r = r, .pp = o->pp > 1 && !o->pp_env ? o->pp : 1, .ranks = o->pp_env || o->dcp_env};
+    run u = {.o = o, .r = r, .pp = o->pp > 1 && !o->pp_env ? o->pp : 1, .ranks = o->pp_env || o->dcp_env || o->cp_env};
     u.pg.f = u.ranks ? NULL : prog; /* set again below for stage 0 */
     u.pg.tty = prog && isatty(fileno(prog));
     reel_status st = setup(&u);
@@ -919,6 +1042,7 @@ reel_status demo_run(const demo_opts *o, demo_result *r, FILE *prog)
     u.plan = NULL;
     reel_comm_destroy(u.world);
     free(u.desc);
+    free(u.cp_next);
     reel_model_close(u.mm);
     free(u.sparams);
     free(u.srng);

@@ -38,6 +38,9 @@ typedef struct demo_opts {
     bool dcp_env;     /* the ranks are processes from a launcher's environment, as --pp-env, each with
                          the whole model and its attention DCP over the ranks (the KV cache sharded by
                          tokens); rank 0 schedules */
+    bool cp_env;      /* the same launch, each step's tokens split over the ranks (context parallel:
+                         every rank the whole model and a replica of the cache); rank 0 schedules,
+                         hands each rank its share and gathers the next tokens */
     int loop;         /* up to this many decode steps per reel_step_n call (device loops) while the
                          batch is decode only and no request arrives (0, 1: one reel_step a step) */
     /* Checkpoints (the library's models layer, tools/model.c; saving:

@@ -78,6 +78,8 @@ void demo_options_usage(FILE *f)
           "                     schedules and prints, the others follow its steps\n"
           "  --dcp-env          the same launch, every rank the whole model with its KV cache sharded\n"
           "                     by tokens over the ranks (decode context parallel attention)\n"
+          "  --cp-env           the same launch, each step's tokens split over the ranks (context\n"
+          "                     parallel attention, every rank a replica of the KV cache)\n"
           "  --quiet            no progress line\n"
           "  -h, --help\n"
           "Options take their value as --opt VALUE or --opt=VALUE.\n",
@@ -141,7 +143,7 @@ static int parse_dtype(const char *s, reel_dtype *out, FILE *err)
 enum { O_LAYERS = 256, O_HIDDEN, O_HEADS, O_KV_HEADS, O_FFN, O_VOCAB, O_DTYPE, O_BLOCK, O_BUCKETS, O_CTX,
        O_SEQS, O_STRICT, O_EAGER, O_HAZARDS, O_TOKENS, O_REQUESTS, O_STEPS, O_KV_BLOCKS, O_FIT, O_SEED,
        O_BACKEND, O_QUIET, O_PDL, O_DEVICE, O_PP, O_MODEL, O_SAVE_MODEL, O_PROMPT, O_GENERATE, O_LOGITS,
-       O_NO_PDL, O_NO_FUSE, O_TEMP, O_TOP_P, O_TOP_K, O_MIN_P, O_GREEDY_SHARE, O_LOOP, O_PP_ENV, O_DCP_ENV };
+       O_NO_PDL, O_NO_FUSE, O_TEMP, O_TOP_P, O_TOP_K, O_MIN_P, O_GREEDY_SHARE, O_LOOP, O_PP_ENV, O_DCP_ENV, O_CP_ENV };
 
 static const struct option long_opts[] = {
     {"layers", required_argument, 0, O_LAYERS},     {"hidden", required_argument, 0, O_HIDDEN},
@@ -164,6 +166,7 @@ static const struct option long_opts[] = {
     {"top-k", required_argument, 0, O_TOP_K},       {"min-p", required_argument, 0, O_MIN_P},
     {"greedy-share", required_argument, 0, O_GREEDY_SHARE}, {"loop", required_argument, 0, O_LOOP},
     {"pp-env", no_argument, 0, O_PP_ENV}, {"dcp-env", no_argument, 0, O_DCP_ENV},
+    {"cp-env", no_argument, 0, O_CP_ENV},
     {"help", no_argument, 0, 'h'},                  {0, 0, 0, 0},
 };
 
@@ -246,6 +249,7 @@ static int parse_one(int c, const char *a, demo_opts *o, FILE *err)
     case O_LOOP: return parse_int("loop", a, 0, 4096, &o->loop, err);
     case O_PP_ENV: o->pp_env = true; return 0;
     case O_DCP_ENV: o->dcp_env = true; return 0;
+    case O_CP_ENV: o->cp_env = true; return 0;
     case O_KV_BLOCKS: return parse_int("kv-blocks", a, 1, 1L << 24, &o->kv_blocks, err);
     case O_SEED: return parse_seed(a, &o->seed, err);
     case O_STRICT: o->strict = true; return 0;
@@ -432,7 +436,7 @@ void demo_print_summary(const demo_opts *o, const demo_result *r, FILE *f)
         print_generation(o, r, f);
         return;
     }
-    if ((o->pp_env || o->dcp_env) && r->stage > 0) { /* a follower: stage 0 prints the run */
+    if ((o->pp_env || o->dcp_env || o->cp_env) && r->stage > 0) { /* a follower: stage 0 prints the run */
         fprintf(f, "  stage              %d of %d, followed stage 0's %" PRIu64 " steps (replays %" PRIu64
                    ", eager %" PRIu64 ")\n",
                 r->stage, r->stages, r->steps, s->replays, s->eager_steps);

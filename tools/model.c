@@ -306,6 +306,8 @@ static reel_model_opts opts_of(const model_config *c, int stage, int nstages)
         o.dcp_size = c->dcp_size;
         o.dcp_rank = c->dcp_rank;
     }
+    if (c->cp_size > 1)
+        o.cp_size = c->cp_size;
     return o;
 }
 

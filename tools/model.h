@@ -52,6 +52,7 @@ typedef struct model_config {
                             windows, dynamic rope); 0: not checked */
     bool sample;         /* the next token by reel_sample (inputs MODEL_INPUT_SAMPLE_*), not argmax */
     int dcp_size, dcp_rank; /* decode context parallel over dcp_size ranks (0, 1: none) */
+    int cp_size;            /* context parallel over cp_size ranks (0, 1: none) */
 } model_config;
 
 #define MODEL_CONFIG_INIT                                                                                  \

@@ -170,11 +170,17 @@ typedef struct reel_model_opts {
                                              dividing num_attention_heads, one stage; undefined: 1 */
     int dcp_interleave;                   /* global position t on rank (t / I) % N; a power of two
                                              dividing block_size; undefined: 1 */
+    int cp_size;                          /* context parallel: each step's tokens split over cp_size
+                                             ranks, every rank the whole model and a replica of the
+                                             cache (reel_cp_attention); compile with the group's
+                                             communicator. In {1, 2, 4, 8}, one stage, not with DCP;
+                                             undefined: 1 */
 } reel_model_opts;
 #define REEL_MODEL_OPTS_INIT                                                                               \
     { sizeof(reel_model_opts), REEL_VERSION_NUMBER, REEL_MODEL_OPTS_MAGIC, REEL_UNDEF_INT, {0},             \
       REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT,          \
-      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT }
+      REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT, REEL_UNDEF_INT,          \
+      REEL_UNDEF_INT }
 #define REEL_MODEL_OPTS_HEAD REEL_STRUCT_HEAD(reel_model_opts, REEL_MODEL_OPTS_MAGIC)
 
 /* One checkpoint tensor the model reads (a result struct, as

@@ -232,6 +232,17 @@ Test(models_refusals, options_out_of_range_are_refused_naming_them, .init = setu
         cr_expect(strstr(reel_ctx_last_error(ctx), dcp[i].named) != NULL, "%s", reel_ctx_last_error(ctx));
         reel_graph_destroy(g);
     }
+    o = (reel_model_opts)REEL_MODEL_OPTS_INIT;
+    o.cp_size = 2, o.dcp_size = 2;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    cr_expect_eq(reel_model_build(m, g, &o), REEL_E_UNSUPPORTED);
+    cr_expect(strstr(reel_ctx_last_error(ctx), "CP over 2 ranks with DCP") != NULL, "%s", reel_ctx_last_error(ctx));
+    reel_graph_destroy(g);
+    o.cp_size = 5, o.dcp_size = 1;
+    cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+    cr_expect_eq(reel_model_build(m, g, &o), REEL_E_UNSUPPORTED);
+    cr_expect(strstr(reel_ctx_last_error(ctx), "cp_size 5") != NULL, "%s", reel_ctx_last_error(ctx));
+    reel_graph_destroy(g);
     reel_model_opts bad = {0}; /* not initialised */
     cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
     cr_expect_eq(reel_model_build(m, g, &bad), REEL_E_VERSION);

@@ -2,11 +2,13 @@
 # reel demo --pp-env / --dcp-env: the ranks as N processes started the way a
 # launcher starts them (RANK, WORLD_SIZE, MASTER_PORT) serve the seeded
 # workload with the token checksum of one process, for N = 2 and 4: pipeline
-# stages (bf16), and DCP attention over the ranks (f32: in bf16 each rank's
-# partial attention is rounded before the combine, so tokens may part).
+# stages (bf16), DCP attention over the ranks (f32: in bf16 each rank's
+# partial attention is rounded before the combine, so tokens may part), and
+# CP, each step's tokens split over the ranks (bf16; --fit: inside the limits).
 reel=$1 mode=${2:-pp}
 args="--backend host --quiet --layers 4 --hidden 64 --heads 4 --vocab 256 --block-size 8 --buckets 1,2,4,8,16 --max-context 64 --max-seqs 4 --requests 12"
 [ "$mode" = dcp ] && args="$args --dtype f32"
+[ "$mode" = cp ] && args="$args --fit"
 one=$("$reel" demo $args | sed -n 's/.*token checksum *//p')
 [ -n "$one" ] || { echo "pp_env.sh: no checksum from one process"; exit 1; }
 dir=$(mktemp -d)
