@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/comm.h"
 #include "backend/ctx.h"
@@ -612,7 +613,9 @@ void reel_host_comm_token(unsigned char *token)
     uint64_t k = __atomic_add_fetch(&rdv_counter, 1, __ATOMIC_RELAXED);
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
-    uint64_t words[3] = {k, (uint64_t)t.tv_sec, (uint64_t)t.tv_nsec ^ (uint64_t)(uintptr_t)&k};
+    /* the process too: ids made at once in two processes (forked workers,
+     * launchers) differ */
+    uint64_t words[4] = {k, (uint64_t)t.tv_sec, (uint64_t)t.tv_nsec ^ (uint64_t)(uintptr_t)&k, (uint64_t)getpid()};
     memset(token, 0, TOKEN_BYTES);
     memcpy(token, words, sizeof words);
 }

@@ -650,10 +650,16 @@ reel_status reel_host_sock_join(reel_ctx *ctx, const unsigned char *token, size_
         reel_hfree(c);
         return reel_seterr(&ctx->err, REEL_E_OOM, "comm create: out of host memory");
     }
+    /* The directory: two 64-bit FNV-1a hashes of the whole token (its words
+     * differ between groups in any byte, not only the first ones). */
     const char *tmp = getenv("TMPDIR");
-    int at = snprintf(g->dir, sizeof g->dir, "%s/reel-comm-", tmp && *tmp && strlen(tmp) <= 12 ? tmp : "/tmp");
-    for (size_t i = 0; i < token_bytes && i < 16 && at + 3 < (int)sizeof g->dir; i++)
-        at += snprintf(g->dir + at, sizeof g->dir - (size_t)at, "%02x", token[i]);
+    uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
+    for (size_t i = 0; i < token_bytes; i++) {
+        h1 = (h1 ^ token[i]) * 0x100000001b3ull;
+        h2 = (h2 ^ token[token_bytes - 1 - i]) * 0x100000001b3ull;
+    }
+    snprintf(g->dir, sizeof g->dir, "%s/reel-comm-%016llx%016llx", tmp && *tmp && strlen(tmp) <= 12 ? tmp : "/tmp",
+             (unsigned long long)h1, (unsigned long long)h2);
     reel_status st = connect_mesh(ctx, g, nranks);
     if (st == REEL_OK && pipe(g->wake) != 0)
         st = reel_seterr(&ctx->err, REEL_E_BACKEND, "comm create: pipe: %s", strerror(errno));
