@@ -30,7 +30,15 @@ if [ -n "$missing" ] && [ "$(id -u)" -ne 0 ]; then
     echo "install them with: sudo apt-get install -y$missing" >&2
     exit 1
 fi
-echo "installing:$missing $optional"
-apt-get update
-# shellcheck disable=SC2086
-DEBIAN_FRONTEND=noninteractive apt-get install -y $missing $optional
+if [ -n "$missing" ]; then
+    echo "installing:$missing"
+    apt-get update
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y $missing
+fi
+if [ -n "$optional" ]; then
+    { [ -n "$missing" ] || apt-get update >/dev/null 2>&1; } &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y $optional >/dev/null 2>&1 ||
+        echo "install-deps: $optional could not be installed: the Python package's test will be skipped" >&2
+fi
+exit 0
