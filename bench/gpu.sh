@@ -499,6 +499,7 @@ ph_gemv() {
 ph_loop() {
     need bench/bench_decode || return 1
     local f rc=0
+    export REEL_DEVICE_LOOP=1 # the WHILE-node loops (off by default on CUDA until a run has shown them)
     f=$(result loop md)
     rm -rf /tmp/reel-loop
     timeout 200 "$B/bench/bench_decode" --dir /tmp/reel-loop --batches 1,8,64 --contexts 128 --steps 20 --warmup 5 \

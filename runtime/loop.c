@@ -16,6 +16,7 @@
  * call's parameters (step limit, eos ids, the token buffer's address), so a
  * loop graph is built once per bucket and serves every call. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/abi.h"
@@ -257,6 +258,17 @@ static reel_loop_kargs kargs_of(const reel_plan *p, const reel_layout *L, const 
     return a;
 }
 
+/* CUDA's WHILE-node loops stay off until a GPU run has shown them
+ * (REEL_DEVICE_LOOP=1 turns them on; docs/loop.md): the host loop runs the
+ * same kernels meanwhile. The host backend's loop graphs are tested in CI. */
+static bool device_loops_allowed(const reel_plan *p)
+{
+    if (p->be->kind != REEL_BACKEND_CUDA)
+        return true;
+    const char *e = getenv("REEL_DEVICE_LOOP");
+    return e && strcmp(e, "1") == 0;
+}
+
 /* The bucket's loop graph, built at its first use: the bucket's kernels as
  * capture issues them, then the advance, as one loop's body. NULL (host
  * loops) where the backend has no device loops or the capture failed. */
@@ -271,7 +283,8 @@ static reel_status loop_graph(reel_plan *p, int b, const uint32_t ten[3], reel_e
         lp->key_out = ten[1];
         lp->key_rng = ten[2];
     }
-    if (lp->graph[b] || lp->no_device || lp->failed[b] || !vt->loop_capture_begin || p->dbg.no_device_loop) {
+    if (lp->graph[b] || lp->no_device || lp->failed[b] || !vt->loop_capture_begin || p->dbg.no_device_loop ||
+        !device_loops_allowed(p)) {
         *out = lp->graph[b];
         return REEL_OK;
     }

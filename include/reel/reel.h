@@ -496,7 +496,9 @@ reel_status reel_step(reel_plan *p, const reel_step_info *s);
  * REEL_E_LIMIT naming the limit); plans with collectives or a DCP layout
  * are refused (REEL_E_UNSUPPORTED). Without device loops (or with
  * check_hazards, or a bucket that cannot replay) the steps run one by one
- * from the host, the same kernels in the same layout; stats count which. */
+ * from the host, the same kernels in the same layout; stats count which.
+ * On CUDA the device loops are off until a GPU run has shown them: the
+ * environment variable REEL_DEVICE_LOOP=1 turns them on (docs/loop.md). */
 #define REEL_LOOP_INFO_MAGIC REEL_MAGIC('r', 'l', 'o', 'p')
 #define REEL_LOOP_MAX_EOS 8
 #define REEL_LOOP_NO_TOKEN (-2147483647 - 1)
