@@ -1012,10 +1012,9 @@ static void prefill(reel_plan *p, batch *b, const cfg *c, int from, int to)
 /* One decode step of sequences 0 .. B-1 at position pos, timed as a serving
  * loop pays it (host wall, returned) and on the device (*gpu_us, -1 when the
  * plan does not time its steps); the next ids land in next[B]. */
-static double decode_step(reel_plan *p, batch *b, const cfg *c, int B, const int32_t *tokens, int pos, int32_t *next,
-                          double *gpu_us)
+/* The decode metadata of B sequences at position pos (decode_step's and --loop's). */
+static reel_step_info decode_info(batch *b, const cfg *c, int B, int pos)
 {
-    double t0 = now_s();
     for (int s = 0; s < B; s++) {
         b->query_start[s] = s;
         b->positions[s] = pos;
@@ -1027,6 +1026,14 @@ static double decode_step(reel_plan *p, batch *b, const cfg *c, int B, const int
                          .positions = b->positions, .slot_mapping = b->slots,
                          .context_lens = b->context_lens, .block_tables = b->block_tables,
                          .block_table_stride = b->bps};
+    return si;
+}
+
+static double decode_step(reel_plan *p, batch *b, const cfg *c, int B, const int32_t *tokens, int pos, int32_t *next,
+                          double *gpu_us)
+{
+    double t0 = now_s();
+    reel_step_info si = decode_info(b, c, B, pos);
     RK("setting the step's tokens", reel_plan_set_input(p, "tokens", tokens, B));
     RK("decode step", reel_step(p, &si));
     const void *out;
@@ -1078,22 +1085,6 @@ static run_result decode_run(reel_plan *p, batch *b, const cfg *c, int B, int C,
 
 /* ---- --loop: reel_step_n against a host loop of single steps --------------- */
 
-/* The decode metadata of B sequences at position pos (as decode_step). */
-static reel_step_info decode_info(batch *b, const cfg *c, int B, int pos)
-{
-    for (int s = 0; s < B; s++) {
-        b->query_start[s] = s;
-        b->positions[s] = pos;
-        b->slots[s] = slot_of(b, c, s, pos);
-        b->context_lens[s] = pos + 1;
-    }
-    b->query_start[B] = B;
-    reel_step_info si = { REEL_STEP_INFO_HEAD, .num_tokens = B, .num_seqs = B, .query_start = b->query_start,
-                         .positions = b->positions, .slot_mapping = b->slots,
-                         .context_lens = b->context_lens, .block_tables = b->block_tables,
-                         .block_table_stride = b->bps};
-    return si;
-}
 
 /* Per step, at batch B from context C on the replay plan: a serving loop of
  * single steps from the host (each step's ids fed back: what a caller of

@@ -41,7 +41,8 @@ typedef struct reel_loop_state {
     reel_exec_graph *graph[REEL_MAX_BUCKETS];
     bool failed[REEL_MAX_BUCKETS];    /* its capture failed: host loops */
     uint32_t key_in, key_out, key_rng;
-    bool no_device;                   /* the backend has no device loops */
+    bool no_device;                   /* no device loops here (backend, test hook, CUDA not enabled) */
+    bool decided;                     /* no_device settled (at the first call) */
 } reel_loop_state;
 
 static void drop_graphs(reel_plan *p, reel_loop_state *lp)
@@ -283,8 +284,11 @@ static reel_status loop_graph(reel_plan *p, int b, const uint32_t ten[3], reel_e
         lp->key_out = ten[1];
         lp->key_rng = ten[2];
     }
-    if (lp->graph[b] || lp->no_device || lp->failed[b] || !vt->loop_capture_begin || p->dbg.no_device_loop ||
-        !device_loops_allowed(p)) {
+    if (!lp->decided) { /* once per plan: a call's hot path reads no environment */
+        lp->decided = true;
+        lp->no_device = !vt->loop_capture_begin || p->dbg.no_device_loop || !device_loops_allowed(p);
+    }
+    if (lp->graph[b] || lp->no_device || lp->failed[b]) {
         *out = lp->graph[b];
         return REEL_OK;
     }

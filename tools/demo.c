@@ -729,6 +729,19 @@ static reel_status setup(run *u)
 
 static reel_status after_step(run *u, const int32_t *out, double t0);
 
+/* The scheduled batch's tokens and, when sampling, each row's sampling inputs. */
+static reel_status set_batch_inputs(run *u)
+{
+    const serve_batch *b = &u->s.b;
+    reel_status st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, b->tokens, b->num_tokens);
+    if (st == REEL_OK && u->o->sample) {
+        for (int s = 0; s < b->num_seqs; s++)
+            sample_rows(u, b->req[s], b->context_lens[s], b->query_start[s], b->query_start[s + 1]);
+        st = set_sample_inputs(u, b->num_tokens);
+    }
+    return st;
+}
+
 static reel_status one_step(run *u)
 {
     const serve_batch *b = &u->s.b;
@@ -740,12 +753,7 @@ static reel_status one_step(run *u)
         if (cst != REEL_OK) return fail_step(u, cst);
         return after_step(u, u->cp_next, t0);
     }
-    reel_status st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, b->tokens, b->num_tokens);
-    if (st == REEL_OK && u->o->sample) {
-        for (int s = 0; s < b->num_seqs; s++)
-            sample_rows(u, b->req[s], b->context_lens[s], b->query_start[s], b->query_start[s + 1]);
-        st = set_sample_inputs(u, b->num_tokens);
-    }
+    reel_status st = set_batch_inputs(u);
     if (st != REEL_OK) return fail_step(u, st);
     st = u->ranks ? rank_step(u, &si) : u->pp > 1 ? pp_step(u, &si) : reel_step(u->plan, &si);
     if (st != REEL_OK && u->pp > 1 && u->stage[0].error[0]) { /* another stage failed: say which */
@@ -811,17 +819,7 @@ static reel_status burst(run *u, int k, int *done)
     if (k < 2) return REEL_OK;
     reel_step_info si = step_info(b);
     double t0 = now_s();
-    if (u->ranks && u->o->cp_env) { /* CP: each rank its share; the next tokens gathered */
-        reel_status cst = cp_step(u);
-        if (cst != REEL_OK) return fail_step(u, cst);
-        return after_step(u, u->cp_next, t0);
-    }
-    reel_status st = reel_plan_set_input(u->plan, MODEL_INPUT_TOKENS, b->tokens, b->num_tokens);
-    if (st == REEL_OK && u->o->sample) {
-        for (int s = 0; s < b->num_seqs; s++)
-            sample_rows(u, b->req[s], b->context_lens[s], b->query_start[s], b->query_start[s + 1]);
-        st = set_sample_inputs(u, b->num_tokens);
-    }
+    reel_status st = set_batch_inputs(u);
     if (st != REEL_OK) return fail_step(u, st);
     reel_loop_info li = REEL_LOOP_INFO_INIT;
     li.token_input = MODEL_INPUT_TOKENS;

@@ -263,6 +263,16 @@ void reel_hc_compute(const hc_post *post, int n, int rank, void *dst)
     }
 }
 
+reel_status reel_hc_issue_check(reel_comm *c, hc_kind kind, reel_dtype dt, int peer)
+{
+    if ((int)dt < 0 || dt >= REEL_DTYPE_COUNT)
+        return reel_seterr(c->err, REEL_E_INVALID_ARG, "comm %s: unknown dtype %d", reel_hc_names[kind], (int)dt);
+    if ((kind == HC_SEND || kind == HC_RECV) && (peer < 0 || peer >= c->nranks || peer == c->rank))
+        return reel_seterr(c->err, REEL_E_INVALID_ARG, "comm rank %d of %d: %s: peer %d is not another rank", c->rank,
+                           c->nranks, reel_hc_names[kind], peer);
+    return REEL_OK;
+}
+
 size_t reel_hc_recv_bytes(const hc_post *p, int n)
 {
     size_t cb = p->count * p->elem;
@@ -418,11 +428,7 @@ static void hc_kernel(const void *args)
 static reel_status issue(reel_comm *c, reel_stream *s, hc_kind kind, const void *send, void *recv, size_t count,
                          reel_dtype dt, reel_redop op, int peer)
 {
-    if ((int)dt < 0 || dt >= REEL_DTYPE_COUNT)
-        return reel_seterr(c->err, REEL_E_INVALID_ARG, "comm %s: unknown dtype %d", reel_hc_names[kind], (int)dt);
-    if ((kind == HC_SEND || kind == HC_RECV) && (peer < 0 || peer >= c->nranks || peer == c->rank))
-        return reel_seterr(c->err, REEL_E_INVALID_ARG, "comm rank %d of %d: %s: peer %d is not another rank", c->rank,
-                           c->nranks, reel_hc_names[kind], peer);
+    REEL_TRY(reel_hc_issue_check(c, kind, dt, peer));
     hc_args a = {.g = group_of(c), .rank = c->rank, .peer = peer,
                  .post = {.kind = kind, .count = count, .dt = dt, .op = op, .elem = reel_dtype_size(dt),
                           .send = send, .recv = recv}};

@@ -29,6 +29,8 @@ typedef struct hc_post {
 /* Rank `rank`'s result of a group collective from every rank's post (their
  * send buffers readable here), into dst (not aliasing any send buffer). */
 void reel_hc_compute(const hc_post *post, int n, int rank, void *dst);
+/* What issuing a collective checks before it is queued (dtype, peer). */
+reel_status reel_hc_issue_check(reel_comm *c, hc_kind kind, reel_dtype dt, int peer);
 /* Bytes a rank's result and its send buffer span. */
 size_t reel_hc_recv_bytes(const hc_post *p, int n);
 size_t reel_hc_send_bytes(const hc_post *p, int n);

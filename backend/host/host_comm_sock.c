@@ -189,6 +189,11 @@ static void *reader_main(void *arg)
     sk_group *g = arg;
     struct pollfd *p = reel_hcalloc((size_t)g->n + 1, sizeof *p);
     int *who = reel_hcalloc((size_t)g->n + 1, sizeof *who);
+    if (!p || !who) { /* nobody would read: break the group rather than let it time out */
+        pthread_mutex_lock(&g->mu);
+        sk_fail(g, true, REEL_E_OOM, "comm rank %d of %d: out of host memory for the reader", g->rank, g->n);
+        pthread_mutex_unlock(&g->mu);
+    }
     for (;;) {
         if (!p || !who)
             break;
@@ -369,11 +374,7 @@ static void sk_kernel(const void *args)
 static reel_status issue(reel_comm *c, reel_stream *s, hc_kind kind, const void *send, void *recv, size_t count,
                          reel_dtype dt, reel_redop op, int peer)
 {
-    if ((int)dt < 0 || dt >= REEL_DTYPE_COUNT)
-        return reel_seterr(c->err, REEL_E_INVALID_ARG, "comm %s: unknown dtype %d", reel_hc_names[kind], (int)dt);
-    if ((kind == HC_SEND || kind == HC_RECV) && (peer < 0 || peer >= c->nranks || peer == c->rank))
-        return reel_seterr(c->err, REEL_E_INVALID_ARG, "comm rank %d of %d: %s: peer %d is not another rank", c->rank,
-                           c->nranks, reel_hc_names[kind], peer);
+    REEL_TRY(reel_hc_issue_check(c, kind, dt, peer));
     sk_args a = {.g = sgroup(c), .peer = peer,
                  .post = {.kind = kind, .count = count, .dt = dt, .op = op, .elem = reel_dtype_size(dt),
                           .send = send, .recv = recv}};
