@@ -20,6 +20,7 @@ KIND(compile_opts, "compile options", reel_compile_opts, REEL_COMPILE_OPTS_MAGIC
 KIND(comm_opts, "comm options", reel_comm_opts, REEL_COMM_OPTS_MAGIC, REEL_COMM_OPTS_INIT);
 KIND(attn_params, "attention params", reel_attn_params, REEL_ATTN_PARAMS_MAGIC, REEL_ATTN_PARAMS_INIT);
 KIND(moe_params, "MoE params", reel_moe_params, REEL_MOE_PARAMS_MAGIC, REEL_MOE_PARAMS_INIT);
+KIND(mla_params, "MLA params", reel_mla_params, REEL_MLA_PARAMS_MAGIC, REEL_MLA_PARAMS_INIT);
 KIND(dcp_layout, "DCP layout", reel_dcp_layout, REEL_DCP_LAYOUT_MAGIC, REEL_DCP_LAYOUT_INIT);
 KIND(step_info, "step info", reel_step_info, REEL_STEP_INFO_MAGIC, REEL_STEP_INFO_INIT);
 KIND(loop_info, "loop info", reel_loop_info, REEL_LOOP_INFO_MAGIC, REEL_LOOP_INFO_INIT);
@@ -42,6 +43,6 @@ const reel_struct_kind *const reel_abi_all[] = {
     &reel_abi_node_info,  &reel_abi_plan_memory,  &reel_abi_op_span,    &reel_abi_hazard,
     &reel_abi_check_access, &reel_abi_st_tensor,  &reel_abi_st_entry,
     &reel_abi_model_opts,   &reel_abi_model_info, &reel_abi_model_tensor, &reel_abi_moe_params,
-    &reel_abi_loop_info,
+    &reel_abi_loop_info,    &reel_abi_mla_params,
 };
 const int reel_abi_count = (int)(sizeof reel_abi_all / sizeof reel_abi_all[0]);

@@ -8,6 +8,7 @@
 
 extern const reel_struct_kind reel_abi_ctx_opts, reel_abi_compile_opts, reel_abi_comm_opts;
 extern const reel_struct_kind reel_abi_moe_params;
+extern const reel_struct_kind reel_abi_mla_params;
 extern const reel_struct_kind reel_abi_attn_params, reel_abi_dcp_layout, reel_abi_step_info, reel_abi_loop_info;
 extern const reel_struct_kind reel_abi_plan_stats, reel_abi_placement, reel_abi_node_info;
 extern const reel_struct_kind reel_abi_plan_memory, reel_abi_op_span;

@@ -37,6 +37,11 @@ reel_status reel_graph_add_op(reel_graph *g, reel_op_kind op, const uint32_t *in
  * for one. The public reel_paged_attention is this without a layout. */
 reel_tensor reel_graph_paged_attention(reel_graph *g, const uint32_t *in, const reel_attn_params *p,
                                        const reel_attn_layout *lay, reel_tensor *lse);
+/* MLA over in[0..4] (q_lat, q, c, k_pe, cache) with a layout across ranks
+ * (NULL: none; cp must be 0), *lse as reel_graph_paged_attention's. The
+ * public reel_mla_attention is this without a layout. */
+reel_tensor reel_graph_mla_attention(reel_graph *g, const uint32_t *in, const reel_mla_params *p,
+                                     const reel_attn_layout *lay, reel_tensor *lse);
 /* The step's slot mapping as a tensor [T, 1] int32 (META, the static
  * region's copy: -1 past the step's tokens), for CP's gather of the slots.
  * One per graph; its name "slot_mapping" is taken like "positions". */

@@ -49,14 +49,16 @@ static reel_status check_operands(reel_graph *g, const reel_op_schema *sc, const
 
 /* The caches are written by the op: they must be states, never weights or
  * activations (which the planner may reuse). */
-static reel_status caches_are_states(reel_graph *g, const uint32_t *in)
+static reel_status caches_are_states(reel_graph *g, reel_op_kind op, const uint32_t *in)
 {
-    for (int i = 3; i <= 4; i++) {
+    int first = op == REEL_OP_MLA_ATTENTION ? 4 : 3, last = 4;
+    const reel_op_schema *sc = reel_op_schema_get(op);
+    for (int i = first; i <= last; i++) {
         const reel_tinfo *t = &g->tensors[in[i]];
         if (t->kind != REEL_T_STATE)
             return reel_graph_fail(g, REEL_E_INVALID_ARG,
-                                   "op 'paged_attention' (node %d): %s '%s' is %s %s, not a state", g->nnodes,
-                                   i == 3 ? "k_cache" : "v_cache", t->name,
+                                   "op '%s' (node %d): %s '%s' is %s %s, not a state", sc->name, g->nnodes,
+                                   sc->in_names[i], t->name,
                                    t->kind == REEL_T_INPUT || t->kind == REEL_T_ACT ? "an" : "a",
                                    reel_tensor_kind_name(t->kind));
     }
@@ -74,7 +76,7 @@ static reel_status add_node(reel_graph *g, reel_op_kind op, const uint32_t *in, 
     reel_status st = check_operands(g, sc, in, optional);
     if (st != REEL_OK)
         return st;
-    if (op == REEL_OP_PAGED_ATTENTION && (st = caches_are_states(g, in)) != REEL_OK)
+    if ((op == REEL_OP_PAGED_ATTENTION || op == REEL_OP_MLA_ATTENTION) && (st = caches_are_states(g, op, in)) != REEL_OK)
         return st;
     reel_shape ish[REEL_OP_MAX_IN] = { { 0 } }, osh[REEL_OP_MAX_OUT] = { { 0 } };
     for (int i = 0; i < sc->nin; i++)
@@ -164,8 +166,8 @@ reel_tensor reel_rope(reel_graph *g, reel_tensor x, reel_tensor positions, int h
     return node1(g, REEL_OP_ROPE, x.id, positions.id, &a);
 }
 
-reel_tensor reel_rope_freq(reel_graph *g, reel_tensor x, reel_tensor positions, reel_tensor inv_freq, int head_dim,
-                           float scale)
+reel_tensor reel_rope_freq_part(reel_graph *g, reel_tensor x, reel_tensor positions, reel_tensor inv_freq, int head_dim,
+                                int rot_offset, bool interleaved, float scale)
 {
     reel_tensor out = { 0 };
     if (!g)
@@ -173,10 +175,17 @@ reel_tensor reel_rope_freq(reel_graph *g, reel_tensor x, reel_tensor positions, 
     /* rot_dim from the table's length (an invalid table is refused by add_node) */
     int64_t half = reel_graph_has(g, inv_freq.id) && g->tensors[inv_freq.id].shape.ndim == 1
                        ? g->tensors[inv_freq.id].shape.dims[0] : 0;
-    reel_op_attrs a = { .rope_freq = { head_dim, half > 0 && half < INT32_MAX / 2 ? (int)(2 * half) : 0, scale } };
+    reel_op_attrs a = { .rope_freq = { head_dim, half > 0 && half < INT32_MAX / 2 ? (int)(2 * half) : 0, scale,
+                                       rot_offset, interleaved } };
     uint32_t in[REEL_OP_MAX_IN] = { x.id, positions.id, inv_freq.id };
     add_node(g, REEL_OP_ROPE_FREQ, in, 0, &a, &out);
     return out;
+}
+
+reel_tensor reel_rope_freq(reel_graph *g, reel_tensor x, reel_tensor positions, reel_tensor inv_freq, int head_dim,
+                           float scale)
+{
+    return reel_rope_freq_part(g, x, positions, inv_freq, head_dim, 0, false, scale);
 }
 
 reel_tensor reel_rmsnorm_heads(reel_graph *g, reel_tensor x, reel_tensor w, float eps)
@@ -367,4 +376,53 @@ reel_status reel_graph_add_op(reel_graph *g, reel_op_kind op, const uint32_t *in
                               const reel_op_attrs *a, reel_tensor *outs)
 {
     return add_node(g, op, in, optional, a, outs);
+}
+
+reel_tensor reel_head_matmul(reel_graph *g, reel_tensor x, int x_offset, reel_tensor w, int row_offset, int rows,
+                             bool transposed, int heads)
+{
+    reel_tensor out = { 0 };
+    if (!g)
+        return out;
+    reel_op_attrs a = { .hmm = { heads, row_offset, rows, x_offset, transposed } };
+    uint32_t in[REEL_OP_MAX_IN] = { x.id, w.id };
+    add_node(g, REEL_OP_HEAD_MATMUL, in, 0, &a, &out);
+    return out;
+}
+
+reel_tensor reel_graph_mla_attention(reel_graph *g, const uint32_t *in, const reel_mla_params *p,
+                                     const reel_attn_layout *lay, reel_tensor *lse)
+{
+    reel_tensor out = { 0 };
+    if (lse)
+        *lse = out;
+    if (!g)
+        return out;
+    if (!p) {
+        reel_graph_fail(g, REEL_E_INVALID_ARG, "op 'mla_attention' (node %d): params are NULL", g->nnodes);
+        return out;
+    }
+    reel_mla_params mp = REEL_MLA_PARAMS_INIT;
+    char what[64];
+    snprintf(what, sizeof what, "op 'mla_attention' (node %d)", g->nnodes);
+    if (reel_graph_load_struct(g, &mp, p, &reel_abi_mla_params, what) != REEL_OK)
+        return out;
+    reel_op_attrs a = { .mla = { mp.num_heads, mp.latent_dim, mp.rope_dim, mp.block_size, mp.scale, { 0 } } };
+    if (lay)
+        a.mla.lay = *lay;
+    /* The second output is the op's split-KV workspace; the third, with a
+     * layout that asks for it, the lse. */
+    reel_tensor res[REEL_OP_MAX_OUT] = { { 0 } };
+    if (add_node(g, REEL_OP_MLA_ATTENTION, in, 0, &a, res) != REEL_OK)
+        return out;
+    if (lse)
+        *lse = res[2];
+    return res[0];
+}
+
+reel_tensor reel_mla_attention(reel_graph *g, reel_tensor q_lat, reel_tensor q, reel_tensor c, reel_tensor k_pe,
+                               reel_tensor cache, const reel_mla_params *p)
+{
+    uint32_t in[REEL_OP_MAX_IN] = { q_lat.id, q.id, c.id, k_pe.id, cache.id };
+    return reel_graph_mla_attention(g, in, p, NULL, NULL);
 }

@@ -84,8 +84,38 @@ typedef enum reel_op_kind {
     REEL_OP_MOE_GATE_UP,
     REEL_OP_MOE_DOWN,
     REEL_OP_MOE_COMBINE,
+    /* Multi-head latent attention (issue 45; kernels in ops/host/mla.c and
+     * ops/cuda/mla.cu).
+     *  head_matmul  (x [T, heads*Xs], w [heads*S, C]) -> y [T, heads*N], x's
+     *               dtype: per head h, A_h = rows [h*S + row_off, + rows) of
+     *               w and x_h = x[t, h*Xs + x_off, + K]; y_h = A_h x_h (K = C,
+     *               N = rows) or, transposed, A_h^T x_h (K = rows, N = C);
+     *               f32 sums in k order, rounded once (attrs.hmm). DeepSeek's
+     *               kv_b_proj [heads*(nope+v), latent] gives the absorbed
+     *               query (rows nope at 0, transposed) and the value
+     *               up-projection (rows v at nope).
+     *  mla_attention (q_lat [T, H*L], q [T, H*Dq], c [T, L], k_pe [T, R],
+     *               cache [blocks, block_size, L+R])
+     *               -> out [T, H*L], split workspace, lse [T, H] (with the
+     *               layout's lse): each token first writes [c | k_pe] into
+     *               its slot, then attends causally over its sequence's
+     *               cache rows with score scale * (q_lat_h . row[0, L) +
+     *               q_h[Dq-R, Dq) . row[L, L+R)) and value row[0, L): the
+     *               absorbed form, one latent row read for all heads
+     *               (attrs.mla; DCP as paged attention's, CP refused). */
+    REEL_OP_HEAD_MATMUL,
+    REEL_OP_MLA_ATTENTION,
     REEL_OP_COUNT
 } reel_op_kind;
+
+/* The op kinds that read and write a paged cache through the step
+ * metadata (paged attention, MLA). */
+static inline bool reel_op_is_paged(reel_op_kind k) { return k == REEL_OP_PAGED_ATTENTION || k == REEL_OP_MLA_ATTENTION; }
+/* Input i of kind k is a cache the op writes. */
+static inline bool reel_op_writes_cache(reel_op_kind k, int i)
+{
+    return (k == REEL_OP_PAGED_ATTENTION && (i == 3 || i == 4)) || (k == REEL_OP_MLA_ATTENTION && i == 4);
+}
 
 /* The op kinds that go through a communicator. */
 static inline bool reel_op_is_comm(reel_op_kind k) { return k >= REEL_OP_ALL_REDUCE && k <= REEL_OP_RECV; }
@@ -184,9 +214,12 @@ typedef union reel_op_attrs {
     struct { float eps; } rmsnorm;
     struct { int head_dim, rot_dim; float theta; } rope;
     /* rope_freq: in[2] is the table inv_freq [rot_dim / 2] f32; cos and sin
-     * are multiplied by scale (transformers' attention_factor). rmsnorm_heads
-     * reads rmsnorm.eps; its head dim is its weight's length. */
-    struct { int head_dim, rot_dim; float scale; } rope_freq;
+     * are multiplied by scale (transformers' attention_factor). The rotated
+     * dims of a head are [rot_offset, rot_offset + rot_dim); interleaved:
+     * pair i is (2i, 2i + 1) of them (DeepSeek's rope_interleave, GPT-J
+     * order), else (i, i + rot_dim / 2). rmsnorm_heads reads rmsnorm.eps;
+     * its head dim is its weight's length. */
+    struct { int head_dim, rot_dim; float scale; int rot_offset; bool interleaved; } rope_freq;
     /* rope_rot_dim > 0: the op applies neox rotary embedding (reel_rope's
      * math, head_dim = p.head_dim) to q and k itself: a node made by the
      * compiler's rope fusion (runtime/fuse_rope.c) from two rope ops feeding
@@ -216,6 +249,10 @@ typedef union reel_op_attrs {
     /* The moe ops: experts E and choices K (every moe op); the router's
      * rules (moe_route only; routed_scaling resolved: 1 for none). */
     struct { int num_experts, top_k, scoring, n_group, topk_group; bool renormalize; float routed_scaling; } moe;
+    struct { int heads, row_off, rows, x_off; bool transposed; } hmm;
+    /* mla_attention: L = latent_dim, R = rope_dim; the scale is resolved
+     * by the builder (never 0 in a node); lay as paged attention's (cp 0). */
+    struct { int num_heads, latent_dim, rope_dim, block_size; float scale; reel_attn_layout lay; } mla;
 } reel_op_attrs;
 
 /* Output indices of a matmul's prologue results (REEL_MM_PRO_*): the sum of

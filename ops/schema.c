@@ -268,14 +268,16 @@ static reel_status infer_rope_freq(const reel_shape *in, int nin, const reel_op_
     TRY(need_dtype(&in[1], "positions", REEL_I32, err, len));
     TRY(need_const(&in[2], "inv_freq", 1, err, len));
     TRY(need_dtype(&in[2], "inv_freq", REEL_F32, err, len));
-    int hd = a->rope_freq.head_dim, rd = a->rope_freq.rot_dim;
+    int hd = a->rope_freq.head_dim, rd = a->rope_freq.rot_dim, ro = a->rope_freq.rot_offset;
     if (hd <= 0 || in[0].dims[1] % hd != 0)
         return bad(err, len, REEL_E_INVALID_ARG, "head_dim %d must be > 0 and divide x[1] = %lld", hd,
                    (long long)in[0].dims[1]);
-    if (rd <= 0 || rd > hd || rd % 2 != 0 || in[2].dims[0] != rd / 2)
+    if (ro < 0 || ro > hd)
+        return bad(err, len, REEL_E_INVALID_ARG, "rot_offset %d must be in [0, head_dim %d]", ro, hd);
+    if (rd <= 0 || rd > hd - ro || rd % 2 != 0 || in[2].dims[0] != rd / 2)
         return bad(err, len, REEL_E_INVALID_ARG,
-                   "inv_freq[0] = %lld must be rot_dim / 2, rot_dim %d even and in (0, head_dim %d]",
-                   (long long)in[2].dims[0], rd, hd);
+                   "inv_freq[0] = %lld must be rot_dim / 2, rot_dim %d even and in (0, head_dim %d - rot_offset %d]",
+                   (long long)in[2].dims[0], rd, hd, ro);
     if (!(a->rope_freq.scale > 0.0f) || !isfinite(a->rope_freq.scale))
         return bad(err, len, REEL_E_INVALID_ARG, "scale must be finite and > 0, is %g", (double)a->rope_freq.scale);
     out[0] = in[0];
@@ -825,6 +827,80 @@ static reel_status infer_recv(const reel_shape *in, int nin, const reel_op_attrs
     return REEL_OK;
 }
 
+/* head_matmul (ops/op.h): per head, rows [h*S + row_off, + rows) of w,
+ * times x's slice [h*Xs + x_off, + K) (or the rows' transpose). */
+static reel_status infer_head_matmul(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                     char *err, size_t len)
+{
+    (void)nin;
+    int h = a->hmm.heads;
+    TRY(need_tok(&in[0], "x", 2, err, len));
+    TRY(need_float(&in[0], "x", err, len));
+    TRY(need_const(&in[1], "w", 2, err, len));
+    TRY(same_dtype(&in[0], "x", &in[1], "w", err, len));
+    if (h <= 0 || in[0].dims[1] % h != 0 || in[1].dims[0] % h != 0)
+        return bad(err, len, REEL_E_SHAPE, "heads %d must be > 0 and divide x[1] = %lld and w[0] = %lld", h,
+                   (long long)in[0].dims[1], (long long)in[1].dims[0]);
+    int64_t xs = in[0].dims[1] / h, S = in[1].dims[0] / h, C = in[1].dims[1];
+    if (a->hmm.row_off < 0 || a->hmm.rows <= 0 || a->hmm.row_off + (int64_t)a->hmm.rows > S)
+        return bad(err, len, REEL_E_SHAPE, "rows [%d, %d + %d) must lie inside each head's %lld rows of w", a->hmm.row_off,
+                   a->hmm.row_off, a->hmm.rows, (long long)S);
+    int64_t K = a->hmm.transposed ? a->hmm.rows : C, N = a->hmm.transposed ? C : a->hmm.rows;
+    if (a->hmm.x_off < 0 || a->hmm.x_off + K > xs)
+        return bad(err, len, REEL_E_SHAPE, "x's slice [%d, %d + %lld) must lie inside each head's %lld columns of x",
+                   a->hmm.x_off, a->hmm.x_off, (long long)K, (long long)xs);
+    set_tok(&out[0], in[0].dtype, 2, (int64_t)h * N, 0);
+    return REEL_OK;
+}
+
+/* mla_attention (ops/op.h). */
+static reel_status infer_mla_attention(const reel_shape *in, int nin, const reel_op_attrs *a, reel_shape *out,
+                                       char *err, size_t len)
+{
+    (void)nin;
+    int h = a->mla.num_heads, L = a->mla.latent_dim, R = a->mla.rope_dim, bs = a->mla.block_size;
+    const reel_attn_layout *lay = &a->mla.lay;
+    if (h <= 0 || L <= 0 || R < 0 || bs <= 0)
+        return bad(err, len, REEL_E_INVALID_ARG,
+                   "num_heads %d, latent_dim %d and block_size %d must be > 0, rope_dim %d >= 0", h, L, bs, R);
+    if (!(a->mla.scale > 0.0f) || !isfinite(a->mla.scale))
+        return bad(err, len, REEL_E_INVALID_ARG, "scale must be finite and > 0, is %g", (double)a->mla.scale);
+    TRY(check_attn_layout(lay, err, len));
+    if (lay->cp != 0)
+        return bad(err, len, REEL_E_UNSUPPORTED, "CP (cp %d) is not built for mla_attention", lay->cp);
+    TRY(need_tok(&in[0], "q_lat", 2, err, len));
+    TRY(need_float(&in[0], "q_lat", err, len));
+    if (in[0].dims[1] != (int64_t)h * L)
+        return bad(err, len, REEL_E_SHAPE, "q_lat[1] = %lld must be num_heads*latent_dim = %lld",
+                   (long long)in[0].dims[1], (long long)h * L);
+    TRY(need_tok(&in[1], "q", 2, err, len));
+    TRY(same_dtype(&in[0], "q_lat", &in[1], "q", err, len));
+    if (in[1].dims[1] % h != 0 || in[1].dims[1] / h < R)
+        return bad(err, len, REEL_E_SHAPE, "q[1] = %lld must be num_heads (%d) heads of at least rope_dim %d",
+                   (long long)in[1].dims[1], h, R);
+    TRY(need_tok(&in[2], "c", 2, err, len));
+    TRY(same_dtype(&in[0], "q_lat", &in[2], "c", err, len));
+    if (in[2].dims[1] != L)
+        return bad(err, len, REEL_E_SHAPE, "c[1] = %lld must be latent_dim %d", (long long)in[2].dims[1], L);
+    TRY(need_tok(&in[3], "k_pe", 2, err, len));
+    TRY(same_dtype(&in[0], "q_lat", &in[3], "k_pe", err, len));
+    if (in[3].dims[1] != R)
+        return bad(err, len, REEL_E_SHAPE, "k_pe[1] = %lld must be rope_dim %d", (long long)in[3].dims[1], R);
+    char b[64];
+    TRY(need_const(&in[4], "cache", 3, err, len));
+    TRY(same_dtype(&in[0], "q_lat", &in[4], "cache", err, len));
+    if (in[4].dims[1] != bs || in[4].dims[2] != (int64_t)L + R)
+        return bad(err, len, REEL_E_SHAPE, "cache must be [num_blocks,%d,%d] (block_size, latent_dim + rope_dim), is %s",
+                   bs, L + R, reel_shape_format(&in[4], b, sizeof b));
+    set_tok(&out[0], in[0].dtype, 2, (int64_t)h * L, 0);
+    out[1] = (reel_shape){ .dtype = REEL_F32, .ndim = 2, .tokens = false,
+                           .dims = { REEL_ATTN_SPLIT_SLOTS, (int64_t)h * L + h, 0, 0 } };
+    out[2] = (reel_shape){ 0 };
+    if (lay->lse)
+        set_tok(&out[2], REEL_F32, 2, h, 0);
+    return REEL_OK;
+}
+
 /* In-place reuse is not a property of the op kind: each kernel declares it
  * (reel_op_impl.inplace_ok). */
 static const reel_op_schema schemas[REEL_OP_COUNT] = {
@@ -862,6 +938,8 @@ static const reel_op_schema schemas[REEL_OP_COUNT] = {
     [REEL_OP_MOE_GATE_UP] = { "moe_gate_up", 4, 1, infer_moe_gate_up, { "x", "order", "offsets", "w" } },
     [REEL_OP_MOE_DOWN] = { "moe_down", 3, 1, infer_moe_down, { "act", "offsets", "w" } },
     [REEL_OP_MOE_COMBINE] = { "moe_combine", 3, 1, infer_moe_combine, { "ys", "where", "weights" } },
+    [REEL_OP_HEAD_MATMUL] = { "head_matmul", 2, 1, infer_head_matmul, { "x", "w" } },
+    [REEL_OP_MLA_ATTENTION] = { "mla_attention", 5, 3, infer_mla_attention, { "q_lat", "q", "c", "k_pe", "cache" } },
 };
 
 const char *reel_op_node_label(reel_op_kind k, int node, const char *out, bool quoted, char *buf, size_t len)

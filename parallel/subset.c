@@ -57,6 +57,12 @@ reel_status reel_par_check_plan(const reel_node *nodes, int nnodes, const reel_t
     *dcp = (reel_dcp_view){ 1, 0, 1 };
     for (int i = 0; i < nnodes; i++) {
         const reel_node *n = &nodes[i];
+        if (n->op == REEL_OP_MLA_ATTENTION && reel_attn_has_layout(&n->attrs.mla.lay)) {
+            reel_op_node_label(n->op, i, tensors[n->out[0]].name, true, name, sizeof name);
+            return reel_seterr(err, REEL_E_UNSUPPORTED,
+                               "compile: %s has a layout across ranks (dcp %d, lse %d); DCP for MLA is not validated",
+                               name, n->attrs.mla.lay.dcp, (int)n->attrs.mla.lay.lse);
+        }
         if (n->op != REEL_OP_PAGED_ATTENTION)
             continue;
         const reel_attn_layout *lay = &n->attrs.attn.lay;

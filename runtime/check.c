@@ -66,7 +66,7 @@ static reel_status check_node(reel_plan *p, const reel_layout *L, int i)
         if (!n->in[k])
             continue;
         describe(p, L, n->in[k], desc[na], sizeof desc[na]);
-        bool kv = n->op == REEL_OP_PAGED_ATTENTION && (k == 3 || k == 4);
+        bool kv = reel_op_writes_cache(n->op, k);
         acc[na] = (reel_check_access){ REEL_CHECK_ACCESS_HEAD, 0, (uint64_t)(uintptr_t)l->in[k], reel_shape_bytes(&l->in_shape[k], l->rows),
                                       kv, desc[na]};
         na++;
@@ -77,7 +77,7 @@ static reel_status check_node(reel_plan *p, const reel_layout *L, int i)
                                       reel_shape_bytes(&l->out_shape[k], l->rows), true, desc[na]};
         na++;
     }
-    if (n->op == REEL_OP_PAGED_ATTENTION) {
+    if (reel_op_is_paged(n->op)) {
         snprintf(desc[na], sizeof desc[na], "step metadata (static)");
         const char *meta;
         size_t meta_bytes;

@@ -206,6 +206,19 @@ static reel_status select_kernels(reel_plan *p)
                 p->block_size = a->block_size;
             add_kv_geom(p, a->block_size, kc->dims[0], slots, i);
         }
+        if (n->op == REEL_OP_MLA_ATTENTION) {
+            p->checks_limits = true;
+            if (!p->impl[i]->fixed_context)
+                return reel_seterr(p->err, REEL_E_UNSUPPORTED,
+                                   "%s: kernel '%s' does not honour fixed-context metadata limits",
+                                   reel_plan_node_name(p, i, buf, sizeof buf), p->impl[i]->name);
+            const reel_shape *kc = &p->tensors[n->in[4]].shape;
+            int bs = n->attrs.mla.block_size;
+            p->has_attention = true;
+            if (!p->block_size || bs < p->block_size)
+                p->block_size = bs;
+            add_kv_geom(p, bs, kc->dims[0], kc->dims[0] * kc->dims[1], i);
+        }
     }
     if (!p->block_size)
         p->block_size = 1;

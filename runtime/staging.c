@@ -212,7 +212,7 @@ reel_status reel_staging_refused(reel_plan *p, int32_t code, const reel_layout *
     size_t len = 0;
     for (int i = 0; i < p->nnodes && len + 80 < sizeof ops; i++) {
         reel_op_kind k = p->nodes[i].op;
-        if (k != REEL_OP_PAGED_ATTENTION && !(k == REEL_OP_TOPK && p->nodes[i].attrs.topk.has_page_table) &&
+        if (!reel_op_is_paged(k) && !(k == REEL_OP_TOPK && p->nodes[i].attrs.topk.has_page_table) &&
             k != REEL_OP_MOE_ALIGN)
             continue;
         len += (size_t)snprintf(ops + len, sizeof ops - len, "%s'%s' ('%s')", len ? " or " : "",

@@ -243,6 +243,12 @@ reel_tensor reel_rope(reel_graph *g, reel_tensor x, reel_tensor positions, int h
  * include/reel/models.h (linear, llama3, yarn). Never fused into attention. */
 reel_tensor reel_rope_freq(reel_graph *g, reel_tensor x, reel_tensor positions, reel_tensor inv_freq, int head_dim,
                            float scale);
+/* reel_rope_freq over dims [rot_offset, rot_offset + R) of each head (the
+ * others pass through); interleaved: pair i is dims (2i, 2i + 1) of that
+ * range (GPT-J order; DeepSeek's rope_interleave gives the same scores),
+ * else (i, i + R/2). rot_offset + R <= head_dim. */
+reel_tensor reel_rope_freq_part(reel_graph *g, reel_tensor x, reel_tensor positions, reel_tensor inv_freq, int head_dim,
+                                int rot_offset, bool interleaved, float scale);
 /* x [T, H*Dh], w [Dh]: reel_rmsnorm over each head's slice of Dh (Qwen3's
  * q_norm and k_norm). */
 reel_tensor reel_rmsnorm_heads(reel_graph *g, reel_tensor x, reel_tensor w, float eps);
@@ -325,6 +331,44 @@ reel_tensor reel_paged_attention(reel_graph *g, reel_tensor q, reel_tensor k, re
  * [T, k] int32, order of equal scores unspecified. */
 reel_tensor reel_topk(reel_graph *g, reel_tensor scores, reel_tensor lengths, reel_tensor page_table,
                       int k, int page_size);
+/* ---- multi-head latent attention (DeepSeek V2/V3, Kimi K2) ---- */
+
+/* Per-head matmul over one weight: x [T, heads*Xs], w [heads*S, C] (the
+ * rows of head h are h*S ..): y [T, heads*N] of x's dtype, where head h's
+ * A_h = w rows [h*S + row_offset, + rows) and x_h = x[t, h*Xs + x_offset,
+ * + K): y_h = A_h x_h (K = C, N = rows), or with transposed A_h^T x_h (K =
+ * rows, N = C); sums in f32. DeepSeek's kv_b_proj [heads*(nope + v),
+ * latent] holds both W_UK (row_offset 0, rows nope: transposed, the
+ * absorbed query) and W_UV (row_offset nope, rows v: the value's
+ * up-projection). */
+reel_tensor reel_head_matmul(reel_graph *g, reel_tensor x, int x_offset, reel_tensor w, int row_offset, int rows,
+                             bool transposed, int heads);
+#define REEL_MLA_PARAMS_MAGIC REEL_MAGIC('r', 'm', 'l', 'a')
+typedef struct reel_mla_params {
+    size_t size;               /* sizeof(reel_mla_params) of the caller's header */
+    int version;               /* REEL_VERSION_NUMBER of the caller's header */
+    uint32_t magic;            /* REEL_MLA_PARAMS_MAGIC */
+    int num_heads;             /* H */
+    int latent_dim;            /* L: kv_lora_rank (512) */
+    int rope_dim;              /* R: qk_rope_head_dim (64) */
+    int block_size;            /* tokens per cache block */
+    float scale;               /* > 0, required (DeepSeek: 1/sqrt(nope + rope), times yarn's mscale^2) */
+} reel_mla_params;
+#define REEL_MLA_PARAMS_HEAD REEL_STRUCT_HEAD(reel_mla_params, REEL_MLA_PARAMS_MAGIC)
+#define REEL_MLA_PARAMS_INIT REEL_STRUCT_INIT(reel_mla_params, REEL_MLA_PARAMS_MAGIC)
+/* Multi-head latent attention over a paged latent cache, absorbed form,
+ * for a mixed prefill/decode batch: q_lat [T, H*L] (each head's no-rope
+ * query times W_UK, reel_head_matmul), q [T, H*Dq] whose last R dims of
+ * each head are the rotated rope query, c [T, L] (the normed latent) and
+ * k_pe [T, R] (the rotated rope key), cache a state [num_blocks,
+ * block_size, L + R] of q's dtype. Each token first writes [c | k_pe] into
+ * the slot the step's slot mapping gives (skipped for -1), then attends
+ * causally over its sequence's rows 0 .. its position through the block
+ * table: score scale * (q_lat_h . row[0, L) + rope_h . row[L, L + R)),
+ * value row[0, L). Result [T, H*L] (apply W_UV after: reel_head_matmul).
+ * Limits as reel_paged_attention's. */
+reel_tensor reel_mla_attention(reel_graph *g, reel_tensor q_lat, reel_tensor q, reel_tensor c, reel_tensor k_pe,
+                               reel_tensor cache, const reel_mla_params *p);
 /* ---- mixture of experts ---- */
 
 #define REEL_MOE_MAX_EXPERTS 512

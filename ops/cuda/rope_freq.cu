@@ -1,9 +1,11 @@
 /* CUDA kernel: rotary embedding from a table of inverse frequencies
- * (reel_rope_freq; host: ops/host/rope_freq.c). In each head, dims i and
- * i + R/2 (i < R/2) rotate by pos * inv_freq[i], the cosine and sine times
- * the attention factor; dims from R on pass through. As on the host the
+ * (reel_rope_freq, reel_rope_freq_part; host: ops/host/rope_freq.c). In each
+ * head, pair i (i < R/2) of the rotated range [o, o + R) is dims
+ * (o + i, o + R/2 + i), or (o + 2i, o + 2i + 1) when interleaved, and
+ * rotates by pos * inv_freq[i], the cosine and sine times the attention
+ * factor; dims outside the range pass through. As on the host the
  * angle, its cosine and sine and their products with the factor are double,
- * rounded to float once, and the rotation is rope.cuh's (float products and
+ * rounded to float once, and the rotation is rope.cuh's formula (float products and
  * sums one by one, no fused multiply-add). One thread owns both elements of
  * a pair and reads them before writing, so out may alias x. Honours
  * programmatic dependent launch. */
@@ -13,11 +15,12 @@
 
 namespace reel_cu {
 
-/* Work item w of a head: w < half rotates the pair (w, w + half); the rest
- * copy the pass-through dims. 32-bit indices when the tensor fits. */
+/* Work item w of a head: w < half rotates pair w; the rest copy the
+ * pass-through dims, those before the range then those after it. 32-bit
+ * indices when the tensor fits. */
 template <typename T, typename I>
 __global__ void rope_freq_kernel(const T *x, const int32_t *pos, const float *inv_freq, T *out, I nrows, I nheads,
-                                 I hd, I half, double scale, bool pdl)
+                                 I hd, I half, I ro, bool il, double scale, bool pdl)
 {
     pdl_start(pdl);
     I per_head = hd - half;
@@ -26,13 +29,17 @@ __global__ void rope_freq_kernel(const T *x, const int32_t *pos, const float *in
         I w = i % per_head, th = i / per_head;
         I t = th / nheads;
         I at = th * hd;
-        float c = 0.0f, s = 0.0f;
         if (w < half) {
             double ang = (double)pos[t] * (double)inv_freq[w];
-            c = (float)(cos(ang) * scale);
-            s = (float)(sin(ang) * scale);
+            float c = (float)(cos(ang) * scale), s = (float)(sin(ang) * scale);
+            I d1 = at + ro + (il ? 2 * w : w), d2 = d1 + (il ? (I)1 : half);
+            float x1 = to_f(x[d1]), x2 = to_f(x[d2]);
+            out[d1] = from_f<T>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+            out[d2] = from_f<T>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+        } else {
+            I p = w - half, d = at + (p < ro ? p : p + 2 * half);
+            out[d] = x[d];
         }
-        rope_apply<T, I>(x + at, out + at, w, half, c, s);
     }
 }
 
@@ -43,15 +50,17 @@ static cudaError_t rope_freq_run(const reel_launch *l, cudaStream_t st, int64_t 
     const int threads = 256;
     int64_t n = nrows * nheads * (hd - half);
     double scale = l->attrs->rope_freq.scale;
+    int64_t ro = l->attrs->rope_freq.rot_offset;
+    bool il = l->attrs->rope_freq.interleaved;
     const T *x = (const T *)l->in[0];
     const int32_t *pos = (const int32_t *)l->in[1];
     const float *f = (const float *)l->in[2];
     T *o = (T *)l->out[0];
     if (nrows * row <= INT32_MAX)
         return launch(rope_freq_kernel<T, uint32_t>, grid_for(n, threads), threads, 0, st, l->pdl, x, pos, f, o,
-                      (uint32_t)nrows, (uint32_t)nheads, (uint32_t)hd, (uint32_t)half, scale);
+                      (uint32_t)nrows, (uint32_t)nheads, (uint32_t)hd, (uint32_t)half, (uint32_t)ro, il, scale);
     return launch(rope_freq_kernel<T, int64_t>, grid_for(n, threads), threads, 0, st, l->pdl, x, pos, f, o, nrows,
-                  nheads, hd, half, scale);
+                  nheads, hd, half, ro, il, scale);
 }
 
 static reel_status rope_freq_launch(reel_backend *be, const reel_launch *l)
@@ -73,7 +82,8 @@ static reel_status rope_freq_launch(reel_backend *be, const reel_launch *l)
 static bool use_rope_freq(REEL_CU_USE_ARGS)
 {
     return nin >= 3 && same_float_dtype(in, 1, out, 1) && in[1].dtype == REEL_I32 && in[2].dtype == REEL_F32 &&
-           a->rope_freq.head_dim > 0 && a->rope_freq.rot_dim > 0 && a->rope_freq.rot_dim <= a->rope_freq.head_dim;
+           a->rope_freq.head_dim > 0 && a->rope_freq.rot_dim > 0 && a->rope_freq.rot_offset >= 0 &&
+           a->rope_freq.rot_dim <= a->rope_freq.head_dim - a->rope_freq.rot_offset;
 }
 
 } /* namespace reel_cu */

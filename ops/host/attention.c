@@ -21,6 +21,7 @@
 
 #include "ops/host/host_ops.h"
 #include "ops/host/kern.h"
+#include "ops/host/paged.h"
 
 /* Output dims accumulated at once; longer heads take several passes. */
 enum { REEL_HK_ATTN_DC = 128 };
@@ -30,6 +31,7 @@ typedef struct reel_hk_attn {
     const reel_meta_view *m;
     const void *q;  /* in[0], or the rotated q (out[2]) with the fused rope */
     const void *k;  /* in[1], or the rotated k (out[3]) with the fused rope */
+    reel_hk_paged pg;
     reel_dtype qd, kd, vd, kcd, vcd, od;
     int64_t h, hkv, dh, bs, nblocks, kvrow;
     float scale;
@@ -53,6 +55,7 @@ static reel_hk_attn reel_hk_attn_of(const reel_launch *l)
         .lse = l->attrs->attn.lay.lse ? l->out[2] : NULL,
     };
     a.kvrow = a.hkv * a.dh;
+    a.pg = (reel_hk_paged){ a.m, a.bs, a.nblocks, a.dcp };
     a.q = l->in[0];
     a.k = l->in[1];
     a.rope_half = l->attrs->attn.rope_rot_dim / 2;
@@ -90,24 +93,6 @@ static void reel_hk_attn_put(const reel_hk_attn *a, int64_t slot, int64_t row)
     reel_hk_copy(l->in[4], a->vcd, slot * a->kvrow, l->in[2], a->vd, row * a->kvrow, a->kvrow);
 }
 
-/* DCP: token t's slot on this rank, -1 when another rank owns it (or it is
- * padding, or its metadata is out of range: the attend phase reports that),
- * -2 when its local block is out of range (reported here). */
-static int64_t reel_hk_attn_dcp_slot(const reel_hk_attn *a, int64_t t)
-{
-    const reel_meta_view *m = a->m;
-    int32_t s = m->token_seq[t], p = m->positions[t];
-    if (s < 0 || s >= m->max_seqs || p < 0 || reel_dcp_owner(a->dcp, p) != a->dcp.r)
-        return -1;
-    int64_t li = reel_dcp_local_index(a->dcp, p), b = li / a->bs;
-    int32_t blk = b < m->max_blocks ? m->block_tables[(int64_t)s * m->max_blocks + b] : -1;
-    if (blk < 0 || blk >= a->nblocks) {
-        reel_hk_report(m, REEL_E_LIMIT);
-        return -2;
-    }
-    return (int64_t)blk * a->bs + li % a->bs;
-}
-
 static void reel_hk_attn_write_kv(const reel_hk_attn *a)
 {
     const reel_launch *l = a->l;
@@ -122,47 +107,16 @@ static void reel_hk_attn_write_kv(const reel_hk_attn *a)
         int64_t slot = a->m->slot_mapping[t];
         if (slot == -1)
             continue;
-        if (a->dcp.n > 1 && (slot = reel_hk_attn_dcp_slot(a, t)) < 0)
+        if (a->dcp.n > 1 && (slot = reel_hk_paged_dcp_slot(&a->pg, t)) < 0)
             continue;
         reel_hk_attn_put(a, slot, t);
     }
 }
 
-/* Checks token t's sequence, position and blocks against every limit, and
- * gives the last key index it attends (*last: its position, or under DCP
- * the last of its local prefix, -1 for an empty one). False: the token gets
- * zeros (reported unless it is padding). */
-static bool reel_hk_attn_check(const reel_hk_attn *a, int64_t t, int32_t *seq, int32_t *last)
-{
-    const reel_meta_view *m = a->m;
-    int32_t s = m->token_seq[t];
-    *seq = s;
-    *last = -1;
-    if (s == -1)
-        return false;
-    bool ok = s >= 0 && s < m->max_seqs;
-    int32_t p = m->positions[t], j = -1;
-    if (ok) {
-        int32_t ctx = m->context_lens[s];
-        ok = ctx <= m->max_context && p >= 0 && p < ctx;
-        j = ok ? reel_dcp_local_count(a->dcp, p + 1) - 1 : -1;
-        ok = ok && (j < 0 || j / a->bs < m->max_blocks);
-    }
-    for (int64_t b = 0; ok && j >= 0 && b <= j / a->bs; b++) {
-        int32_t blk = m->block_tables[(int64_t)s * m->max_blocks + b];
-        ok = blk >= 0 && blk < a->nblocks;
-    }
-    if (!ok)
-        reel_hk_report(m, REEL_E_LIMIT);
-    *last = j;
-    return ok;
-}
-
 /* Element offset of key position j of sequence s, kv head g, in the cache. */
 static int64_t reel_hk_attn_key(const reel_hk_attn *a, int32_t s, int64_t j, int64_t g)
 {
-    int64_t blk = a->m->block_tables[(int64_t)s * a->m->max_blocks + j / a->bs];
-    return (blk * a->bs + j % a->bs) * a->kvrow + g * a->dh;
+    return reel_hk_paged_slot(&a->pg, s, j) * a->kvrow + g * a->dh;
 }
 
 static float reel_hk_attn_score(const reel_hk_attn *a, int64_t qat, int64_t kat)
@@ -231,7 +185,7 @@ void reel_host_paged_attention(const void *args)
     int64_t group = a.hkv > 0 ? a.h / a.hkv : 1;
     for (int64_t t = 0; t < l->rows; t++) {
         int32_t s, last;
-        bool ok = reel_hk_attn_check(&a, t, &s, &last);
+        bool ok = reel_hk_paged_check(&a.pg, t, &s, &last);
         for (int64_t hh = 0; hh < a.h; hh++) {
             int64_t at = t * qrow + hh * a.dh;
             float lse = ok ? reel_hk_attn_head(&a, s, last, at, hh / group, at) : -INFINITY;

@@ -47,6 +47,8 @@ void reel_host_moe_align(const void *args);
 void reel_host_moe_gate_up(const void *args);
 void reel_host_moe_down(const void *args);
 void reel_host_moe_combine(const void *args);
+void reel_host_head_matmul(const void *args);
+void reel_host_mla_attention(const void *args);
 /* Collectives (ops/host/collectives.c): the decomposition of
  * ops/collective.c with the host chunk transpose; they issue the host
  * communicator's kernels. */

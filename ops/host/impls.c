@@ -38,6 +38,8 @@ REEL_HOST_LAUNCHER(reel_host_moe_align)
 REEL_HOST_LAUNCHER(reel_host_moe_gate_up)
 REEL_HOST_LAUNCHER(reel_host_moe_down)
 REEL_HOST_LAUNCHER(reel_host_moe_combine)
+REEL_HOST_LAUNCHER(reel_host_head_matmul)
+REEL_HOST_LAUNCHER(reel_host_mla_attention)
 
 static bool reel_hi_fl(const reel_shape *s) { return reel_is_float_storage(s->dtype); }
 static bool reel_hi_i32(const reel_shape *s) { return s->dtype == REEL_I32; }
@@ -154,7 +156,8 @@ REEL_HOST_REF(reel_hi_view_cols, "view_cols", REEL_OP_VIEW_COLS, reel_hi_use_vie
 static bool reel_hi_use_rope_freq(REEL_HI_ARGS)
 {
     return nin >= 3 && reel_hi_fl(&in[0]) && reel_hi_i32(&in[1]) && in[2].dtype == REEL_F32 && reel_hi_fl(&out[0]) &&
-           a->rope_freq.head_dim > 0 && a->rope_freq.rot_dim > 0 && a->rope_freq.rot_dim <= a->rope_freq.head_dim;
+           a->rope_freq.head_dim > 0 && a->rope_freq.rot_dim > 0 && a->rope_freq.rot_offset >= 0 &&
+           a->rope_freq.rot_dim <= a->rope_freq.head_dim - a->rope_freq.rot_offset;
 }
 
 REEL_HOST_REF(reel_hi_rope_freq, "rope_freq", REEL_OP_ROPE_FREQ, reel_hi_use_rope_freq, reel_host_rope_freq, true);
@@ -221,6 +224,25 @@ REEL_HOST_REF(reel_hi_moe_down, "moe_down", REEL_OP_MOE_DOWN, reel_hi_use_moe_do
 REEL_HOST_REF(reel_hi_moe_combine, "moe_combine", REEL_OP_MOE_COMBINE, reel_hi_use_moe_combine, reel_host_moe_combine,
               false);
 
+static bool reel_hi_use_head_matmul(REEL_HI_ARGS)
+{
+    return nin >= 2 && reel_hi_fl(&in[0]) && reel_hi_fl(&in[1]) && reel_hi_fl(&out[0]) && a->hmm.heads > 0;
+}
+
+/* DCP and the lse output (the schema refuses CP). */
+static bool reel_hi_use_mla(REEL_HI_ARGS)
+{
+    for (int i = 0; i < 5; i++)
+        if (i >= nin || !reel_hi_fl(&in[i]))
+            return false;
+    return reel_hi_fl(&out[0]) && a->mla.num_heads > 0 && a->mla.latent_dim > 0 && a->mla.block_size > 0 &&
+           a->mla.lay.cp == 0;
+}
+
+REEL_HOST_REF(reel_hi_head_matmul, "head_matmul", REEL_OP_HEAD_MATMUL, reel_hi_use_head_matmul, reel_host_head_matmul,
+              false);
+REEL_HOST_REF(reel_hi_mla, "mla_attention", REEL_OP_MLA_ATTENTION, reel_hi_use_mla, reel_host_mla_attention, false);
+
 /* Collectives accept every dtype the schema does (f32, f16, bf16, i32). */
 static bool reel_hi_use_comm(REEL_HI_ARGS) { return true; }
 
@@ -253,5 +275,6 @@ const reel_op_impl *const reel_host_impls[] = {
     &reel_hi_rope_freq, &reel_hi_rmsnorm_heads,
     &reel_hi_sample,
     &reel_hi_moe_route, &reel_hi_moe_align, &reel_hi_moe_gate_up, &reel_hi_moe_down, &reel_hi_moe_combine,
+    &reel_hi_head_matmul, &reel_hi_mla,
 };
 const int reel_host_nimpls = (int)(sizeof reel_host_impls / sizeof reel_host_impls[0]);

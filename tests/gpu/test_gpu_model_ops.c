@@ -13,12 +13,14 @@
 #include "tests/gpu/op_fixture.h"
 
 /* A llama3-like table: theta^(-2i/rd), every third divided by 8. */
-static void check_rope_freq(reel_dtype dt, int64_t t, int heads, int hd, int rot, float scale)
+static void check_rope_freq_at(reel_dtype dt, int64_t t, int heads, int hd, int rot, int ro, bool il, float scale)
 {
     gt_op op = op_new(REEL_OP_ROPE_FREQ, t, 3, 1);
     op.attrs.rope_freq.head_dim = hd;
     op.attrs.rope_freq.rot_dim = rot;
     op.attrs.rope_freq.scale = scale;
+    op.attrs.rope_freq.rot_offset = ro;
+    op.attrs.rope_freq.interleaved = il;
     op.in[0] = gt_shape(dt, true, 2, (int64_t[]){t, (int64_t)heads * hd});
     op.in[1] = gt_shape(REEL_I32, true, 1, (int64_t[]){t});
     op.in[2] = gt_shape(REEL_F32, false, 1, (int64_t[]){rot / 2});
@@ -32,12 +34,20 @@ static void check_rope_freq(reel_dtype dt, int64_t t, int heads, int hd, int rot
     check(&op, "rope_freq");
 }
 
+static void check_rope_freq(reel_dtype dt, int64_t t, int heads, int hd, int rot, float scale)
+{
+    check_rope_freq_at(dt, t, heads, hd, rot, 0, false, scale);
+}
+
 Test(gpu_model_ops, rope_freq_matches_host_with_a_factor_and_pass_through_dims, .init = setup, .fini = teardown)
 {
     for (int i = 0; i < 3; i++) {
         check_rope_freq(dts[i], 9, 4, 64, 64, 1.0f);
         check_rope_freq(dts[i], 9, 3, 64, 32, 1.0f);
         check_rope_freq(dts[i], 33, 8, 128, 128, 1.1386f); /* yarn's attention factor */
+        check_rope_freq_at(dts[i], 9, 16, 192, 64, 128, true, 1.0f); /* DeepSeek's q: last 64 of 192, interleaved */
+        check_rope_freq_at(dts[i], 9, 1, 64, 64, 0, true, 1.0f);     /* and its one-head k */
+        check_rope_freq_at(dts[i], 5, 3, 48, 16, 8, false, 1.0f);
     }
 }
 

@@ -17,6 +17,7 @@ static const char *const op_names[REEL_OP_COUNT] = {
     [REEL_OP_SAMPLE] = "sample",
     [REEL_OP_MOE_ROUTE] = "moe_route", [REEL_OP_MOE_ALIGN] = "moe_align", [REEL_OP_MOE_GATE_UP] = "moe_gate_up",
     [REEL_OP_MOE_DOWN] = "moe_down", [REEL_OP_MOE_COMBINE] = "moe_combine",
+    [REEL_OP_HEAD_MATMUL] = "head_matmul", [REEL_OP_MLA_ATTENTION] = "mla_attention",
 };
 
 Test(ops, host_impls_hold_exactly_one_lowest_priority_ref_per_op_kind)
@@ -142,6 +143,16 @@ static int node_shapes(reel_op_kind k, reel_dtype dt, reel_shape *in, reel_shape
         in[0] = tshape(dt, true, 3, 0, 2, 64, 0), in[1] = tshape(REEL_I32, true, 2, 0, 2, 0, 0);
         in[2] = tshape(REEL_F32, true, 2, 0, 2, 0, 0);
         return 3;
+    case REEL_OP_HEAD_MATMUL: /* 4 heads: x 16 a head, w 8 rows a head of 16 columns; rows 2..5, transposed */
+        a->hmm.heads = 4, a->hmm.row_off = 2, a->hmm.rows = 4, a->hmm.x_off = 3, a->hmm.transposed = true;
+        in[1] = tshape(dt, false, 2, 32, 16, 0, 0);
+        return 2;
+    case REEL_OP_MLA_ATTENTION: /* 4 heads, latent 16, rope 8, q heads of 24 */
+        a->mla.num_heads = 4, a->mla.latent_dim = 16, a->mla.rope_dim = 8, a->mla.block_size = 16, a->mla.scale = 0.2f;
+        in[1] = tshape(dt, true, 2, 0, 96, 0, 0), in[2] = tshape(dt, true, 2, 0, 16, 0, 0);
+        in[3] = tshape(dt, true, 2, 0, 8, 0, 0), in[4] = tshape(dt, false, 3, 8, 16, 24, 0);
+        out[1] = tshape(REEL_F32, false, 2, REEL_ATTN_SPLIT_SLOTS, 4 * 16 + 4, 0, 0);
+        return 5;
     default: return 0;
     }
 }

@@ -8,9 +8,9 @@
 
 #include "tests/ops/host_ref.h"
 
-/* H heads of hd, the first rd dims rotated by pos * inv_freq[i], cos and sin
- * times scale. */
-static void check_rope_freq(int64_t hd, int64_t rd, double scale)
+/* H heads of hd, dims [ro, ro + rd) rotated by pos * inv_freq[i] (pairs
+ * (i, i + rd/2), or (2i, 2i + 1) interleaved), cos and sin times scale. */
+static void check_rope_freq_at(int64_t hd, int64_t rd, int64_t ro, bool il, double scale)
 {
     trng r = { (uint64_t)(41 + rd) };
     const int64_t T = 7, H = 3, W = H * hd;
@@ -29,7 +29,7 @@ static void check_rope_freq(int64_t hd, int64_t rd, double scale)
             for (int64_t h = 0; h < H; h++) {
                 for (int64_t i = 0; i < rd / 2; i++) {
                     double ang = pos.ref[t] * f.ref[i], c = cos(ang) * scale, s = sin(ang) * scale;
-                    int64_t a = t * W + h * hd + i, b = a + rd / 2;
+                    int64_t a = t * W + h * hd + ro + (il ? 2 * i : i), b = a + (il ? 1 : rd / 2);
                     want[a] = x.ref[a] * c - x.ref[b] * s;
                     want[b] = x.ref[b] * c + x.ref[a] * s;
                 }
@@ -40,6 +40,8 @@ static void check_rope_freq(int64_t hd, int64_t rd, double scale)
         L.attrs.rope_freq.head_dim = (int)hd;
         L.attrs.rope_freq.rot_dim = (int)rd;
         L.attrs.rope_freq.scale = (float)scale;
+        L.attrs.rope_freq.rot_offset = (int)ro;
+        L.attrs.rope_freq.interleaved = il;
         L.in[0] = tshape(dt, true, 2, 0, W, 0, 0);
         L.in[1] = tshape(REEL_I32, true, 1, 0, 0, 0, 0);
         L.in[2] = tshape(REEL_F32, false, 1, rd / 2, 0, 0, 0);
@@ -51,10 +53,11 @@ static void check_rope_freq(int64_t hd, int64_t rd, double scale)
         tbuf_poison(&out);
         reel_host_rope_freq(&L.l);
         check_close("rope_freq", &out, want, T * W, 1e-5, tol_of(dt));
-        /* dims past rot_dim pass through bit for bit; position 0 only scales */
+        /* dims outside the range pass through bit for bit; position 0 only scales */
         for (int64_t h = 0; h < H; h++)
-            for (int64_t i = rd; i < hd; i++)
-                cr_assert(tbuf_get(&out, 3 * W + h * hd + i) == x.ref[3 * W + h * hd + i]);
+            for (int64_t i = 0; i < hd; i++)
+                if (i < ro || i >= ro + rd)
+                    cr_assert(tbuf_get(&out, 3 * W + h * hd + i) == x.ref[3 * W + h * hd + i]);
         if (scale == 1.0)
             for (int64_t i = 0; i < W; i++)
                 cr_assert(tbuf_get(&out, i) == x.ref[i], "[%s] position 0 must not rotate", dt_name(dt));
@@ -67,11 +70,26 @@ static void check_rope_freq(int64_t hd, int64_t rd, double scale)
     }
 }
 
+static void check_rope_freq(int64_t hd, int64_t rd, double scale)
+{
+    check_rope_freq_at(hd, rd, 0, false, scale);
+}
+
 Test(ops, rope_freq_matches_float64_with_a_table_an_attention_factor_and_pass_through_dims)
 {
     check_rope_freq(16, 16, 1.0);
     check_rope_freq(16, 8, 1.0);
     check_rope_freq(64, 64, 1.1386); /* yarn's 0.1 ln(4) + 1 */
+}
+
+/* DeepSeek's q: the last 64 dims of a 192-dim head rotated, interleaved
+ * pairs; and the range in the middle of a head, either order. */
+Test(ops, rope_freq_rotates_a_range_of_each_head_in_either_pair_order)
+{
+    check_rope_freq_at(48, 16, 32, true, 1.0);
+    check_rope_freq_at(48, 16, 32, false, 1.0);
+    check_rope_freq_at(40, 16, 8, true, 1.2);
+    check_rope_freq_at(16, 16, 0, true, 1.0);
 }
 
 /* A table of theta^(-2i/d) gives the rope op's own result (one formula
