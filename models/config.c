@@ -96,7 +96,7 @@ typedef struct family_def {
     int moe;              /* MOE_NONE, MOE_QWEN3, MOE_MIXTRAL: which keys say the experts */
 } family_def;
 
-enum { MOE_NONE, MOE_QWEN3, MOE_MIXTRAL };
+enum { MOE_NONE, MOE_QWEN3, MOE_MIXTRAL, MOE_DEEPSEEK };
 
 static const family_def families[] = {
     {"llama", REEL_MODEL_LLAMA, 2048, 0, true, false, false, true, MOE_NONE},
@@ -105,6 +105,8 @@ static const family_def families[] = {
     {"qwen3", REEL_MODEL_QWEN3, 32768, 128, true, false, true, false, MOE_NONE},
     {"qwen3_moe", REEL_MODEL_QWEN3_MOE, 32768, 128, true, false, true, false, MOE_QWEN3},
     {"mixtral", REEL_MODEL_MIXTRAL, 4096 * 32, 0, false, false, false, false, MOE_MIXTRAL},
+    {"deepseek_v3", REEL_MODEL_DEEPSEEK_V3, 4096, 0, false, false, false, false, MOE_DEEPSEEK},
+    {"kimi_k2", REEL_MODEL_DEEPSEEK_V3, 4096, 0, false, false, false, false, MOE_DEEPSEEK},
 };
 
 static reel_status read_dtype(const rd *r, model_cfg *c)
@@ -353,6 +355,97 @@ static reel_status read_rope(const rd *r, model_cfg *c)
     return REEL_OK;
 }
 
+/* ---- DeepSeek V3 ------------------------------------------------------------------ */
+
+/* A string key that must have one value (absent: that value). */
+static reel_status want_str(const rd *r, const char *key, const char *only, const char *what)
+{
+    const json_t *v = get(r->root, key);
+    if (v && !(json_is_string(v) && strcmp(json_string_value(v), only) == 0))
+        return reel_seterr(r->err, json_is_string(v) ? REEL_E_UNSUPPORTED : REEL_E_INVALID_ARG,
+                           "%s: \"%s\" is %s%.40s%s; reel builds %s (\"%s\")", r->label, key,
+                           json_is_string(v) ? "\"" : "", json_is_string(v) ? json_string_value(v) : "not a string",
+                           json_is_string(v) ? "\"" : "", what, only);
+    return REEL_OK;
+}
+
+/* DeepseekV3Config's attention: kv_lora_rank, q_lora_rank (null: a full q
+ * projection), qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
+ * rope_interleave. transformers sets head_dim to qk_rope_head_dim (the
+ * rope's width); a config.json saying otherwise is refused. */
+static reel_status read_mla(const rd *r, model_cfg *c)
+{
+    const json_t *root = r->root;
+    c->mla = true;
+    TRY(get_int(r, root, "", "kv_lora_rank", 1, 65536, true, 512, &c->kv_lora));
+    const json_t *ql = json_object_get(root, "q_lora_rank");
+    if (ql && json_is_null(ql))
+        c->q_lora = 0;
+    else
+        TRY(get_int(r, root, "", "q_lora_rank", 1, 65536, true, 1536, &c->q_lora));
+    TRY(get_int(r, root, "", "qk_nope_head_dim", 1, 4096, true, 128, &c->qk_nope));
+    TRY(get_int(r, root, "", "qk_rope_head_dim", 2, 4096, true, 64, &c->qk_rope));
+    TRY(get_int(r, root, "", "v_head_dim", 1, 4096, true, 128, &c->v_dim));
+    TRY(get_bool(r, root, "", "rope_interleave", true, &c->rope_interleave));
+    if (c->qk_rope % 2 != 0)
+        return reel_seterr(r->err, REEL_E_INVALID_ARG, "%s: \"qk_rope_head_dim\" %d is odd: rope rotates pairs",
+                           r->label, c->qk_rope);
+    if (get(root, "head_dim") && c->head_dim != c->qk_rope)
+        return reel_seterr(r->err, REEL_E_UNSUPPORTED, "%s: \"head_dim\" %d is not \"qk_rope_head_dim\" %d, as "
+                           "transformers sets it for DeepSeek V3", r->label, c->head_dim, c->qk_rope);
+    c->head_dim = c->qk_rope;
+    bool ab = false;
+    TRY(get_bool(r, root, "", "attention_bias", false, &ab));
+    if (ab)
+        return reel_seterr(r->err, REEL_E_UNSUPPORTED, "%s: \"attention_bias\": true is not built for multi-head "
+                           "latent attention", r->label);
+    return REEL_OK;
+}
+
+/* DeepseekV3Config's experts: n_routed_experts (null: every layer dense),
+ * num_experts_per_tok, moe_intermediate_size, n_shared_experts,
+ * routed_scaling_factor, n_group, topk_group, norm_topk_prob,
+ * first_k_dense_replace; the original checkpoints' scoring_func,
+ * topk_method and moe_layer_freq must say what transformers builds. */
+static reel_status read_deepseek_moe(const rd *r, model_cfg *c)
+{
+    const json_t *root = r->root;
+    TRY(want_str(r, "scoring_func", "sigmoid", "sigmoid routing"));
+    TRY(want_str(r, "topk_method", "noaux_tc", "the bias-corrected group top-k"));
+    int freq = 1;
+    TRY(get_int(r, root, "", "moe_layer_freq", 1, 4096, true, 1, &freq));
+    if (freq != 1)
+        return reel_seterr(r->err, REEL_E_UNSUPPORTED, "%s: \"moe_layer_freq\" %d is not built (1: every layer "
+                           "from first_k_dense_replace on has experts, as transformers builds it)", r->label, freq);
+    const json_t *ne = json_object_get(root, "n_routed_experts");
+    if (ne && json_is_null(ne))
+        c->experts = 0;
+    else
+        TRY(get_int(r, root, "", "n_routed_experts", 1, REEL_MOE_MAX_EXPERTS, true, 256, &c->experts));
+    TRY(get_int(r, root, "", "num_experts_per_tok", 1, REEL_MOE_MAX_TOPK, true, 8, &c->topk));
+    TRY(get_int(r, root, "", "moe_intermediate_size", 1, BIG, true, 2048, &c->moe_ffn));
+    int shared = 1;
+    TRY(get_int(r, root, "", "n_shared_experts", 0, 64, true, 1, &shared));
+    c->shared_ffn = shared * c->moe_ffn;
+    TRY(get_num(r, root, "", "routed_scaling_factor", 2.5, false, &c->routed_scaling));
+    TRY(get_int(r, root, "", "n_group", 1, REEL_MOE_MAX_EXPERTS, true, 8, &c->n_group));
+    TRY(get_int(r, root, "", "topk_group", 1, REEL_MOE_MAX_EXPERTS, true, 4, &c->topk_group));
+    TRY(get_bool(r, root, "", "norm_topk_prob", true, &c->norm_topk));
+    TRY(get_int(r, root, "", "first_k_dense_replace", 0, 4096, true, 3, &c->first_dense));
+    if (c->experts == 0)
+        return REEL_OK;
+    if (c->topk > c->experts)
+        return reel_seterr(r->err, REEL_E_INVALID_ARG, "%s: \"num_experts_per_tok\" %d is more than the %d experts",
+                           r->label, c->topk, c->experts);
+    if (c->experts % c->n_group != 0 || c->topk_group > c->n_group ||
+        c->topk > c->topk_group * (c->experts / c->n_group) || (c->n_group > 1 && c->experts / c->n_group < 2))
+        return reel_seterr(r->err, REEL_E_INVALID_ARG,
+                           "%s: \"n_group\" %d must divide \"n_routed_experts\" %d into groups of at least 2, "
+                           "\"topk_group\" %d be at most n_group, and \"num_experts_per_tok\" %d fit the kept groups",
+                           r->label, c->n_group, c->experts, c->topk_group, c->topk);
+    return REEL_OK;
+}
+
 /* ---- mixture of experts ------------------------------------------------------------ */
 
 /* Qwen3MoeConfig (num_experts, num_experts_per_tok, moe_intermediate_size,
@@ -366,6 +459,8 @@ static reel_status read_moe(const rd *r, const family_def *f, model_cfg *c)
     if (f->moe == MOE_NONE)
         return REEL_OK;
     const json_t *root = r->root;
+    if (f->moe == MOE_DEEPSEEK)
+        return read_deepseek_moe(r, c);
     if (f->moe == MOE_MIXTRAL) {
         TRY(get_int(r, root, "", "num_local_experts", 1, REEL_MOE_MAX_EXPERTS, true, 8, &c->experts));
         TRY(get_int(r, root, "", "num_experts_per_tok", 1, REEL_MOE_MAX_TOPK, true, 2, &c->topk));
@@ -417,7 +512,7 @@ reel_status model_cfg_read(const void *json_root, const char *label, model_cfg *
             f = &families[i];
     if (!f)
         return reel_seterr(err, REEL_E_UNSUPPORTED, "%s: \"model_type\" is \"%.40s\"; reel builds llama, mistral, "
-                           "qwen2, qwen3, qwen3_moe and mixtral", label, json_string_value(mt));
+                           "qwen2, qwen3, qwen3_moe, mixtral, deepseek_v3 and kimi_k2", label, json_string_value(mt));
     c->family = f->family;
     TRY(refuse_unbuilt(&r, f));
     TRY(get_int(&r, root, "", "num_hidden_layers", 1, 4096, false, 0, &c->layers));
@@ -439,12 +534,14 @@ reel_status model_cfg_read(const void *json_root, const char *label, model_cfg *
     c->o_bias = ab;
     c->qk_norm = f->qk_norm;
     TRY(read_dtype(&r, c));
-    if (!f->head_dim && !get(root, "head_dim") && c->hidden % c->heads != 0)
+    if (!f->head_dim && !get(root, "head_dim") && c->hidden % c->heads != 0 && f->moe != MOE_DEEPSEEK)
         return reel_seterr(err, REEL_E_INVALID_ARG, "%s: \"hidden_size\" %d is not a multiple of "
                            "\"num_attention_heads\" %d (and no \"head_dim\")", label, c->hidden, c->heads);
     if (c->heads % c->kv_heads != 0)
         return reel_seterr(err, REEL_E_INVALID_ARG, "%s: \"num_attention_heads\" %d is not a multiple of "
                            "\"num_key_value_heads\" %d", label, c->heads, c->kv_heads);
+    if (f->moe == MOE_DEEPSEEK)
+        TRY(read_mla(&r, c));
     if (c->head_dim % 2 != 0)
         return reel_seterr(err, REEL_E_INVALID_ARG, "%s: the head dim (\"head_dim\" or hidden_size / "
                            "num_attention_heads) is %d, odd: rope rotates pairs", label, c->head_dim);

@@ -1,6 +1,7 @@
 /* L7 models/: the one Llama-family decoder of the tree (Llama, Mistral,
  * Qwen2, Qwen3 differ only in the switches of model_cfg): its checkpoint
  * tensors, the parameters of a (pipeline stage's) graph, and the graph. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +33,16 @@ static const char *const layer_suffix[MT_LAYER_KINDS] = {
     [MT_UP] = "mlp.up_proj.weight",
     [MT_DOWN] = "mlp.down_proj.weight",
     [MT_ROUTER] = "mlp.gate.weight",
+    [MT_QA] = "self_attn.q_a_proj.weight",
+    [MT_QA_NORM] = "self_attn.q_a_layernorm.weight",
+    [MT_QBP] = "self_attn.q_b_proj.weight",
+    [MT_KVA] = "self_attn.kv_a_proj_with_mqa.weight",
+    [MT_KVA_NORM] = "self_attn.kv_a_layernorm.weight",
+    [MT_KVB] = "self_attn.kv_b_proj.weight",
+    [MT_ROUTER_BIAS] = "mlp.gate.e_score_correction_bias",
+    [MT_SH_GATE] = "mlp.shared_experts.gate_proj.weight",
+    [MT_SH_UP] = "mlp.shared_experts.up_proj.weight",
+    [MT_SH_DOWN] = "mlp.shared_experts.down_proj.weight",
 };
 
 /* The experts' names: "mlp.experts.<e>.gate_proj.weight" (Qwen3-MoE) or
@@ -85,16 +96,26 @@ reel_status model_tensors_make(reel_model *m, reel_err *err)
         m->tidx[i] = -1;
     push(m, &m->tidx[MT_EMBED], "model.embed_tokens.weight", V, D, -1);
     for (int l = 0; l < c->layers; l++) {
-        const bool moe = model_layer_moe(c, l);
+        const bool moe = model_layer_moe(c, l), mla = c->mla;
         const int64_t Fd = moe ? 0 : F; /* a layer with experts has no dense MLP */
+        /* MLA: q heads of nope + rope, one latent of L + rope, values of v */
+        const int64_t H = c->heads, Dq = (int64_t)c->qk_nope + c->qk_rope, L = c->kv_lora;
+        const int64_t Qm = H * Dq, Fs = moe ? c->shared_ffn : 0;
         /* [out, in] per kind; 0: absent from this model */
         const int64_t shape[MT_LAYER_KINDS][2] = {
-            [MT_IN_NORM] = {D, 0}, [MT_Q] = {Q, D}, [MT_K] = {KV, D}, [MT_V] = {KV, D},
+            [MT_IN_NORM] = {D, 0}, [MT_Q] = {mla ? (c->q_lora ? 0 : Qm) : Q, D}, [MT_K] = {mla ? 0 : KV, D},
+            [MT_V] = {mla ? 0 : KV, D},
             [MT_QB] = {c->qkv_bias ? Q : 0, 0}, [MT_KB] = {c->qkv_bias ? KV : 0, 0},
             [MT_VB] = {c->qkv_bias ? KV : 0, 0}, [MT_QN] = {c->qk_norm ? Dh : 0, 0},
-            [MT_KN] = {c->qk_norm ? Dh : 0, 0}, [MT_O] = {D, Q}, [MT_OB] = {c->o_bias ? D : 0, 0},
+            [MT_KN] = {c->qk_norm ? Dh : 0, 0}, [MT_O] = {D, mla ? H * c->v_dim : Q},
+            [MT_OB] = {c->o_bias ? D : 0, 0},
             [MT_POST_NORM] = {D, 0}, [MT_GATE] = {Fd, D}, [MT_UP] = {Fd, D}, [MT_DOWN] = {Fd ? D : 0, Fd},
             [MT_ROUTER] = {moe ? c->experts : 0, D},
+            [MT_QA] = {mla ? c->q_lora : 0, D}, [MT_QA_NORM] = {mla ? c->q_lora : 0, 0},
+            [MT_QBP] = {mla && c->q_lora ? Qm : 0, c->q_lora}, [MT_KVA] = {mla ? L + c->qk_rope : 0, D},
+            [MT_KVA_NORM] = {mla ? L : 0, 0}, [MT_KVB] = {mla ? H * ((int64_t)c->qk_nope + c->v_dim) : 0, L},
+            [MT_ROUTER_BIAS] = {moe && c->family == REEL_MODEL_DEEPSEEK_V3 ? c->experts : 0, 0},
+            [MT_SH_GATE] = {Fs, D}, [MT_SH_UP] = {Fs, D}, [MT_SH_DOWN] = {Fs ? D : 0, Fs},
         };
         for (int k = 0; k < MT_LAYER_KINDS; k++) {
             if (!shape[k][0] || k == MT_EXPERTS)
@@ -102,6 +123,7 @@ reel_status model_tensors_make(reel_model *m, reel_err *err)
             char n[96];
             snprintf(n, sizeof n, "model.layers.%d.%s", l, k == MT_ROUTER ? router_suffix(c) : layer_suffix[k]);
             push(m, &m->tidx[MT_GLOBAL_KINDS + l * MT_LAYER_KINDS + k], n, shape[k][0], shape[k][1], l);
+            m->t[m->nt - 1].f32_ok = k == MT_ROUTER_BIAS;
         }
         for (int e = 0; moe && e < c->experts; e++) {
             const int64_t Fe = c->moe_ffn;
@@ -172,9 +194,15 @@ reel_status model_opts_resolve(const reel_model *m, const reel_model_opts *in, m
                            "model options: DCP over %d ranks needs num_attention_heads (%d) a multiple of it, one stage "
                            "(num_stages %d) and dcp_interleave (%d) a power of two dividing block_size (%d)",
                            n, m->c.heads, o->num_stages, il, o->block_size);
+    if (m->c.mla && n > 1)
+        return reel_seterr(err, REEL_E_UNSUPPORTED, "model options: DCP (dcp_size %d) over multi-head latent attention "
+                           "is not validated; DeepSeek V3 models build with dcp_size 1", n);
     o->cp_size = reel_opt_int(u.cp_size, 1);
     if (o->cp_size != 1 && o->cp_size != 2 && o->cp_size != 4 && o->cp_size != 8)
         return reel_seterr(err, REEL_E_UNSUPPORTED, "model options: cp_size %d is not 1, 2, 4 or 8", o->cp_size);
+    if (o->cp_size > 1 && m->c.mla)
+        return reel_seterr(err, REEL_E_UNSUPPORTED, "model options: CP (cp_size %d) over multi-head latent attention "
+                           "is not built; DeepSeek V3 models build with cp_size 1", o->cp_size);
     if (o->cp_size > 1 && (n > 1 || o->num_stages > 1))
         return reel_seterr(err, REEL_E_UNSUPPORTED, "model options: CP over %d ranks with DCP (dcp_size %d) or "
                            "pipeline stages (num_stages %d) is outside the validated subset", o->cp_size, n,
@@ -192,8 +220,9 @@ void model_stage_range(const reel_model *m, const model_opts *o, int *first, int
 /* ---- parameters ---------------------------------------------------------------- */
 
 /* The parameter kinds of a layer, in graph order. */
-enum { P_IN_NORM, P_QKV, P_QKV_B, P_Q, P_K, P_V, P_QB, P_KB, P_VB, P_QN, P_KN, P_O, P_OB, P_POST_NORM, P_GATE_UP,
-       P_DOWN, P_ROUTER, P_EXP_GATE_UP, P_EXP_DOWN, P_LAYER_KINDS };
+enum { P_IN_NORM, P_QKV, P_QKV_B, P_Q, P_K, P_V, P_QB, P_KB, P_VB, P_QN, P_KN, P_QA, P_QA_NORM, P_QBP, P_KVA,
+       P_KVA_NORM, P_KVB, P_O, P_OB, P_POST_NORM, P_GATE_UP, P_DOWN, P_ROUTER, P_ROUTER_BIAS, P_EXP_GATE_UP,
+       P_EXP_DOWN, P_SH_GATE_UP, P_SH_DOWN, P_LAYER_KINDS };
 
 /* Appends layer l's expert stack: every expert's gate and up (down: false)
  * or every expert's down, stacked along dim 0 as reel_moe_ffn reads them. */
@@ -256,12 +285,12 @@ static void layer_param(const reel_model *m, const model_opts *o, model_param *o
     case P_IN_NORM: ONE(MT_IN_NORM); break;
     case P_QKV:
     case P_QKV_B:
-        if (o->separate_qkv)
+        if (o->separate_qkv || m->c.mla)
             break;
         snprintf(name, sizeof name, "model.layers.%d.self_attn.qkv_proj.%s", l, k == P_QKV ? "weight" : "bias");
         add_param(m, out, n, l, name, 3, k == P_QKV ? (int[]){MT_Q, MT_K, MT_V} : (int[]){MT_QB, MT_KB, MT_VB});
         break;
-    case P_Q: if (o->separate_qkv) ONE(MT_Q); break;
+    case P_Q: if (o->separate_qkv || m->c.mla) ONE(MT_Q); break;
     case P_K: if (o->separate_qkv) ONE(MT_K); break;
     case P_V: if (o->separate_qkv) ONE(MT_V); break;
     case P_QB: if (o->separate_qkv) ONE(MT_QB); break;
@@ -278,6 +307,22 @@ static void layer_param(const reel_model *m, const model_opts *o, model_param *o
         break;
     case P_DOWN: ONE(MT_DOWN); break;
     case P_ROUTER: ONE(MT_ROUTER); break;
+    case P_QA: ONE(MT_QA); break;
+    case P_QA_NORM: ONE(MT_QA_NORM); break;
+    case P_QBP: ONE(MT_QBP); break;
+    case P_KVA: ONE(MT_KVA); break;
+    case P_KVA_NORM: ONE(MT_KVA_NORM); break;
+    case P_KVB: ONE(MT_KVB); break;
+    case P_ROUTER_BIAS:
+        ONE(MT_ROUTER_BIAS);
+        if (*n > 0 && model_tensor_index(m, l, MT_ROUTER_BIAS) >= 0)
+            out[*n - 1].dtype = REEL_F32; /* reel_moe_route reads it as float32 */
+        break;
+    case P_SH_GATE_UP:
+        snprintf(name, sizeof name, "model.layers.%d.mlp.shared_experts.gate_up_proj.weight", l);
+        add_param(m, out, n, l, name, 2, (int[]){MT_SH_GATE, MT_SH_UP});
+        break;
+    case P_SH_DOWN: ONE(MT_SH_DOWN); break;
     case P_EXP_GATE_UP: add_experts(m, out, n, l, true); break;
     case P_EXP_DOWN: add_experts(m, out, n, l, false); break;
     default: break;
@@ -375,6 +420,87 @@ static reel_tensor rope(gb *b, reel_tensor x, reel_tensor pos, reel_tensor table
     return reel_rope(b->g, x, pos, c->head_dim, c->head_dim, (float)c->theta);
 }
 
+/* DeepSeek's softmax scale: 1/sqrt(nope + rope), times yarn's mscale^2 of
+ * mscale_all_dim (transformers' DeepseekV3Attention). */
+static float mla_scale(const model_cfg *c)
+{
+    double s = 1.0 / sqrt((double)c->qk_nope + (double)c->qk_rope);
+    if (c->rope != REEL_ROPE_DEFAULT && c->mscale_all_dim != 0 && c->factor > 1.0) {
+        double ms = 0.1 * c->mscale_all_dim * log(c->factor) + 1.0;
+        s *= ms * ms;
+    }
+    return (float)s;
+}
+
+/* Multi-head latent attention, absorbed (include/reel/reel.h): q through
+ * its low-rank pair (or one projection), its rope dims rotated; the latent
+ * normed and its rope key rotated, both cached as one row; W_UK folded into
+ * q and W_UV applied to the attended latents, both from kv_b_proj; then
+ * o_proj. */
+static reel_tensor mla_attn(gb *b, int l, reel_tensor x, reel_tensor pos, reel_tensor table)
+{
+    const model_cfg *c = &b->m->c;
+    reel_graph *g = b->g;
+    const int H = c->heads, nope = c->qk_nope, R = c->qk_rope, L = c->kv_lora, Dq = nope + R;
+    const float eps = (float)c->eps, af = (float)b->m->attn_factor;
+    reel_tensor q;
+    if (c->q_lora) {
+        reel_tensor qa = reel_matmul(g, x, lparam(b, l, "self_attn.q_a_proj.weight"), true);
+        qa = reel_rmsnorm(g, qa, lparam(b, l, "self_attn.q_a_layernorm.weight"), eps);
+        q = reel_matmul(g, qa, lparam(b, l, "self_attn.q_b_proj.weight"), true);
+    } else {
+        q = reel_matmul(g, x, lparam(b, l, "self_attn.q_proj.weight"), true);
+    }
+    q = reel_rope_freq_part(g, q, pos, table, Dq, nope, c->rope_interleave, af);
+    reel_tensor kva = reel_matmul(g, x, lparam(b, l, "self_attn.kv_a_proj_with_mqa.weight"), true);
+    reel_tensor lat = reel_rmsnorm(g, reel_view_cols(g, kva, 0, L), lparam(b, l, "self_attn.kv_a_layernorm.weight"),
+                                   eps);
+    reel_tensor kpe = reel_rope_freq_part(g, reel_view_cols(g, kva, L, R), pos, table, R, 0, c->rope_interleave, af);
+    reel_tensor kvb = lparam(b, l, "self_attn.kv_b_proj.weight");
+    reel_tensor qlat = reel_head_matmul(g, q, 0, kvb, 0, nope, true, H);
+    char n[48];
+    snprintf(n, sizeof n, "l%d.kv_cache", l);
+    int64_t cache_dims[3] = {b->o->num_blocks, b->o->block_size, (int64_t)L + R};
+    reel_tensor cache = reel_state(g, n, c->dtype, 3, cache_dims);
+    reel_mla_params mp = REEL_MLA_PARAMS_INIT;
+    mp.num_heads = H;
+    mp.latent_dim = L;
+    mp.rope_dim = R;
+    mp.block_size = b->o->block_size;
+    mp.scale = mla_scale(c);
+    reel_tensor olat = reel_mla_attention(g, qlat, q, lat, kpe, cache, &mp);
+    reel_tensor o = reel_head_matmul(g, olat, 0, kvb, nope, c->v_dim, false, H);
+    return reel_matmul(g, o, lparam(b, l, "self_attn.o_proj.weight"), true);
+}
+
+/* DeepSeek V3's MoE block: the sigmoid router with its choice bias and
+ * groups over logits in the model's dtype, the routed experts, plus the
+ * shared experts' MLP (transformers' DeepseekV3MoE: routed + shared). */
+static reel_tensor deepseek_moe(gb *b, int l, reel_tensor x)
+{
+    const model_cfg *c = &b->m->c;
+    reel_graph *g = b->g;
+    reel_tensor logits = reel_matmul(g, x, lparam(b, l, "mlp.gate.weight"), true);
+    reel_moe_params mp = REEL_MOE_PARAMS_INIT;
+    mp.num_experts = c->experts;
+    mp.top_k = c->topk;
+    mp.scoring = REEL_MOE_SIGMOID;
+    mp.renormalize = c->norm_topk;
+    mp.n_group = c->n_group;
+    mp.topk_group = c->topk_group;
+    mp.routed_scaling = (float)c->routed_scaling;
+    reel_tensor ids = {0}, w = {0};
+    reel_moe_route(g, logits, lparam(b, l, "mlp.gate.e_score_correction_bias"), &mp, &ids, &w);
+    reel_tensor y = reel_moe_ffn(g, x, ids, w, lparam(b, l, "experts.gate_up_proj.weight"),
+                                 lparam(b, l, "experts.down_proj.weight"), c->experts);
+    if (c->shared_ffn > 0) {
+        reel_tensor f = reel_silu_and_mul(g, reel_matmul(g, x, lparam(b, l, "mlp.shared_experts.gate_up_proj.weight"),
+                                                         true));
+        y = reel_add(g, y, reel_matmul(g, f, lparam(b, l, "mlp.shared_experts.down_proj.weight"), true));
+    }
+    return y;
+}
+
 static reel_tensor layer(gb *b, int l, reel_tensor h, reel_tensor pos, reel_tensor table)
 {
     const model_cfg *c = &b->m->c;
@@ -382,6 +508,20 @@ static reel_tensor layer(gb *b, int l, reel_tensor h, reel_tensor pos, reel_tens
     const int64_t Dh = c->head_dim, Q = (int64_t)c->heads * Dh, KV = (int64_t)c->kv_heads * Dh;
     const float eps = (float)c->eps;
     reel_tensor x = reel_rmsnorm(g, h, lparam(b, l, "input_layernorm.weight"), eps);
+    char n[48];
+    if (c->mla) {
+        h = reel_add(g, h, mla_attn(b, l, x, pos, table));
+        x = reel_rmsnorm(g, h, lparam(b, l, "post_attention_layernorm.weight"), eps);
+        if (model_layer_moe(c, l)) {
+            h = reel_add(g, h, deepseek_moe(b, l, x));
+        } else {
+            reel_tensor f = reel_silu_and_mul(g, reel_matmul(g, x, lparam(b, l, "mlp.gate_up_proj.weight"), true));
+            h = reel_add(g, h, reel_matmul(g, f, lparam(b, l, "mlp.down_proj.weight"), true));
+        }
+        snprintf(n, sizeof n, "l%d.out", l);
+        reel_set_name(g, h, n);
+        return h;
+    }
     reel_tensor q, k, v;
     if (b->o->separate_qkv) {
         q = proj(b, x, l, "self_attn.q_proj", c->qkv_bias);
@@ -402,7 +542,6 @@ static reel_tensor layer(gb *b, int l, reel_tensor h, reel_tensor pos, reel_tens
     }
     q = rope(b, q, pos, table);
     k = rope(b, k, pos, table);
-    char n[48];
     int64_t cache_dims[4] = {b->o->num_blocks, b->o->block_size, c->kv_heads, Dh};
     snprintf(n, sizeof n, "l%d.k_cache", l);
     reel_tensor kc = reel_state(g, n, c->dtype, 4, cache_dims);

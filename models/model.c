@@ -7,6 +7,7 @@
 
 #include "backend/ctx.h"
 #include "core/abi.h"
+#include "core/dtype.h"
 #include "core/halloc.h"
 #include "core/opts.h"
 #include "graph/builder.h"
@@ -14,7 +15,7 @@
 #include "runtime/plan.h"
 
 static const char *const family_names[REEL_MODEL_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3",
-                                                                        "qwen3_moe", "mixtral"};
+                                                                        "qwen3_moe", "mixtral", "deepseek_v3"};
 static const char *const rope_type_names[REEL_ROPE_TYPE_COUNT] = {"default", "linear", "dynamic", "yarn", "llama3"};
 
 const char *reel_model_family_name(reel_model_family f)
@@ -111,8 +112,6 @@ static reel_status check_checkpoint(reel_model *m, const char *dir)
 {
     reel_err *err = err_of(m->ctx);
     const model_cfg *c = &m->c;
-    static const char *const fam[REEL_MODEL_FAMILY_COUNT] = {"llama", "mistral", "qwen2", "qwen3",
-                                                                        "qwen3_moe", "mixtral"};
     if (!c->dtype_given) { /* no torch_dtype: the embedding's */
         reel_st_tensor e = REEL_ST_TENSOR_INIT;
         if (reel_safetensors_find(m->ck, "model.embed_tokens.weight", &e) == REEL_OK && e.dtype != REEL_DTYPE_COUNT &&
@@ -125,10 +124,10 @@ static reel_status check_checkpoint(reel_model *m, const char *dir)
         reel_st_tensor s = REEL_ST_TENSOR_INIT;
         if (reel_safetensors_find(m->ck, t->name, &s) != REEL_OK)
             return reel_seterr(err, REEL_E_NOT_FOUND, "%s: no tensor '%s', which a %s model of this config.json "
-                               "reads (%s %s)", dir, t->name, fam[c->family], reel_dtype_name(c->dtype),
+                               "reads (%s %s)", dir, t->name, family_names[c->family], reel_dtype_name(c->dtype),
                                shape_str(t->ndim, t->dims, a, sizeof a));
         bool shape_ok = s.ndim == t->ndim && s.dims[0] == t->dims[0] && (t->ndim == 1 || s.dims[1] == t->dims[1]);
-        if (!shape_ok || s.dtype != c->dtype)
+        if (!shape_ok || (s.dtype != c->dtype && !(t->f32_ok && s.dtype == REEL_F32)))
             return reel_seterr(err, !shape_ok ? REEL_E_SHAPE : REEL_E_DTYPE, "%s: tensor '%s' is %s %s; the model "
                                "(config.json) wants %s %s", s.file, t->name, s.dtype_name,
                                shape_str(s.ndim, s.dims, a, sizeof a), reel_dtype_name(c->dtype),
@@ -146,7 +145,7 @@ static reel_status check_checkpoint(reel_model *m, const char *dir)
             continue;
         return reel_seterr(err, REEL_E_UNSUPPORTED, "%s: tensor '%s' is not read by a %s model of this config.json "
                            "(%d layers%s%s%s%s): reel refuses to leave a weight unused (a key of config.json that "
-                           "says it is missing or wrong?)", s.file, s.name, fam[c->family], c->layers,
+                           "says it is missing or wrong?)", s.file, s.name, family_names[c->family], c->layers,
                            c->qkv_bias ? ", q/k/v biases" : "", c->o_bias ? ", o bias" : "",
                            c->qk_norm ? ", q/k norms" : "", c->tied ? ", tied embeddings" : "");
     }
@@ -221,7 +220,16 @@ reel_status reel_model_info_get(const reel_model *m, reel_model_info *out)
         elems += (uint64_t)m->t[i].dims[0] * (uint64_t)(m->t[i].ndim == 2 ? m->t[i].dims[1] : 1);
     full.param_bytes = elems * reel_dtype_size(c->dtype);
     full.kv_bytes_per_token =
-        2ull * (uint64_t)c->layers * (uint64_t)c->kv_heads * (uint64_t)c->head_dim * reel_dtype_size(c->dtype);
+        c->mla ? (uint64_t)c->layers * ((uint64_t)c->kv_lora + (uint64_t)c->qk_rope) * reel_dtype_size(c->dtype)
+               : 2ull * (uint64_t)c->layers * (uint64_t)c->kv_heads * (uint64_t)c->head_dim * reel_dtype_size(c->dtype);
+    if (c->mla) {
+        full.kv_lora_rank = c->kv_lora;
+        full.q_lora_rank = c->q_lora;
+        full.qk_nope_head_dim = c->qk_nope;
+        full.qk_rope_head_dim = c->qk_rope;
+        full.v_head_dim = c->v_dim;
+    }
+    full.shared_expert_ffn = c->experts > 0 ? c->shared_ffn : 0;
     full.has_weights = m->ck != NULL;
     full.experts = c->experts;
     full.experts_per_token = c->experts > 0 ? c->topk : 0;
@@ -297,6 +305,53 @@ reel_status reel_model_build(const reel_model *m, reel_graph *g, const reel_mode
     return model_graph(m, g, &o);
 }
 
+/* A float32 parameter of one tensor that the checkpoint (or the source)
+ * may hold in the model's dtype: widened on the way. */
+static reel_status bind_f32(const reel_model *m, reel_plan *p, const model_param *pp, reel_model_source_fn fn,
+                            void *user)
+{
+    reel_err *err = p->err;
+    int idx = model_param_part(pp, 0);
+    int64_t n = pp->dims[0] * (pp->ndim == 2 ? pp->dims[1] : 1);
+    const void *src;
+    reel_dtype sdt;
+    char *own = NULL;
+    if (!fn) {
+        reel_st_tensor s = REEL_ST_TENSOR_INIT;
+        REEL_TRY(reel_safetensors_find(m->ck, m->t[idx].name, &s));
+        if (s.dtype == REEL_F32)
+            return reel_plan_write_param(p, pp->name, s.data, (size_t)n * sizeof(float));
+        src = s.data;
+        sdt = s.dtype;
+    } else {
+        reel_model_tensor t = tensor_info(m, idx);
+        size_t tb = (size_t)n * reel_dtype_size(m->c.dtype);
+        own = reel_halloc(tb ? tb : 1);
+        if (!own)
+            return reel_seterr(err, REEL_E_OOM, "reel_model_bind_source: out of host memory for '%s'", pp->name);
+        reel_status st = fn(user, &t, own, tb);
+        if (st != REEL_OK) {
+            reel_hfree(own);
+            return reel_seterr(err, st, "reel_model_bind_source: the source gave %s for tensor '%s'",
+                               reel_status_str(st), t.name);
+        }
+        src = own;
+        sdt = m->c.dtype;
+    }
+    float *f = reel_halloc((size_t)n * sizeof *f + 1);
+    reel_status st;
+    if (!f) {
+        st = reel_seterr(err, REEL_E_OOM, "reel_model_bind: out of host memory for '%s'", pp->name);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            f[i] = reel_load(src, sdt, i);
+        st = reel_plan_write_param(p, pp->name, f, (size_t)n * sizeof *f);
+    }
+    reel_hfree(f);
+    reel_hfree(own);
+    return st;
+}
+
 /* The weights of the stage: from the checkpoint (fn NULL) or from fn. */
 static reel_status bind(const reel_model *m, reel_plan *p, const reel_model_opts *opts, reel_model_source_fn fn,
                         void *user)
@@ -319,6 +374,10 @@ static reel_status bind(const reel_model *m, reel_plan *p, const reel_model_opts
         const model_param *pp = &ps[i];
         if (pp->nparts == 0) { /* the rope table */
             st = reel_plan_write_param(p, pp->name, m->inv_freq_f32, (size_t)pp->dims[0] * sizeof(float));
+            continue;
+        }
+        if (pp->dtype != m->c.dtype) { /* a float32 parameter of one tensor (a router's choice bias) */
+            st = bind_f32(m, p, pp, fn, user);
             continue;
         }
         if (!fn) {

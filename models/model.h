@@ -37,6 +37,14 @@ typedef struct model_cfg {
      * have the dense MLP of ffn. */
     int experts, topk, moe_ffn, sparse_step;
     bool norm_topk;
+    /* DeepSeek V3 (family REEL_MODEL_DEEPSEEK_V3): multi-head latent
+     * attention (head_dim is then qk_rope_dim, the rope's), and the MoE's
+     * sigmoid router with groups, its scaling, the shared experts' ffn
+     * (shared_ffn 0: none) and the dense layers before the first MoE one. */
+    bool mla, rope_interleave;
+    int q_lora, kv_lora, qk_nope, qk_rope, v_dim;
+    int n_group, topk_group, shared_ffn, first_dense;
+    double routed_scaling;
     uint64_t mlp_only[64];      /* bit l: layer l is dense (mlp_only_layers; layers <= 4096) */
     /* The largest max_context a plan may have, and the key that says so. */
     int32_t context_limit;      /* INT32_MAX: none */
@@ -52,7 +60,8 @@ reel_status model_cfg_read(const void *json_root, const char *label, model_cfg *
 /* Layer l has routed experts. */
 static inline bool model_layer_moe(const model_cfg *c, int l)
 {
-    return c->experts > 0 && !(c->mlp_only[l / 64] >> (l % 64) & 1) && (l + 1) % c->sparse_step == 0;
+    return c->experts > 0 && !(c->mlp_only[l / 64] >> (l % 64) & 1) && (l + 1) % c->sparse_step == 0 &&
+           l >= c->first_dense;
 }
 
 /* The rope's inverse frequencies [head_dim / 2] (double, transformers'
@@ -67,6 +76,8 @@ typedef struct model_tensor {
     int ndim;
     int64_t dims[2];
     int layer;                  /* -1: not a layer's */
+    bool f32_ok;                /* float32 in the checkpoint too, whatever the model's dtype (a
+                                   router's choice bias): its parameter is float32 */
 } model_tensor;
 
 struct reel_model {
@@ -85,7 +96,11 @@ struct reel_model {
 enum { MT_EMBED, MT_NORM, MT_LM_HEAD, MT_GLOBAL_KINDS };
 enum {
     MT_IN_NORM, MT_Q, MT_K, MT_V, MT_QB, MT_KB, MT_VB, MT_QN, MT_KN, MT_O, MT_OB, MT_POST_NORM, MT_GATE, MT_UP,
-    MT_DOWN, MT_ROUTER, MT_EXPERTS, MT_LAYER_KINDS
+    MT_DOWN, MT_ROUTER, MT_EXPERTS,
+    /* DeepSeek V3: q's low-rank pair and its norm, the latent's projection
+     * and norm, kv_b_proj, the router's choice bias, the shared experts */
+    MT_QA, MT_QA_NORM, MT_QBP, MT_KVA, MT_KVA_NORM, MT_KVB, MT_ROUTER_BIAS, MT_SH_GATE, MT_SH_UP, MT_SH_DOWN,
+    MT_LAYER_KINDS
 };
 /* MT_EXPERTS is the first expert's gate; expert e's gate, up and down are
  * m->t[that + 3e + 0, 1, 2] (pushed together). */

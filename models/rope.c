@@ -11,7 +11,8 @@
 
 bool model_rope_uses_table(const model_cfg *c)
 {
-    return c->rope == REEL_ROPE_LINEAR || c->rope == REEL_ROPE_YARN || c->rope == REEL_ROPE_LLAMA3;
+    /* MLA rotates a range of each head, which only reel_rope_freq_part does */
+    return c->mla || c->rope == REEL_ROPE_LINEAR || c->rope == REEL_ROPE_YARN || c->rope == REEL_ROPE_LLAMA3;
 }
 
 /* yarn's get_mscale */

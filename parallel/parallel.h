@@ -15,6 +15,19 @@
  * REEL_E_UNSUPPORTED with the limit in err (without the op's name). */
 reel_status reel_par_check_layout(const reel_attn_params *p, const reel_attn_layout *lay, char *err, size_t len);
 
+/* MLA's parameters as the subset reads them: num_heads and block_size (one
+ * "kv head" of latent_dim + rope_dim). */
+static inline reel_attn_params reel_mla_layout_view(const reel_mla_params *m)
+{
+    reel_attn_params p = REEL_ATTN_PARAMS_INIT;
+    p.num_heads = m->num_heads;
+    p.num_kv_heads = 1;
+    p.head_dim = m->latent_dim + m->rope_dim;
+    p.block_size = m->block_size;
+    p.scale = m->scale;
+    return p;
+}
+
 /* Every attention node of a plan (nodes in schedule order; messages name
  * them as the executor does) against the subset and the communicator c
  * (may be NULL): a layout needs one of its size, DCP its rank; the DCP

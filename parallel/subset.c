@@ -57,17 +57,22 @@ reel_status reel_par_check_plan(const reel_node *nodes, int nnodes, const reel_t
     *dcp = (reel_dcp_view){ 1, 0, 1 };
     for (int i = 0; i < nnodes; i++) {
         const reel_node *n = &nodes[i];
-        if (n->op == REEL_OP_MLA_ATTENTION && reel_attn_has_layout(&n->attrs.mla.lay)) {
-            reel_op_node_label(n->op, i, tensors[n->out[0]].name, true, name, sizeof name);
-            return reel_seterr(err, REEL_E_UNSUPPORTED,
-                               "compile: %s has a layout across ranks (dcp %d, lse %d); DCP for MLA is not validated",
-                               name, n->attrs.mla.lay.dcp, (int)n->attrs.mla.lay.lse);
-        }
-        if (n->op != REEL_OP_PAGED_ATTENTION)
+        if (!reel_op_is_paged(n->op))
             continue;
-        const reel_attn_layout *lay = &n->attrs.attn.lay;
+        bool mla = n->op == REEL_OP_MLA_ATTENTION;
+        const reel_attn_layout *lay = mla ? &n->attrs.mla.lay : &n->attrs.attn.lay;
+        reel_attn_params view = n->attrs.attn.p;
+        if (mla) {
+            reel_mla_params mp = REEL_MLA_PARAMS_INIT;
+            mp.num_heads = n->attrs.mla.num_heads;
+            mp.latent_dim = n->attrs.mla.latent_dim;
+            mp.rope_dim = n->attrs.mla.rope_dim;
+            mp.block_size = n->attrs.mla.block_size;
+            mp.scale = n->attrs.mla.scale;
+            view = reel_mla_layout_view(&mp);
+        }
         reel_op_node_label(n->op, i, tensors[n->out[0]].name, true, name, sizeof name);
-        reel_status st = reel_par_check_layout(&n->attrs.attn.p, lay, why, sizeof why);
+        reel_status st = reel_par_check_layout(&view, lay, why, sizeof why);
         if (st != REEL_OK)
             return reel_seterr(err, st, "compile: %s: %s", name, why);
         int ranks = lay->dcp >= 1 ? lay->dcp : lay->cp;
@@ -89,7 +94,8 @@ reel_status reel_par_check_plan(const reel_node *nodes, int nnodes, const reel_t
             *dcp = reel_attn_dcp(lay);
             continue;
         }
-        const reel_attn_layout *f = &nodes[first].attrs.attn.lay;
+        const reel_attn_layout *f = nodes[first].op == REEL_OP_MLA_ATTENTION ? &nodes[first].attrs.mla.lay
+                                                                           : &nodes[first].attrs.attn.lay;
         if ((lay->dcp >= 1 || f->dcp >= 1) && !same_dcp(lay, f)) {
             char other[160];
             reel_op_node_label(nodes[first].op, first, tensors[nodes[first].out[0]].name, true, other, sizeof other);

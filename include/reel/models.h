@@ -74,6 +74,8 @@ typedef enum reel_model_family {
     REEL_MODEL_QWEN3,      /* "qwen3": Qwen3 dense (q_norm, k_norm) */
     REEL_MODEL_QWEN3_MOE,  /* "qwen3_moe": Qwen3 attention, softmax-routed experts */
     REEL_MODEL_MIXTRAL,    /* "mixtral": Mistral attention, 8 experts, top-2 renormalized */
+    REEL_MODEL_DEEPSEEK_V3, /* "deepseek_v3" (and Kimi K2's "kimi_k2"): multi-head latent attention,
+                              sigmoid-routed grouped experts with shared experts */
     REEL_MODEL_FAMILY_COUNT
 } reel_model_family;
 /* The family's model_type ("llama", ...); NULL out of range. */
@@ -123,6 +125,11 @@ typedef struct reel_model_info {
     int moe_layers;            /* layers with experts (the others have the dense MLP of ffn) */
     uint64_t active_param_bytes; /* the weights one token reads: param_bytes less the experts it
                                     does not use */
+    /* Appended in 0.2 (multi-head latent attention, DeepSeek V3; 0 elsewhere): */
+    int kv_lora_rank;          /* the latent's width L (the cache holds L + qk_rope_head_dim a token) */
+    int q_lora_rank;           /* q's low-rank width (0: a full q projection) */
+    int qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    int shared_expert_ffn;     /* the shared experts' intermediate size (0: none) */
 } reel_model_info;
 #define REEL_MODEL_INFO_HEAD REEL_STRUCT_HEAD(reel_model_info, REEL_MODEL_INFO_MAGIC)
 #define REEL_MODEL_INFO_INIT REEL_STRUCT_INIT(reel_model_info, REEL_MODEL_INFO_MAGIC)

@@ -83,6 +83,18 @@ reel_status reel_dcp_attention(reel_graph *g, reel_tensor q, reel_tensor k, reel
                                reel_tensor v_cache, const reel_attn_params *p, const reel_dcp_layout *d,
                                reel_tensor *out, reel_tensor *lse);
 
+/* DCP multi-head latent attention of this rank's heads (reel_mla_attention
+ * sharded as reel_dcp_attention shards paged attention). q_lat [T, (H/N)*L]
+ * and q [T, (H/N)*Dq]: this rank's heads' absorbed query and rope query;
+ * c [T, L] and k_pe [T, R]: the step's latent and rope key (the same on
+ * every rank); cache: this rank's pages [num_blocks, block_size, L + R].
+ * Sets *out [T, (H/N)*L] (q's dtype) and *lse [T, H/N] float32. Builds
+ * all-gathers of q_lat and q over heads, MLA over the local shard returning
+ * (out, lse), and the exchange; p->num_heads is H, all heads. */
+reel_status reel_dcp_mla_attention(reel_graph *g, reel_tensor q_lat, reel_tensor q, reel_tensor c, reel_tensor k_pe,
+                                   reel_tensor cache, const reel_mla_params *p, const reel_dcp_layout *d,
+                                   reel_tensor *out, reel_tensor *lse);
+
 /* How many of a sequence's positions 0 .. len-1 the layout's rank owns: the
  * slots its cache holds of a context of len (its block table needs
  * ceil(that / block_size) entries). -1 for an invalid layout or len < 0. */

@@ -38,7 +38,8 @@ the tolerance times the row's largest |router logit|) at that row or an
 earlier one (said which), else it fails; its greedy token is then not
 checked. In float32 every row must be within the tolerance, as for the
 dense families. A configuration whose model class this transformers lacks
-(Qwen3 before 4.51; Qwen3-MoE, Mixtral) is skipped and said so. Nothing is
+(Qwen3 before 4.51; Qwen3-MoE, Mixtral, DeepSeek V3) is skipped and said so;
+every configuration runs, and the failed ones are named at the end. Nothing is
 downloaded. Exits 1 and says what differed on any failure, 77 (skip) when
 torch, transformers or a GPU is missing.
 
@@ -59,7 +60,18 @@ MOE_MIN_ROWS = 0.75
 QWEN3_MOE = {"head_dim": 64, "num_hidden_layers": 3, "num_experts": 16, "num_experts_per_tok": 4,
              "moe_intermediate_size": 128, "norm_topk_prob": True, "mlp_only_layers": [1], "decoder_sparse_step": 1}
 MIXTRAL = {"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 256}
-MOE_KINDS = ("qwen3_moe", "mixtral")
+# DeepSeek V3 (multi-head latent attention, sigmoid-routed grouped experts and
+# a shared expert), shrunk: 4 heads of nope 32 + rope 16, latent 64, q rank
+# 96, values 32; 16 experts in 4 groups (2 kept), 4 a token, ffn 128; layer 0
+# dense (first_k_dense_replace 1); DeepSeek's yarn (factor 4 here, mscale and
+# mscale_all_dim 1: the softmax scale's mscale^2).
+DEEPSEEK = {"num_hidden_layers": 3, "num_key_value_heads": 4, "kv_lora_rank": 64, "q_lora_rank": 96,
+            "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32, "n_routed_experts": 16,
+            "n_shared_experts": 1, "num_experts_per_tok": 4, "moe_intermediate_size": 128, "n_group": 4,
+            "topk_group": 2, "routed_scaling_factor": 2.5, "norm_topk_prob": True, "first_k_dense_replace": 1,
+            "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                             "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}}
+MOE_KINDS = ("qwen3_moe", "mixtral", "deepseek_v3")
 
 CONFIGS = [
     # name, class, dtype, extra config
@@ -92,6 +104,11 @@ CONFIGS = [
     ("qwen3-moe-f32-unnormed", "qwen3_moe", "float32", dict(QWEN3_MOE, norm_topk_prob=False)),
     ("mixtral-bf16", "mixtral", "bfloat16", MIXTRAL),
     ("mixtral-f32", "mixtral", "float32", MIXTRAL),
+    ("deepseek-v3-f32", "deepseek_v3", "float32", DEEPSEEK),
+    ("deepseek-v3-bf16", "deepseek_v3", "bfloat16", DEEPSEEK),
+    # q through one projection (q_lora_rank null), no rope scaling, neox pairs
+    ("deepseek-v3-f32-qproj", "deepseek_v3", "float32",
+     dict(DEEPSEEK, q_lora_rank=None, rope_scaling=None, rope_interleave=False)),
 ]
 
 SHAPE = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -131,6 +148,9 @@ def build_model(kind, dtype, extra, seed):
     elif kind == "mixtral":
         cfg = tf.MixtralConfig(**kw)
         cls = tf.MixtralForCausalLM
+    elif kind == "deepseek_v3":
+        cfg = tf.DeepseekV3Config(**kw)
+        cls = tf.DeepseekV3ForCausalLM
     else:
         raise ValueError("unknown kind " + kind)
     torch.manual_seed(seed)
@@ -148,6 +168,11 @@ def build_model(kind, dtype, extra, seed):
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.uniform_(0.5, 1.5)
+        if kind == "deepseek_v3":  # the choice bias starts at 0: make it count
+            for layer in model.model.layers:
+                gate = getattr(layer.mlp, "gate", None)
+                if gate is not None and hasattr(gate, "e_score_correction_bias"):
+                    gate.e_score_correction_bias.normal_(0.0, 0.1)
     return model.to(getattr(torch, dtype)).cuda().eval()
 
 
@@ -191,7 +216,8 @@ def read_logits(path, rows, vocab):
 # reel's models layer reads): transformers 5 holds the experts fused in
 # memory and writes them back one tensor each (save_original_format).
 EXPERT_NAME = {"qwen3_moe": "model.layers.0.mlp.experts.0.gate_proj.weight",
-               "mixtral": "model.layers.0.block_sparse_moe.experts.0.w1.weight"}
+               "mixtral": "model.layers.0.block_sparse_moe.experts.0.w1.weight",
+               "deepseek_v3": "model.layers.1.mlp.experts.0.gate_proj.weight"}
 
 
 def check_saved_experts(name, kind, d):
@@ -383,8 +409,9 @@ def main():
     print("hf_check: transformers %s, torch %s, %s" % (transformers.__version__, torch.__version__,
                                                       torch.cuda.get_device_name()), flush=True)
     classes = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-               "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM"}
-    skipped = []
+               "qwen3": "Qwen3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "mixtral": "MixtralForCausalLM",
+               "deepseek_v3": "DeepseekV3ForCausalLM"}
+    skipped, failed = [], []
     for i, (name, kind, dtype, extra) in enumerate(CONFIGS):
         if args.only and args.only != name:
             continue
@@ -393,9 +420,15 @@ def main():
                   flush=True)
             skipped.append(name)
             continue
-        check(name, kind, dtype, extra, args, 1234 + i)
+        try:  # every configuration runs; a failure is said as it happens and counted
+            check(name, kind, dtype, extra, args, 1234 + i)
+        except SystemExit:
+            failed.append(name)
     if skipped:
         print("hf_check: skipped %s" % ", ".join(skipped))
+    if failed:
+        print("hf_check: FAILED %s" % ", ".join(failed))
+        return 1
     print("hf_check: OK")
     return 0
 
