@@ -51,8 +51,19 @@ typedef struct mfam {
     bool norm_topk;
     int sparse_step, mlp_only;
     bool mixtral_names;
+    const struct mfds *ds;        /* DeepSeek V3's attention and experts; NULL elsewhere */
 } mfam;
-#define MF_DENSE 0, 0, 0, false, 1, -1, false
+#define MF_DENSE 0, 0, 0, false, 1, -1, false, NULL
+/* DeepSeek V3 (family REEL_MODEL_DEEPSEEK_V3; head_dim is qk_rope): the
+ * latent attention's sizes (q_lora 0: q_proj, as q_lora_rank null), the
+ * rope's pair order, and the experts' groups, shared experts (n_shared x
+ * moe_ffn), routed scaling and the dense layers below first_dense. */
+typedef struct mfds {
+    int q_lora, kv_lora, qk_nope, qk_rope, v_dim;
+    bool rope_interleave;
+    int n_group, topk_group, n_shared, first_dense;
+    double routed_scaling;
+} mfds;
 /* Layer l of f has experts. */
 bool mf_layer_moe(const mfam *f, int l);
 
@@ -63,6 +74,7 @@ extern const int mf_nfamilies;
 typedef struct mweights {
     int n;
     char (*name)[96];
+    reel_dtype *dt;               /* as written */
     int *ndim;
     int64_t (*dims)[2];
     double **v;
@@ -76,9 +88,16 @@ char *mf_config(const mfam *f, reel_dtype dt);
  * NULL. drop: a tensor to leave out, or NULL. */
 void mf_write(const mfam *f, reel_dtype dt, uint64_t seed, const char *dir, mweights *w, const char *extra,
               const char *drop);
+/* mf_write with DeepSeek's router choice biases (mlp.gate.e_score_correction_bias)
+ * in bias_dt: mf_write writes them in float32, as the real checkpoints have
+ * them whatever the model's dtype. */
+void mf_write_bias(const mfam *f, reel_dtype dt, reel_dtype bias_dt, uint64_t seed, const char *dir, mweights *w);
 void mf_weights_free(mweights *w);
 /* A float64 forward pass of f over tokens[0..n) of one sequence at
- * positions 0..n-1: logits [n][vocab]. inv and attn: the rope to use; dt:
+ * positions 0..n-1: logits [n][vocab] (DeepSeek V3: transformers'
+ * DeepseekV3Model, the latent attention in its non-absorbed form: per-head
+ * keys and values up-projected from the latent). inv and attn: the rope
+ * to use (DeepSeek: over qk_rope dims); dt:
  * the model's dtype, to which the routers' logits are rounded (as the
  * model's linear layer gives them: the experts chosen are then the model's;
  * any other value keeps them in float64). */

@@ -358,7 +358,7 @@ Test(models_refusals, expert_keys_outside_the_kernels_are_refused_by_name, .init
     refused("mixtral", ", \"num_local_experts\": 513", REEL_E_INVALID_ARG, "num_local_experts");
     refused("mixtral", ", \"num_local_experts\": 2, \"num_experts_per_tok\": 3", REEL_E_INVALID_ARG,
             "num_experts_per_tok");
-    refused("deepseek_v3", "", REEL_E_UNSUPPORTED, "model_type");
+    refused("deepseek_v2", "", REEL_E_UNSUPPORTED, "model_type");
     refused("qwen2_moe", "", REEL_E_UNSUPPORTED, "model_type");
     /* num_experts 0: transformers builds every layer dense */
     reel_model *m = accepted("qwen3_moe", ", \"num_experts\": 0");
@@ -372,5 +372,55 @@ Test(models_refusals, expert_keys_outside_the_kernels_are_refused_by_name, .init
     cr_assert_eq(reel_model_info_get(m, &in), REEL_OK);
     cr_expect_eq(in.moe_layers, 1);
     cr_expect_eq(in.experts, 4);
+    reel_model_close(m);
+}
+
+/* DeepSeek V3's keys at values the layer does not build (the original
+ * checkpoints' scoring_func, topk_method and moe_layer_freq; attention
+ * biases; a head_dim other than the rope's) refused by name, malformed
+ * ones invalid; DCP and CP over its latent attention refused naming the
+ * option, pipeline stages built. */
+Test(models_refusals, deepseek_v3_keys_and_options_it_does_not_build_are_refused_by_name, .init = setup,
+     .fini = teardown)
+{
+    refused("deepseek_v3", ", \"scoring_func\": \"softmax\"", REEL_E_UNSUPPORTED, "scoring_func");
+    refused("kimi_k2", ", \"scoring_func\": \"softmax\"", REEL_E_UNSUPPORTED, "scoring_func");
+    refused("deepseek_v3", ", \"topk_method\": \"greedy\"", REEL_E_UNSUPPORTED, "topk_method");
+    refused("deepseek_v3", ", \"topk_method\": \"group_limited_greedy\"", REEL_E_UNSUPPORTED, "topk_method");
+    refused("deepseek_v3", ", \"moe_layer_freq\": 2", REEL_E_UNSUPPORTED, "moe_layer_freq");
+    refused("deepseek_v3", ", \"attention_bias\": true", REEL_E_UNSUPPORTED, "attention_bias");
+    refused("deepseek_v3", ", \"head_dim\": 32", REEL_E_UNSUPPORTED, "head_dim"); /* qk_rope_head_dim 64 */
+    refused("deepseek_v3", ", \"qk_rope_head_dim\": 16, \"head_dim\": 128", REEL_E_UNSUPPORTED, "head_dim");
+    refused("deepseek_v3", ", \"scoring_func\": 1", REEL_E_INVALID_ARG, "scoring_func");
+    refused("deepseek_v3", ", \"qk_rope_head_dim\": 7", REEL_E_INVALID_ARG, "qk_rope_head_dim");
+    refused("deepseek_v3", ", \"kv_lora_rank\": 0", REEL_E_INVALID_ARG, "kv_lora_rank");
+    refused("deepseek_v3", ", \"n_routed_experts\": 16, \"n_group\": 3", REEL_E_INVALID_ARG, "n_group");
+    refused("deepseek_v3", ", \"n_routed_experts\": 16, \"n_group\": 4, \"topk_group\": 5", REEL_E_INVALID_ARG,
+            "topk_group");
+    refused("deepseek_v3", ", \"n_routed_experts\": 4, \"num_experts_per_tok\": 5", REEL_E_INVALID_ARG,
+            "num_experts_per_tok");
+    /* what the refusals leave: the values transformers builds */
+    reel_model *m = accepted("deepseek_v3", ", \"scoring_func\": \"sigmoid\", \"topk_method\": \"noaux_tc\", "
+                                            "\"moe_layer_freq\": 1, \"attention_bias\": false, \"head_dim\": 64, "
+                                            "\"first_k_dense_replace\": 1");
+    struct { int dcp, cp, stages; reel_status want; const char *named; } o[] = {
+        {2, 1, 1, REEL_E_UNSUPPORTED, "dcp_size 2"},
+        {1, 2, 1, REEL_E_UNSUPPORTED, "cp_size 2"},
+        {1, 1, 2, REEL_OK, NULL},
+    };
+    for (size_t i = 0; i < sizeof o / sizeof o[0]; i++) {
+        reel_model_opts mo = REEL_MODEL_OPTS_INIT;
+        mo.max_context = 64;
+        mo.max_seqs = 1;
+        mo.dcp_size = o[i].dcp, mo.cp_size = o[i].cp, mo.num_stages = o[i].stages;
+        reel_graph *g = NULL;
+        cr_assert_eq(reel_graph_create(ctx, &g), REEL_OK);
+        reel_status st = reel_model_build(m, g, &mo);
+        cr_expect_eq(st, o[i].want, "case %zu: %s (%s)", i, reel_status_str(st), reel_ctx_last_error(ctx));
+        if (o[i].named)
+            cr_expect(strstr(reel_ctx_last_error(ctx), o[i].named) != NULL, "case %zu: the message does not name "
+                      "%s: %s", i, o[i].named, reel_ctx_last_error(ctx));
+        reel_graph_destroy(g);
+    }
     reel_model_close(m);
 }
