@@ -194,9 +194,6 @@ reel_status model_opts_resolve(const reel_model *m, const reel_model_opts *in, m
                            "model options: DCP over %d ranks needs num_attention_heads (%d) a multiple of it, one stage "
                            "(num_stages %d) and dcp_interleave (%d) a power of two dividing block_size (%d)",
                            n, m->c.heads, o->num_stages, il, o->block_size);
-    if (m->c.mla && n > 1)
-        return reel_seterr(err, REEL_E_UNSUPPORTED, "model options: DCP (dcp_size %d) over multi-head latent attention "
-                           "is not validated; DeepSeek V3 models build with dcp_size 1", n);
     o->cp_size = reel_opt_int(u.cp_size, 1);
     if (o->cp_size != 1 && o->cp_size != 2 && o->cp_size != 4 && o->cp_size != 8)
         return reel_seterr(err, REEL_E_UNSUPPORTED, "model options: cp_size %d is not 1, 2, 4 or 8", o->cp_size);
@@ -468,7 +465,20 @@ static reel_tensor mla_attn(gb *b, int l, reel_tensor x, reel_tensor pos, reel_t
     mp.rope_dim = R;
     mp.block_size = b->o->block_size;
     mp.scale = mla_scale(c);
-    reel_tensor olat = reel_mla_attention(g, qlat, q, lat, kpe, cache, &mp);
+    reel_tensor olat;
+    if (b->o->dcp_size > 1) {
+        /* DCP: this rank's heads attend over every rank's shard of the
+         * latent cache; the heads' latents gathered for W_UV */
+        const int N = b->o->dcp_size, r = b->o->dcp_rank, hr = H / N;
+        reel_dcp_layout d = {REEL_DCP_LAYOUT_HEAD, .nranks = N, .rank = r, .interleave = b->o->dcp_interleave,
+                             .exchange = REEL_DCP_ALL_TO_ALL};
+        reel_tensor ql = reel_view_cols(g, qlat, (int64_t)r * hr * L, (int64_t)hr * L);
+        reel_tensor qr = reel_view_cols(g, q, (int64_t)r * hr * Dq, (int64_t)hr * Dq), part = {0}, lse = {0};
+        reel_dcp_mla_attention(g, ql, qr, lat, kpe, cache, &mp, &d, &part, &lse);
+        olat = reel_all_gather(g, part, 1, N);
+    } else {
+        olat = reel_mla_attention(g, qlat, q, lat, kpe, cache, &mp);
+    }
     reel_tensor o = reel_head_matmul(g, olat, 0, kvb, nope, c->v_dim, false, H);
     return reel_matmul(g, o, lparam(b, l, "self_attn.o_proj.weight"), true);
 }

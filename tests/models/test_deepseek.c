@@ -394,3 +394,119 @@ Test(models_deepseek, the_info_says_the_latent_attention_and_kimi_k2_is_the_same
     reel_model_close(m);
     reel_ctx_destroy(ctx);
 }
+
+/* ---- DCP over the latent cache ------------------------------------------------ */
+
+#include "tests/parallel/ranks.h"
+
+enum { DCP_STEPS = 1 + GEN };
+
+/* One rank of a DCP world (n 1: the plain model): the prompt, then GEN
+ * decode steps of fixed tokens; the logits of every row into out. Each
+ * rank's cache holds its own pages (its block table the same local ids);
+ * context lengths and positions are global. No asserts off the test's
+ * thread: the status and message go to the world. */
+typedef struct dcp_job {
+    const char *dir;
+    int n, interleave;
+    float *out[RK_MAX];   /* [N][vocab] */
+    int vocab;
+} dcp_job;
+
+static void dcp_body(rk_world *w, int r, void *arg)
+{
+    dcp_job *j = arg;
+    reel_ctx *ctx = w->ctx[r];
+    reel_model *m = NULL;
+    reel_plan *p = NULL;
+    reel_status st = reel_model_open(ctx, j->dir, &m);
+    reel_model_opts o = REEL_MODEL_OPTS_INIT;
+    o.num_buckets = 2;
+    o.buckets[0] = 1;
+    o.buckets[1] = 16;
+    o.max_context = 64;
+    o.max_seqs = 1;
+    o.block_size = BS;
+    o.num_blocks = NB;
+    o.logits = 1;
+    o.dcp_size = j->n;
+    o.dcp_rank = r;
+    o.dcp_interleave = j->interleave;
+    reel_compile_opts co = REEL_COMPILE_OPTS_INIT;
+    co.strict = true;
+    co.comm = j->n > 1 ? w->comm[r] : NULL;
+    if (st == REEL_OK)
+        st = reel_model_compile(m, &o, &co, &p);
+    reel_model_close(m);
+    int32_t table[NB], tok[N], pos[N], slots[N], qs[2], len;
+    for (int i = 0; i < NB; i++)
+        table[i] = i;
+    for (int i = 0; i < N; i++)
+        tok[i] = (int32_t)((i * 37 + 11) % j->vocab), pos[i] = i, slots[i] = i;
+    for (int k = 0; st == REEL_OK && k < DCP_STEPS; k++) {
+        int T = k == 0 ? PROMPT : 1, p0 = k == 0 ? 0 : PROMPT + k - 1;
+        qs[0] = 0, qs[1] = T, len = p0 + T;
+        reel_step_info si = {REEL_STEP_INFO_HEAD, .num_tokens = T, .num_seqs = 1, .query_start = qs,
+                             .positions = pos + p0, .slot_mapping = slots + p0, .context_lens = &len,
+                             .block_tables = table, .block_table_stride = NB};
+        st = reel_plan_set_input(p, REEL_MODEL_INPUT_TOKENS, tok + p0, T);
+        if (st == REEL_OK)
+            st = reel_step(p, &si);
+        const void *out = NULL;
+        int64_t rows = 0;
+        if (st == REEL_OK)
+            st = reel_plan_output(p, REEL_MODEL_OUTPUT_LOGITS, &out, &rows);
+        if (st == REEL_OK)
+            memcpy(j->out[r] + (size_t)p0 * j->vocab, out, (size_t)T * j->vocab * sizeof(float));
+    }
+    w->st[r] = st;
+    if (st != REEL_OK)
+        snprintf(w->msg[r], sizeof w->msg[r], "%s", reel_ctx_last_error(ctx));
+    reel_plan_destroy(p);
+}
+
+static void dcp_world(dcp_job *j)
+{
+    rk_world w;
+    cr_assert_eq(rk_open(&w, j->n, 0), REEL_OK);
+    for (int r = 0; r < j->n; r++) {
+        j->out[r] = calloc((size_t)N * j->vocab, sizeof(float));
+        cr_assert_not_null(j->out[r]);
+    }
+    rk_run(&w, dcp_body, j);
+    for (int r = 0; r < j->n; r++)
+        cr_assert_eq(w.st[r], REEL_OK, "DCP %d ranks, rank %d: %s", j->n, r, w.msg[r]);
+    rk_close(&w);
+}
+
+/* DCP over 2 and 4 ranks (interleave 1 and the block size), the exchange
+ * all-to-all: every rank's logits equal the plain model's within f32
+ * rounding (the combine adds the shards' partials in another order). */
+Test(models_deepseek, dcp_over_2_and_4_ranks_gives_the_one_rank_logits)
+{
+    const mfam *f = family("DeepSeek-V3");
+    const char *dir = mf_tmpdir();
+    mweights w;
+    mf_write(f, REEL_F32, 7, dir, &w, NULL, NULL);
+    dcp_job one = {.dir = dir, .n = 1, .interleave = 1, .vocab = f->vocab};
+    dcp_world(&one);
+    double scale = 0;
+    for (size_t i = 0; i < (size_t)N * f->vocab; i++)
+        scale = fmax(scale, fabs(one.out[0][i]));
+    const int cases[][2] = {{2, 1}, {2, BS}, {4, 1}, {4, BS}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        dcp_job j = {.dir = dir, .n = cases[c][0], .interleave = cases[c][1], .vocab = f->vocab};
+        dcp_world(&j);
+        for (int r = 0; r < j.n; r++) {
+            double worst = 0;
+            for (size_t i = 0; i < (size_t)N * f->vocab; i++)
+                worst = fmax(worst, fabs((double)j.out[r][i] - one.out[0][i]));
+            cr_expect(worst <= 1e-5 * scale, "DCP %d ranks, interleave %d, rank %d: logits differ by %g of %g",
+                      j.n, j.interleave, r, worst, scale);
+            free(j.out[r]);
+        }
+    }
+    free(one.out[0]);
+    mf_weights_free(&w);
+    mf_rmdir(dir);
+}
