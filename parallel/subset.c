@@ -1,5 +1,6 @@
 /* The validated subset of the attention layouts: what the tests pin
- * (tests/parallel/test_dcp.c, test_cp.c; tests/gpu for the CUDA kernels),
+ * (tests/parallel/test_dcp.c, test_dcp_mla.c, test_cp.c; tests/gpu for the
+ * CUDA kernels), for paged attention and MLA nodes alike,
  * and nothing else. Everything outside it is refused with a message naming
  * the op and the limit, at build (the helpers) and at compile (every node,
  * against the plan's communicator). */
