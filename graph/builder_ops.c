@@ -413,7 +413,7 @@ reel_tensor reel_graph_mla_attention(reel_graph *g, const uint32_t *in, const re
     /* The second output is the op's split-KV workspace; the third, with a
      * layout that asks for it, the lse. */
     reel_tensor res[REEL_OP_MAX_OUT] = { { 0 } };
-    if (add_node(g, REEL_OP_MLA_ATTENTION, in, 0, &a, res) != REEL_OK)
+    if (add_node(g, REEL_OP_MLA_ATTENTION, in, 1u << 5, &a, res) != REEL_OK)
         return out;
     if (lse)
         *lse = res[2];
@@ -424,5 +424,17 @@ reel_tensor reel_mla_attention(reel_graph *g, reel_tensor q_lat, reel_tensor q, 
                                reel_tensor cache, const reel_mla_params *p)
 {
     uint32_t in[REEL_OP_MAX_IN] = { q_lat.id, q.id, c.id, k_pe.id, cache.id };
+    return reel_graph_mla_attention(g, in, p, NULL, NULL);
+}
+
+reel_tensor reel_mla_sparse_attention(reel_graph *g, reel_tensor q_lat, reel_tensor q, reel_tensor c, reel_tensor k_pe,
+                                      reel_tensor cache, reel_tensor slots, const reel_mla_params *p)
+{
+    if (g && !slots.id) {
+        reel_graph_fail(g, REEL_E_INVALID_ARG, "op 'mla_attention' (node %d): slots is the invalid handle (the sparse "
+                        "form needs them; reel_mla_attention is the dense one)", g->nnodes);
+        return (reel_tensor){ 0 };
+    }
+    uint32_t in[REEL_OP_MAX_IN] = { q_lat.id, q.id, c.id, k_pe.id, cache.id, slots.id };
     return reel_graph_mla_attention(g, in, p, NULL, NULL);
 }

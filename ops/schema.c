@@ -892,6 +892,15 @@ static reel_status infer_mla_attention(const reel_shape *in, int nin, const reel
     if (in[4].dims[1] != bs || in[4].dims[2] != (int64_t)L + R)
         return bad(err, len, REEL_E_SHAPE, "cache must be [num_blocks,%d,%d] (block_size, latent_dim + rope_dim), is %s",
                    bs, L + R, reel_shape_format(&in[4], b, sizeof b));
+    if (nin > 5 && in[5].ndim != 0) { /* sparse: the slots each token attends */
+        TRY(need_tok(&in[5], "slots", 2, err, len));
+        TRY(need_dtype(&in[5], "slots", REEL_I32, err, len));
+        if (in[5].dims[1] < 1)
+            return bad(err, len, REEL_E_SHAPE, "slots must have at least one column");
+        if (reel_attn_has_layout(lay))
+            return bad(err, len, REEL_E_UNSUPPORTED, "sparse mla_attention (slots) with a layout across ranks is not "
+                                                      "built");
+    }
     set_tok(&out[0], in[0].dtype, 2, (int64_t)h * L, 0);
     out[1] = (reel_shape){ .dtype = REEL_F32, .ndim = 2, .tokens = false,
                            .dims = { REEL_ATTN_SPLIT_SLOTS, (int64_t)h * L + h, 0, 0 } };
@@ -939,7 +948,8 @@ static const reel_op_schema schemas[REEL_OP_COUNT] = {
     [REEL_OP_MOE_DOWN] = { "moe_down", 3, 1, infer_moe_down, { "act", "offsets", "w" } },
     [REEL_OP_MOE_COMBINE] = { "moe_combine", 3, 1, infer_moe_combine, { "ys", "where", "weights" } },
     [REEL_OP_HEAD_MATMUL] = { "head_matmul", 2, 1, infer_head_matmul, { "x", "w" } },
-    [REEL_OP_MLA_ATTENTION] = { "mla_attention", 5, 3, infer_mla_attention, { "q_lat", "q", "c", "k_pe", "cache" } },
+    [REEL_OP_MLA_ATTENTION] = { "mla_attention", 6, 3, infer_mla_attention,
+                                { "q_lat", "q", "c", "k_pe", "cache", "slots" } },
 };
 
 const char *reel_op_node_label(reel_op_kind k, int node, const char *out, bool quoted, char *buf, size_t len)

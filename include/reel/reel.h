@@ -369,6 +369,14 @@ typedef struct reel_mla_params {
  * Limits as reel_paged_attention's. */
 reel_tensor reel_mla_attention(reel_graph *g, reel_tensor q_lat, reel_tensor q, reel_tensor c, reel_tensor k_pe,
                                reel_tensor cache, const reel_mla_params *p);
+/* reel_mla_attention over chosen rows (DeepSeek V3.2's sparse attention):
+ * slots [T, k] int32, each token's physical cache slots (reel_topk's with a
+ * page table: -1 for none), attended in list order instead of the causal
+ * range; the caller makes them causal (lengths = position + 1). A token
+ * with no slot gets zeros; a slot outside the cache gives zeros and
+ * REEL_E_LIMIT. The writes are reel_mla_attention's. */
+reel_tensor reel_mla_sparse_attention(reel_graph *g, reel_tensor q_lat, reel_tensor q, reel_tensor c, reel_tensor k_pe,
+                                      reel_tensor cache, reel_tensor slots, const reel_mla_params *p);
 /* ---- mixture of experts ---- */
 
 #define REEL_MOE_MAX_EXPERTS 512

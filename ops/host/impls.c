@@ -235,6 +235,8 @@ static bool reel_hi_use_mla(REEL_HI_ARGS)
     for (int i = 0; i < 5; i++)
         if (i >= nin || !reel_hi_fl(&in[i]))
             return false;
+    if (nin > 5 && in[5].ndim != 0 && !reel_hi_i32(&in[5]))
+        return false;
     return reel_hi_fl(&out[0]) && a->mla.num_heads > 0 && a->mla.latent_dim > 0 && a->mla.block_size > 0 &&
            a->mla.lay.cp == 0;
 }

@@ -6,7 +6,9 @@
  * block table (DCP: this rank's rows of the prefix, as paged attention's):
  * score = scale * (q_lat_h . row[0, L) + rope_h . row[L, L + R)), softmax
  * two-pass in float32 (max, then exp-sum and weighted rows), keys in
- * ascending order, value row[0, L). Step metadata out of range sets
+ * ascending order, value row[0, L). Sparse (a sixth input, slots [T, k]):
+ * a token attends exactly the physical slots listed (-1: none; none at all
+ * gives zeros and lse -inf), in list order. Step metadata out of range sets
  * REEL_E_LIMIT, skips the write and gives the token zeros (paged.h). */
 #include <math.h>
 #include <string.h>
@@ -45,6 +47,8 @@ typedef struct reel_hk_mla {
     int64_t h, L, R, row, dq;
     float scale;
     float *lse;             /* [rows, h] or NULL */
+    const int32_t *slots;   /* sparse: [rows, nslots] physical slots (-1: none), else NULL */
+    int64_t nslots;
 } reel_hk_mla;
 
 static float reel_hk_mla_score(const reel_hk_mla *a, int64_t t, int64_t hh, int64_t kat)
@@ -57,6 +61,15 @@ static float reel_hk_mla_score(const reel_hk_mla *a, int64_t t, int64_t hh, int6
         acc += reel_load(l->in[1], a->dt, t * a->h * a->dq + hh * a->dq + a->dq - a->R + d) *
                reel_load(l->in[4], a->dt, kat + a->L + d);
     return acc * a->scale;
+}
+
+/* The key slot j of a token: its sequence's position j through the block
+ * table, or (sparse) the j-th of its listed slots. */
+static int64_t reel_hk_mla_key(const reel_hk_mla *a, int64_t t, int32_t s, int64_t j)
+{
+    if (a->slots)
+        return a->slots[t * a->nslots + j];
+    return reel_hk_paged_slot(&a->pg, s, j);
 }
 
 /* Output dims accumulated at once; a longer latent takes several passes. */
@@ -72,16 +85,28 @@ static float reel_hk_mla_head(const reel_hk_mla *a, int64_t t, int64_t hh, int32
         return -INFINITY;
     }
     float mx = -INFINITY, lse = -INFINITY;
+    int64_t nkeys = 0;
     for (int64_t j = 0; j <= last; j++) {
-        float sc = reel_hk_mla_score(a, t, hh, reel_hk_paged_slot(&a->pg, s, j) * a->row);
+        int64_t slot = reel_hk_mla_key(a, t, s, j);
+        if (slot < 0)
+            continue; /* sparse: a padded choice */
+        float sc = reel_hk_mla_score(a, t, hh, slot * a->row);
+        nkeys++;
         if (sc > mx)
             mx = sc;
+    }
+    if (nkeys == 0) {
+        reel_hk_zero(l->out[0], a->dt, oat, a->L);
+        return -INFINITY;
     }
     for (int64_t d0 = 0; d0 < a->L; d0 += REEL_HK_MLA_DC) {
         int64_t nd = a->L - d0 < REEL_HK_MLA_DC ? a->L - d0 : REEL_HK_MLA_DC;
         float acc[REEL_HK_MLA_DC] = { 0 }, sum = 0.0f;
         for (int64_t j = 0; j <= last; j++) {
-            int64_t kat = reel_hk_paged_slot(&a->pg, s, j) * a->row;
+            int64_t slot = reel_hk_mla_key(a, t, s, j);
+            if (slot < 0)
+                continue;
+            int64_t kat = slot * a->row;
             float e = expf(reel_hk_mla_score(a, t, hh, kat) - mx);
             sum += e;
             for (int64_t d = 0; d < nd; d++)
@@ -92,6 +117,27 @@ static float reel_hk_mla_head(const reel_hk_mla *a, int64_t t, int64_t hh, int32
         lse = mx + logf(sum);
     }
     return lse;
+}
+
+/* Sparse: token t's sequence and every listed slot (-1: none) inside the
+ * cache; *last the last list index. False: zeros (reported unless it is
+ * padding). */
+static bool reel_hk_mla_sparse_check(const reel_hk_mla *a, int64_t t, int32_t *seq, int32_t *last)
+{
+    const reel_meta_view *m = a->pg.m;
+    int32_t s = m->token_seq[t];
+    *seq = s;
+    *last = (int32_t)a->nslots - 1;
+    if (s == -1)
+        return false;
+    bool ok = s >= 0 && s < m->max_seqs;
+    for (int64_t j = 0; ok && j < a->nslots; j++) {
+        int32_t slot = a->slots[t * a->nslots + j];
+        ok = slot >= -1 && slot < a->pg.nblocks * a->pg.bs;
+    }
+    if (!ok)
+        reel_hk_report(m, REEL_E_LIMIT);
+    return ok;
 }
 
 static void reel_hk_mla_write(const reel_hk_mla *a)
@@ -124,6 +170,10 @@ void reel_host_mla_attention(const void *args)
         .scale = l->attrs->mla.scale, .lse = l->attrs->mla.lay.lse ? l->out[2] : NULL,
     };
     a.row = a.L + a.R;
+    if (l->in[5]) {
+        a.slots = l->in[5];
+        a.nslots = l->in_shape[5].dims[1];
+    }
     a.dq = l->in_shape[1].dims[1] / a.h;
     reel_attn_layout lay = l->attrs->mla.lay;
     a.pg = (reel_hk_paged){ l->meta, l->attrs->mla.block_size, reel_shape_lead(&l->in_shape[4], l->rows), reel_attn_dcp(&lay) };
@@ -136,7 +186,7 @@ void reel_host_mla_attention(const void *args)
     reel_hk_mla_write(&a);
     for (int64_t t = 0; t < l->rows; t++) {
         int32_t s, last;
-        bool ok = reel_hk_paged_check(&a.pg, t, &s, &last);
+        bool ok = a.slots ? reel_hk_mla_sparse_check(&a, t, &s, &last) : reel_hk_paged_check(&a.pg, t, &s, &last);
         for (int64_t hh = 0; hh < a.h; hh++) {
             float lse = -INFINITY;
             if (ok)

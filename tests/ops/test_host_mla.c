@@ -144,6 +144,10 @@ static void mla_token(mla *a, int t, int s, int p)
 
 static double scale_of(const mla *a) { return 1.0 / sqrt((double)dq(a)); }
 
+/* Sparse: the slots each token attends ([T, sparse_k], -1 none), or NULL. */
+static int32_t *sparse_slots;
+static int sparse_k;
+
 /* The absorbed form through the three kernels. */
 static void mla_run(mla *a, bool lse)
 {
@@ -170,6 +174,10 @@ static void mla_run(mla *a, bool lse)
     M.in[2] = tshape(a->dt, true, 2, 0, a->L, 0, 0);
     M.in[3] = tshape(a->dt, true, 2, 0, a->R, 0, 0);
     M.in[4] = tshape(a->dt, false, 3, a->nblocks, a->bs, row(a), 0);
+    if (sparse_slots) {
+        M.in[5] = tshape(REEL_I32, true, 2, 0, sparse_k, 0, 0);
+        M.l.in[5] = sparse_slots;
+    }
     M.out[0] = M.in[0];
     void *ptrs[5] = { a->qlat.p, a->q.p, a->c.p, a->kpe.p, a->cache.p };
     memcpy(M.l.in, ptrs, sizeof ptrs);
@@ -196,6 +204,9 @@ static void mla_run(mla *a, bool lse)
 /* The non-absorbed form in float64: head h's key at j is [W_UK_h c_j |
  * k_pe_j], its value W_UV_h c_j, its query [q_nope | q_pe]. Zeros where
  * zero[t] or padding; lse per (token, head). */
+/* The reference over even positions only (the sparse test's subset). */
+static bool ref_even_only;
+
 static void mla_ref(const mla *a, const bool *zero, double *want, double *lse)
 {
     int64_t S = a->nope + a->V;
@@ -210,6 +221,8 @@ static void mla_ref(const mla *a, const bool *zero, double *want, double *lse)
             const double *qv = a->q.ref + ((int64_t)t * a->H + h) * dq(a);
             double m = -INFINITY, sum = 0;
             for (int j = 0; j <= a->pos[t]; j++) {
+                if (ref_even_only && j % 2)
+                    continue;
                 const double *cj = dense(a, a->seq[t], j);
                 double s = 0;
                 for (int n = 0; n < a->nope; n++) {
@@ -224,9 +237,12 @@ static void mla_ref(const mla *a, const bool *zero, double *want, double *lse)
                 m = fmax(m, w[j]);
             }
             for (int j = 0; j <= a->pos[t]; j++)
-                sum += (w[j] = exp(w[j] - m));
+                if (!(ref_even_only && j % 2))
+                    sum += (w[j] = exp(w[j] - m));
             lse[t * a->H + h] = m + log(sum);
             for (int j = 0; j <= a->pos[t]; j++) {
+                if (ref_even_only && j % 2)
+                    continue;
                 const double *cj = dense(a, a->seq[t], j);
                 for (int v = 0; v < a->V; v++) {
                     double x = 0;
@@ -336,4 +352,66 @@ Test(ops, mla_refuses_metadata_past_its_limits_token_by_token)
         tbuf_free(&before);
         mla_free(&a);
     }
+}
+
+/* Sparse: with every causal slot listed (in order, then -1 padding) the
+ * result is the dense one bit for bit; with a subset listed, rows not
+ * listed are never read (they hold NaN) and the result is attention over
+ * the listed rows alone; a token with no slot gets zeros and lse -inf. */
+Test(ops, mla_sparse_with_every_slot_is_dense_and_never_reads_an_unlisted_row)
+{
+    mla a;
+    mla_init(&a, REEL_F32, 9, 77);
+    mla_batch(&a);
+    mla_run(&a, true);
+    cr_assert_eq(a.err, 0);
+    tbuf dense_o = tbuf_new(REEL_F32, a.o.n);
+    memcpy(dense_o.p, a.o.p, (size_t)a.o.n * sizeof(float));
+    float dense_lse[MAXT * 4];
+    memcpy(dense_lse, a.lse.p, sizeof(float) * (size_t)(a.T * a.H));
+    /* every slot 0 .. position, then two -1s */
+    sparse_k = 14;
+    int32_t slots[MAXT * 14];
+    for (int t = 0; t < a.T; t++)
+        for (int j = 0; j < sparse_k; j++)
+            slots[t * sparse_k + j] = a.seq[t] >= 0 && j <= a.pos[t] ? (int32_t)mla_slot(&a, a.seq[t], j) : -1;
+    sparse_slots = slots;
+    mla_run(&a, true);
+    cr_assert_eq(a.err, 0);
+    cr_assert(!memcmp(a.o.p, dense_o.p, (size_t)a.o.n * sizeof(float)), "sparse over every slot differs from dense");
+    cr_assert(!memcmp(a.lse.p, dense_lse, sizeof(float) * (size_t)(a.T * a.H)));
+    /* a subset: every other position; the rest of each sequence's rows NaN */
+    for (int t = 0; t < a.T; t++)
+        for (int j = 0; j < sparse_k; j++)
+            if (j % 2 == 1)
+                slots[t * sparse_k + j] = -1;
+    slots[4 * sparse_k] = -1; /* token 4 (position 0 of sequence 2): no slot at all */
+    for (int s = 0; s < 3; s++)
+        for (int p = 1; p < a.ctx[s]; p += 2)
+            for (int64_t i = 0; i < row(&a); i++)
+                ((float *)a.cache.p)[mla_slot(&a, s, p) * row(&a) + i] = NAN;
+    mla_run(&a, true);
+    cr_assert_eq(a.err, 0);
+    /* the reference over the listed rows: even positions only */
+    double *want = calloc((size_t)(a.T * a.H * a.V), sizeof *want), lse[MAXT * 4];
+    bool zero[MAXT] = { [4] = true };
+    ref_even_only = true;
+    mla_ref(&a, zero, want, lse);
+    ref_even_only = false;
+    check_close("sparse mla over the listed rows", &a.o, want, (int64_t)a.T * a.H * a.V, 1e-4, 1e-4);
+    for (int64_t i = 0; i < a.o.n; i++)
+        cr_assert(isfinite(tbuf_get(&a.o, i)), "output %lld read a NaN row", (long long)i);
+    for (int64_t i = 0; i < (int64_t)a.H * a.V; i++)
+        cr_assert(tbuf_get(&a.o, 4 * a.H * a.V + i) == 0.0, "a token with no slot gets zeros");
+    cr_assert(isinf(((float *)a.lse.p)[4 * a.H]) && ((float *)a.lse.p)[4 * a.H] < 0);
+    free(want);
+    /* a slot past the cache: zeros and REEL_E_LIMIT */
+    slots[0] = a.nblocks * a.bs;
+    mla_run(&a, false);
+    cr_assert_eq(a.err, REEL_E_LIMIT);
+    for (int64_t i = 0; i < (int64_t)a.H * a.V; i++)
+        cr_assert(tbuf_get(&a.o, i) == 0.0);
+    sparse_slots = NULL;
+    tbuf_free(&dense_o);
+    mla_free(&a);
 }
